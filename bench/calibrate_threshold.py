@@ -1,0 +1,79 @@
+"""Calibrate search_memory's default min_score on LoCoMo (`make bench-quality` runs it too).
+
+search_memory's score is the cosine similarity between the query's embedding and the memory's stored
+embedding (of `document_text`). For every question of categories 1-4 this measures the score of
+  - its evidence turns (should pass the threshold),
+  - the other turns of the same conversation (mostly not about the question), and
+  - every turn of the other conversations (unrelated: a topic never saved in that bucket),
+and prints, per threshold, the share of each that passes, plus precision within the conversation.
+
+    python bench/calibrate_threshold.py [--data PATH] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from bench.locomo import DEFAULT_DATA, load  # noqa: E402
+from embeddings.factory import load_embedder, resolve_model_dir  # noqa: E402
+from server.retrieval import document_text  # noqa: E402
+from server.services import PROJECT_ROOT  # noqa: E402
+
+THRESHOLDS = [round(t, 2) for t in np.arange(0.20, 0.71, 0.05)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    memories, questions = load(args.data)
+    embedder = load_embedder(resolve_model_dir(None, project_root=PROJECT_ROOT), threads=1)
+    docs = embedder.embed_documents([document_text(m["content"], m["occurred_at"]) for m in memories])
+    queries = embedder.embed_documents([q["question"] for q in questions])
+    buckets = np.array([m["bucket"] for m in memories])
+    dia = [m["metadata"]["dia_id"] for m in memories]
+    scores = queries @ docs.T
+    evidence, same, other = [], [], []
+    for qi, q in enumerate(questions):
+        in_bucket = buckets == q["bucket"]
+        is_evidence = np.array([b and d in q["evidence"] for b, d in zip(in_bucket, dia)])
+        evidence.append(scores[qi][is_evidence])
+        same.append(scores[qi][in_bucket & ~is_evidence])
+        other.append(scores[qi][~in_bucket])
+    ev, sm, ot = (np.concatenate(x) for x in (evidence, same, other))
+    rows = []
+    for t in THRESHOLDS:
+        tp, fp = int((ev >= t).sum()), int((sm >= t).sum())
+        rows.append({
+            "min_score": t,
+            "evidence_pass": round(float((ev >= t).mean()), 3),
+            "same_conversation_pass": round(float((sm >= t).mean()), 4),
+            "unrelated_pass": round(float((ot >= t).mean()), 5),
+            "precision_in_conversation": round(tp / (tp + fp), 3) if tp + fp else None,
+            "questions_with_any_unrelated_hit": round(float(np.mean([(o >= t).any() for o in other])), 3),
+        })
+    report = {"pairs": {"evidence": len(ev), "same_conversation": len(sm), "unrelated": len(ot)},
+              "thresholds": rows}
+    print(json.dumps(report, indent=2))
+    print(f"\n{'min_score':>9} {'evidence':>9} {'same conv':>10} {'unrelated':>10} {'precision':>10} {'q w/ unrel':>11}")
+    for r in rows:
+        print(f"{r['min_score']:>9.2f} {r['evidence_pass']:>9.3f} {r['same_conversation_pass']:>10.4f}"
+              f" {r['unrelated_pass']:>10.5f} {str(r['precision_in_conversation']):>10} "
+              f"{r['questions_with_any_unrelated_hit']:>11.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

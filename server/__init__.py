@@ -1,0 +1,1 @@
+"""memory-server: durable conversation logs and searchable saved memories for AI agents."""

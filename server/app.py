@@ -1,0 +1,109 @@
+"""create_app(settings) -> the ASGI app: MCP at /mcp, health at /healthz and /readyz."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+from fastmcp import FastMCP
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+from embeddings.base import Embedder
+from server.auth import Principal
+from server.http import AuthMiddleware
+from server.log_tools import register_log_tools
+from server.memory_tools import register_memory_tools
+from server.services import Services, open_services
+from server.settings import Settings
+from server.tools import ErrorMiddleware, principal_resolver
+
+log = logging.getLogger("memory_server")
+
+INSTRUCTIONS = (
+    "memory-server keeps two kinds of memory. Conversation logs: append_memory, recall_memory, "
+    "replay_memory, list_conversations (durable, ordered, per conversation_id). Saved memories: remember, "
+    "recall, search_memory, recall_context, forget."
+)
+
+
+def build_mcp(services: Services, *, local: Callable[[], Principal] | None = None) -> FastMCP:
+    mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, mask_error_details=True)
+    mcp.add_middleware(ErrorMiddleware())
+    current = principal_resolver(local)
+    register_log_tools(mcp, services.logs, current)
+    register_memory_tools(mcp, services.memory, current, services.settings, services.token_counter)
+    return mcp
+
+
+def create_app(
+    settings: Settings,
+    *,
+    services: Services | None = None,
+    embedder: Embedder | None = None,
+    index: Any = None,
+) -> Starlette:
+    """The whole HTTP surface. The model loads in the background after start-up; until it is ready,
+    /readyz answers 503 and the saved-memory tools answer `unavailable`."""
+    services = services or open_services(settings)
+    mcp = build_mcp(services)
+    mcp_app = mcp.http_app(path="/mcp", stateless_http=True, json_response=True)
+
+    async def load() -> None:
+        try:
+            await anyio.to_thread.run_sync(lambda: services.load_memory(embedder=embedder, index=index))
+        except Exception:
+            return  # kept in services.memory_error, reported by /readyz and the tools
+        services.start_maintenance()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with mcp_app.lifespan(app), anyio.create_task_group() as tasks:
+            tasks.start_soon(load)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+                services.close()
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        reasons = await anyio.to_thread.run_sync(readiness, services)
+        if reasons:
+            return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    app = Starlette(
+        routes=[Route("/healthz", healthz), Route("/readyz", readyz), Mount("/", app=mcp_app)],
+        middleware=[
+            Middleware(AuthMiddleware, authenticator=lambda: services.authenticator,
+                       max_body=settings.max_request_bytes)
+        ],
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    return app
+
+
+def readiness(services: Services) -> list[str]:
+    """Why the server cannot serve every tool right now (empty when ready)."""
+    reasons = []
+    try:
+        services.readers.get().execute("SELECT count(*) FROM sites").fetchone()
+    except Exception as exc:
+        reasons.append(f"sqlite: {exc}")
+    if services.memory_service is None:
+        reasons.append(f"model/index: {services.memory_error or 'loading'}")
+    else:
+        try:
+            services.memory_service.index.count()
+        except Exception as exc:
+            reasons.append(f"index: {exc}")
+    return reasons

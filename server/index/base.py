@@ -1,0 +1,147 @@
+"""The vector index interface. SQLite is the authority; an index only holds what can be rebuilt from it.
+
+Points are keyed by the memory's integer row id in SQLite. Each point carries a small keyword payload
+(`site`, `team`, `project`, `bucket`, `type`, `tags`) so filters run inside the index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Protocol, Sequence
+
+import numpy as np
+
+# Payload fields that get a keyword index and can appear in a filter.
+FILTER_FIELDS = ("site", "team", "project", "bucket", "type", "tags")
+
+
+class IndexUnavailable(Exception):
+    """The index cannot serve requests now (server unreachable, not initialised, closed)."""
+
+
+class IndexLocked(IndexUnavailable):
+    """Another process holds the embedded index directory."""
+
+
+class IndexDimensionError(ValueError):
+    """A vector's length differs from the dimension the index was built with."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """`field` must match one of `values` (for `tags`, a list field: any element matches)."""
+
+    field: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexFilter:
+    """A conjunction of conditions: a point matches when every condition holds."""
+
+    conditions: tuple[Condition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IndexPoint:
+    id: int
+    vector: np.ndarray
+    payload: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHit:
+    id: int
+    score: float  # cosine similarity, higher is closer
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInfo:
+    """What the index was built with; a mismatch with the running model means `reindex`."""
+
+    model: str
+    dimension: int
+
+
+class VectorIndex(Protocol):
+    def info(self) -> IndexInfo | None:
+        """The recorded model/dimension, or None for an index never initialised."""
+        ...
+
+    def reset(self, info: IndexInfo) -> None:
+        """Drop every point and (re)create the index for `info`."""
+        ...
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None: ...
+
+    def delete(self, ids: Sequence[int]) -> None: ...
+
+    def search(self, vector: np.ndarray, *, where: IndexFilter, limit: int) -> list[IndexHit]:
+        """Nearest points matching `where`, best first."""
+        ...
+
+    def ids(self) -> Iterator[int]:
+        """Every point id in the index (used to reconcile with SQLite at start-up)."""
+        ...
+
+    def count(self) -> int: ...
+
+    def optimize(self) -> None:
+        """Build search structures (HNSW); slow, called off the request path."""
+        ...
+
+    def flush(self) -> None:
+        """Make acknowledged writes survive power loss (a process crash never loses them)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def as_vector(vector: np.ndarray, dimension: int) -> list[float]:
+    """`vector` as the float list both engines take, after checking its length against the index."""
+    array = np.asarray(vector, dtype=np.float32)
+    if array.ndim != 1 or array.shape[0] != dimension:
+        raise IndexDimensionError(
+            f"vector has shape {array.shape} but the index was built for {dimension} dimensions: "
+            "if the embedding model changed, run `reindex`"
+        )
+    if not np.isfinite(array).all():
+        raise ValueError("vector contains NaN or infinity")
+    return array.tolist()
+
+
+def checked_conditions(where: IndexFilter) -> list[Condition] | None:
+    """The filter's conditions after checking their fields; None when one has no values.
+
+    A condition with no values can match no point, so callers skip the engine and return nothing
+    (Qdrant's `MatchAny([])` agrees, but saying so here keeps both backends identical).
+    """
+    for condition in where.conditions:
+        if condition.field not in FILTER_FIELDS:
+            raise ValueError(f"cannot filter on {condition.field!r}: not one of {FILTER_FIELDS}")
+    if any(not condition.values for condition in where.conditions):
+        return None
+    return list(where.conditions)
+
+
+def plain_payload(payload: dict[str, object]) -> dict[str, object]:
+    """The payload with tuples/sets as lists: engines store JSON, and Edge rejects a tuple of tags."""
+    plain: dict[str, object] = {}
+    for key, value in payload.items():
+        if isinstance(value, (set, frozenset)):
+            value = sorted(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        plain[key] = value
+    return plain

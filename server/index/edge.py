@@ -1,0 +1,439 @@
+"""The embedded vector index: Qdrant Edge in-process, on local disk.
+
+Layout of the index directory:
+
+    index.lock        flock held by the one process that has the index open
+    index_info.json   {"model", "dimension", "shard"}: what the index was built with and which shard
+                      directory is live; replaced atomically, so a crash during reset() or optimize()
+                      leaves the previous complete shard in charge
+    shard-<hex>/      the Edge shard (segments + WAL)
+
+Engine facts this module is built around (qdrant-edge-py 0.9.0, measured):
+- An upsert is in the WAL (an mmap) when update() returns: it survives a process crash, not power loss;
+  flush() msyncs WAL and segments.
+- Edge flocks `<shard>/wal`; a second opener fails at once with "Can't init WAL: Kind(WouldBlock)".
+  Our own lock file fails earlier with a clearer message and also covers the moments when no shard is
+  open (reset, the optimizer swap).
+- optimize() holds the GIL for the whole HNSW build (minutes at 100k points), freezing every Python
+  thread. So the build runs in a child process on a copy of the shard; writes made meanwhile are
+  journaled and replayed into the copy before it replaces the live shard.
+- A shard copied without its WAL loads fine but silently ignores later updates to existing points
+  (operation numbers restart below the stored versions): copies always include the WAL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeOptimizersConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    MatchAny,
+    PayloadSchemaType,
+    Point,
+    Query,
+    QueryRequest,
+    ScrollRequest,
+    UpdateOperation,
+)
+
+from .base import (
+    FILTER_FIELDS,
+    IndexFilter,
+    IndexHit,
+    IndexInfo,
+    IndexLocked,
+    IndexPoint,
+    IndexUnavailable,
+    as_vector,
+    batched,
+    checked_conditions,
+    plain_payload,
+)
+
+INFO_FILE = "index_info.json"
+LOCK_FILE = "index.lock"
+SHARD_PREFIX = "shard-"
+SCROLL_PAGE = 1_000
+# Points per engine call: each call holds the GIL, so huge batches would stall other threads.
+UPSERT_BATCH = 512
+# Edge's own default, set explicitly so optimize() can tell when the engine would have nothing to build.
+INDEXING_THRESHOLD_KB = 10_000
+
+# Runs in the child process; `nice` so the server's request threads keep the CPU first. The fsync
+# walk makes the whole copy durable (copytree does not sync) before index_info.json may point at it.
+_OPTIMIZER = """
+import os, sys
+os.nice(10)
+from qdrant_edge import EdgeShard
+shard = EdgeShard.load(sys.argv[1])
+shard.optimize()
+shard.flush()
+shard.close()
+for root, _, files in os.walk(sys.argv[1]):
+    for name in files + ["."]:
+        fd = os.open(os.path.join(root, name), os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+"""
+
+
+class _SharedLock:
+    """Readers-writer lock: searches and writes share; reset, swap and close exclude them all."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._writer = True  # set before draining readers so a stream of searches cannot starve us
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class EdgeIndex:
+    def __init__(self, path: Path, *, indexing_threshold_kb: int = INDEXING_THRESHOLD_KB) -> None:
+        self._path = Path(path)
+        self._threshold_kb = indexing_threshold_kb
+        self._path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _acquire_lock(self._path)
+        self._rw = _SharedLock()
+        self._write_mutex = threading.Lock()  # keeps engine order == journal order
+        self._optimize_mutex = threading.Lock()
+        self._journal: list[UpdateOperation] | None = None  # writes made while a copy is optimized
+        self._generation = 0  # bumped by reset(): an optimize started before it must not swap in
+        self._optimizer: subprocess.Popen[bytes] | None = None
+        self._closed = False
+        self._shard: EdgeShard | None = None
+        self._shard_dir: Path | None = None
+        try:
+            self._info, shard_name = _read_info(self._path)
+            _remove_stale_shards(self._path, keep=shard_name)
+            if self._info is not None and shard_name is not None:
+                self._shard_dir = self._path / shard_name
+                self._shard = _load(self._shard_dir)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    # -- VectorIndex -------------------------------------------------------------------------------
+
+    def info(self) -> IndexInfo | None:
+        return self._info
+
+    def reset(self, info: IndexInfo) -> None:
+        if info.dimension <= 0:
+            raise ValueError(f"index dimension must be positive, got {info.dimension}")
+        new_dir = self._path / f"{SHARD_PREFIX}{uuid.uuid4().hex}"
+        with self._rw.exclusive():
+            self._check_open()
+            self._generation += 1
+            self._journal = None
+            try:
+                shard = EdgeShard.create(str(new_dir), self._config(info.dimension))
+                for name in FILTER_FIELDS:
+                    shard.update(UpdateOperation.create_field_index(name, PayloadSchemaType.Keyword))
+                shard.flush()
+                _write_info(self._path, info, new_dir.name)  # the switch-over point
+            except BaseException:
+                shutil.rmtree(new_dir, ignore_errors=True)
+                raise
+            old, old_dir = self._shard, self._shard_dir
+            self._shard, self._shard_dir, self._info = shard, new_dir, info
+            if old is not None:
+                old.close()
+        if old_dir is not None:
+            shutil.rmtree(old_dir, ignore_errors=True)
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        dimension = self._dimension()
+        for chunk in batched(points, UPSERT_BATCH):
+            edge_points = [
+                Point(p.id, as_vector(p.vector, dimension), plain_payload(p.payload)) for p in chunk
+            ]
+            self._apply(UpdateOperation.upsert_points(edge_points))
+
+    def delete(self, ids: Sequence[int]) -> None:
+        for chunk in batched(ids, UPSERT_BATCH):
+            self._apply(UpdateOperation.delete_points([int(i) for i in chunk]))
+
+    def search(self, vector: np.ndarray, *, where: IndexFilter, limit: int) -> list[IndexHit]:
+        query = as_vector(vector, self._dimension())
+        conditions = checked_conditions(where)
+        if conditions is None or limit <= 0:
+            return []
+        must = [FieldCondition(c.field, match=MatchAny(list(c.values))) for c in conditions]
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(query),
+            filter=Filter(must=must) if must else None,
+            with_payload=False,
+            with_vector=False,
+        )
+        with self._rw.shared():
+            hits = self._live().query(request)
+        return [IndexHit(id=int(h.id), score=float(h.score)) for h in hits]
+
+    def ids(self) -> Iterator[int]:
+        offset: int | str | uuid.UUID | None = None
+        while True:
+            # The lock is taken per page, never across a yield: a caller that stops iterating
+            # must not keep reset/close waiting.
+            with self._rw.shared():
+                records, offset = self._live().scroll(
+                    ScrollRequest(offset=offset, limit=SCROLL_PAGE, with_payload=False, with_vector=False)
+                )
+            for record in records:
+                yield int(record.id)
+            if offset is None:
+                return
+
+    def count(self) -> int:
+        with self._rw.shared():
+            return self._live().count(CountRequest(exact=True))
+
+    def optimize(self) -> None:
+        with self._optimize_mutex:
+            with self._rw.shared():
+                stats = self._live().info()
+                dimension = self._dimension()
+            # Below the engine's indexing threshold optimize() builds nothing; skip the copy.
+            if stats.points_count - stats.indexed_vectors_count < self._threshold_kb * 1024 // (4 * dimension):
+                return
+            build_dir = self._path / f"{SHARD_PREFIX}{uuid.uuid4().hex}"
+            # Writers wait while the shard is copied (a consistent copy, and the journal starts
+            # exactly where it ends); searches go on.
+            with self._write_mutex, self._rw.shared():
+                self._live().flush()
+                shutil.copytree(self._live_dir(), build_dir)  # with the WAL: see the module docstring
+                self._journal = []
+                generation = self._generation
+            try:
+                self._run_optimizer(build_dir)
+                built = _load(build_dir)
+                # Catch up while the copy is still private: the swap then holds writers back only
+                # for the last few writes, not minutes' worth.
+                replayed = self._replay_into(built, 0)
+            except BaseException:
+                with self._write_mutex:
+                    if self._generation == generation:
+                        self._journal = None
+                shutil.rmtree(build_dir, ignore_errors=True)
+                raise
+            self._swap_in(built, build_dir, generation, replayed)
+
+    def flush(self) -> None:
+        with self._rw.shared():
+            self._live().flush()
+
+    def close(self) -> None:
+        proc = self._optimizer
+        if proc is not None:
+            proc.kill()  # its copy is discarded by optimize(): nothing to save
+        with self._rw.exclusive():
+            if self._closed:
+                return
+            self._closed = True
+            if self._shard is not None:
+                self._shard.flush()
+                self._shard.close()
+                self._shard = None
+            os.close(self._lock_fd)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _config(self, dimension: int) -> EdgeConfig:
+        return EdgeConfig(
+            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+            optimizers=EdgeOptimizersConfig(indexing_threshold=self._threshold_kb),
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IndexUnavailable(f"the embedded index at {self._path} is closed")
+
+    def _live(self) -> EdgeShard:
+        self._check_open()
+        if self._shard is None:
+            raise IndexUnavailable(
+                f"the embedded index at {self._path} is not initialised: run `reindex` to build it"
+            )
+        return self._shard
+
+    def _dimension(self) -> int:
+        self._live()
+        if self._info is None:  # never with a live shard; keeps the type checker informed
+            raise IndexUnavailable(f"the embedded index at {self._path} has no recorded info")
+        return self._info.dimension
+
+    def _live_dir(self) -> Path:
+        self._live()
+        if self._shard_dir is None:
+            raise IndexUnavailable(f"the embedded index at {self._path} has no shard directory")
+        return self._shard_dir
+
+    def _apply(self, operation: UpdateOperation) -> None:
+        # Lock order everywhere: _write_mutex before _rw, or a swap waiting for readers to drain
+        # could wait on a writer that waits on the swap.
+        with self._write_mutex, self._rw.shared():
+            self._live().update(operation)
+            if self._journal is not None:
+                self._journal.append(operation)
+
+    def _run_optimizer(self, build_dir: Path) -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _OPTIMIZER, str(build_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._optimizer = proc
+        try:
+            _, stderr = proc.communicate()  # waits without the GIL: searches go on meanwhile
+        finally:
+            self._optimizer = None
+        if self._closed:
+            raise IndexUnavailable(f"the embedded index at {self._path} was closed during optimize()")
+        if proc.returncode != 0:
+            tail = stderr.decode(errors="replace").strip()[-2000:]
+            raise IndexUnavailable(f"building the HNSW index failed (exit {proc.returncode}): {tail}")
+
+    def _replay_into(self, built: EdgeShard, start: int) -> int:
+        """Apply journaled writes from `start` on to the copy; returns how many are applied."""
+        journal = self._journal or []  # a reset() meanwhile drops it: the copy is discarded anyway
+        pending = journal[start:]  # a slice is taken atomically while writers append
+        for operation in pending:
+            built.update(operation)
+        return start + len(pending)
+
+    def _swap_in(self, built: EdgeShard, build_dir: Path, generation: int, replayed: int) -> None:
+        old: EdgeShard | None = None
+        old_dir: Path | None = build_dir  # deleted at the end unless the build becomes the live shard
+        with self._write_mutex:  # held to the end: no write may land on the old shard after the tail
+            with self._rw.shared():  # searches still run on the old shard meanwhile
+                self._replay_into(built, replayed)
+                built.flush()
+            with self._rw.exclusive():  # only the switch itself stops searches
+                if not self._closed and self._generation == generation and self._info is not None:
+                    _write_info(self._path, self._info, build_dir.name)  # the switch-over point
+                    old, old_dir = self._shard, self._shard_dir
+                    self._shard, self._shard_dir, self._journal = built, build_dir, None
+        if old_dir == build_dir:
+            built.close()  # reset() or close() ran during the build: the copy is stale
+        elif old is not None:
+            old.close()  # no search can hold it: the exclusive section drained them all
+        if old_dir is not None:
+            shutil.rmtree(old_dir, ignore_errors=True)
+
+
+def _acquire_lock(path: Path) -> int:
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise IndexLocked(_locked_message(path, holder)) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)  # only for the message a second process gets
+    return fd
+
+
+def _locked_message(path: Path, holder: str) -> str:
+    return (
+        f"the embedded index at {path} is in use by another process (pid {holder}). "
+        "Run one server process per data directory; for several processes use the server "
+        "backend (a Qdrant server) instead of the embedded one."
+    )
+
+
+def _load(shard_dir: Path) -> EdgeShard:
+    try:
+        return EdgeShard.load(str(shard_dir))
+    except Exception as exc:
+        if "WouldBlock" in str(exc):  # Edge's own WAL lock: someone bypassed index.lock
+            raise IndexLocked(_locked_message(shard_dir, "unknown")) from exc
+        raise IndexUnavailable(
+            f"cannot load the embedded index at {shard_dir}: {exc}. "
+            "Run `reindex` to rebuild it from SQLite."
+        ) from exc
+
+
+def _read_info(path: Path) -> tuple[IndexInfo | None, str | None]:
+    try:
+        raw = json.loads((path / INFO_FILE).read_text())
+        info = IndexInfo(model=str(raw["model"]), dimension=int(raw["dimension"]))
+        shard = str(raw["shard"])
+    except FileNotFoundError:
+        return None, None
+    except (ValueError, KeyError, TypeError) as exc:
+        # Written atomically, so this is damage from outside: refuse rather than delete shards.
+        raise IndexUnavailable(
+            f"{path / INFO_FILE} is unreadable ({exc!r}): delete {path} and run `reindex`"
+        ) from exc
+    if not (path / shard).is_dir():
+        return None, None  # the shard was removed by hand: no index, the caller reindexes
+    return info, shard
+
+
+def _write_info(path: Path, info: IndexInfo, shard: str) -> None:
+    body = json.dumps({"model": info.model, "dimension": info.dimension, "shard": shard})
+    tmp = path / f"{INFO_FILE}.tmp"
+    with open(tmp, "w") as f:
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path / INFO_FILE)
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def _remove_stale_shards(path: Path, *, keep: str | None) -> None:
+    """Drop shard copies a crash left behind (an interrupted reset or optimize)."""
+    for child in path.iterdir():
+        if child.name.startswith(SHARD_PREFIX) and child.name != keep and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)

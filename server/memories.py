@@ -1,0 +1,340 @@
+"""Saved-memory rows on SQLite (the authority), their FTS5 lexical index, and the outbox to the vector index.
+
+A memory is committed to SQLite first, with its embedding and `indexed = 0`; the vector index is written
+after the commit and the row is then marked `indexed = 1`. A crash in between leaves `indexed = 0`, which
+start-up repairs. Deleting a row (forget, site deletion) queues its id in `index_deletions` by trigger, so
+the index drops the point even if the process dies before it could.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from server.auth import Principal, now_rfc3339
+from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
+from server.index.base import Condition, IndexFilter
+from server.lexical import analyzed_text
+
+SHORT_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+LOCATION = re.compile(r"^[^\x00-\x1f]{1,512}$")
+MAX_TAGS = 32
+MAX_JSON_BYTES = 64 * 1024
+DEFAULT_BUCKET = "default"
+DEFAULT_TYPE = "note"
+
+ROW_COLUMNS = (
+    "id, reference, site_id, content, type, location, project, team, bucket, tags, metadata, provenance,"
+    " occurred_at, created_at, updated_at, conversation_id, conversation_seq"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A validated `remember` request."""
+
+    content: str
+    type: str
+    location: str | None
+    project: str | None
+    team: str | None
+    bucket: str
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    provenance: dict[str, Any]
+    occurred_at: str
+
+    @property
+    def dedup_key(self) -> str:
+        # Identity of a memory for idempotent `remember`: its content and where it is filed.
+        raw = json.dumps(
+            [self.content, self.type, self.location, self.project, self.team, self.bucket], ensure_ascii=False
+        )
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which memories a request may see: the site, the caller's bounds, and the request's own filters.
+
+    Each field other than `site_id` is a set of allowed values (None: any). `tags` means "has every tag".
+    """
+
+    site_id: int
+    teams: frozenset[str] | None = None
+    projects: frozenset[str] | None = None
+    buckets: frozenset[str] | None = None
+    types: frozenset[str] | None = None
+    tags: frozenset[str] = frozenset()
+
+    def narrowed(
+        self,
+        *,
+        team: str | None = None,
+        project: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Iterable[str] = (),
+    ) -> "Scope":
+        return Scope(
+            site_id=self.site_id,
+            teams=_narrow(self.teams, team),
+            projects=_narrow(self.projects, project),
+            buckets=_narrow(self.buckets, bucket),
+            types=_narrow(self.types, type),
+            tags=self.tags | frozenset(tags),
+        )
+
+    @property
+    def empty(self) -> bool:
+        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types))
+
+    def sql(self, alias: str = "m") -> tuple[str, list[Any]]:
+        clauses, args = [f"{alias}.site_id = ?"], [self.site_id]
+        for column, allowed in (("team", self.teams), ("project", self.projects), ("bucket", self.buckets),
+                                ("type", self.types)):
+            if allowed is not None:
+                values = sorted(allowed)
+                clauses.append(f"{alias}.{column} IN ({','.join('?' * len(values))})")
+                args += values
+        for tag in sorted(self.tags):
+            clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE value = ?)")
+            args.append(tag)
+        return " AND ".join(clauses), args
+
+    def index_filter(self) -> IndexFilter:
+        conditions = [Condition("site", (str(self.site_id),))]
+        for field, allowed in (("team", self.teams), ("project", self.projects), ("bucket", self.buckets),
+                               ("type", self.types)):
+            if allowed is not None:
+                conditions.append(Condition(field, tuple(sorted(allowed))))
+        conditions += [Condition("tags", (tag,)) for tag in sorted(self.tags)]
+        return IndexFilter(tuple(conditions))
+
+
+def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:
+    if wanted is None:
+        return allowed
+    return frozenset({wanted}) if allowed is None else allowed & {wanted}
+
+
+def scope_for(principal: Principal) -> Scope:
+    return Scope(
+        site_id=principal.site_id, teams=principal.teams, projects=principal.projects, buckets=principal.buckets
+    )
+
+
+def check_write_bounds(principal: Principal, memory: NewMemory) -> None:
+    """A bounded token only writes inside its bounds (an unset field is outside a bound on that field)."""
+    for name, bound, value in (("team", principal.teams, memory.team), ("project", principal.projects,
+                               memory.project), ("bucket", principal.buckets, memory.bucket)):
+        if bound is not None and value not in bound:
+            raise Forbidden(f"this token may only write memories with {name} in {sorted(bound)}")
+
+
+# --- validation ---------------------------------------------------------------------------------------
+
+
+def check_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidParameters("query must be a non-empty string")
+    if len(query) > 4096:
+        raise InvalidParameters("query must be at most 4096 characters")
+    return query
+
+
+def check_word(name: str, value: object, *, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not SHORT_WORD.match(value):
+        raise InvalidParameters(f"{name} must be 1-64 characters of [A-Za-z0-9_.:-], starting alphanumeric")
+    return value
+
+
+def check_tags(tags: object) -> tuple[str, ...]:
+    if tags is None:
+        return ()
+    if not isinstance(tags, list) or len(tags) > MAX_TAGS:
+        raise InvalidParameters(f"tags must be a list of at most {MAX_TAGS} short strings")
+    checked = [check_word("each tag", tag, optional=False) for tag in tags]
+    return tuple(dict.fromkeys(t for t in checked if t))  # de-duplicated, order kept
+
+
+def check_object(name: str, value: object) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidParameters(f"{name} must be a JSON object")
+    try:
+        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
+    except (ValueError, TypeError, RecursionError):
+        raise InvalidParameters(f"{name} must be valid JSON") from None
+    if size > MAX_JSON_BYTES:
+        raise PayloadTooLarge(f"{name} is {size} bytes serialized; the limit is {MAX_JSON_BYTES}")
+    return value
+
+
+def check_timestamp(name: str, value: object) -> str:
+    if value is None:
+        return now_rfc3339()
+    if not isinstance(value, str):
+        raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidParameters(f"{name} must be an RFC3339 timestamp, e.g. 2024-05-08T13:56:00Z") from None
+    if parsed.tzinfo is None:
+        raise InvalidParameters(f"{name} must carry a timezone (e.g. Z or +02:00)")
+    return parsed.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def validate_new(
+    *,
+    content: object,
+    type: object = None,
+    location: object = None,
+    project: object = None,
+    team: object = None,
+    bucket: object = None,
+    tags: object = None,
+    metadata: object = None,
+    provenance: object = None,
+    occurred_at: object = None,
+    max_content_bytes: int,
+) -> NewMemory:
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidParameters("content must be a non-empty string")
+    size = len(content.encode("utf-8", errors="surrogatepass"))
+    if size > max_content_bytes:
+        raise PayloadTooLarge(f"content is {size} bytes; the limit is {max_content_bytes}")
+    if location is not None and (not isinstance(location, str) or not LOCATION.match(location)):
+        raise InvalidParameters("location must be a path-like string of 1-512 characters")
+    return NewMemory(
+        content=content,
+        type=check_word("type", type) or DEFAULT_TYPE,
+        location=location,  # type: ignore[arg-type]
+        project=check_word("project", project),
+        team=check_word("team", team),
+        bucket=check_word("bucket", bucket) or DEFAULT_BUCKET,
+        tags=check_tags(tags),
+        metadata=check_object("metadata", metadata),
+        provenance=check_object("provenance", provenance),
+        occurred_at=check_timestamp("occurred_at", occurred_at),
+    )
+
+
+# --- rows -----------------------------------------------------------------------------------------------
+
+
+def find_duplicate(conn: sqlite3.Connection, site_id: int, memory: NewMemory) -> str | None:
+    row = conn.execute(
+        "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ?", (site_id, memory.dedup_key)
+    ).fetchone()
+    return row[0] if row else None
+
+
+def insert_memory(
+    conn: sqlite3.Connection,
+    site_id: int,
+    memory: NewMemory,
+    *,
+    document: str,
+    vector: np.ndarray,
+    model: str,
+    reference: str | None = None,
+    created_at: str | None = None,
+) -> tuple[int | None, str, bool]:
+    """Insert inside the caller's write transaction; return (row id, reference, created).
+
+    A duplicate (same content and filing) returns the existing reference with created=False and no id.
+    """
+    existing = find_duplicate(conn, site_id, memory)
+    if existing is not None:
+        return None, existing, False
+    reference = reference or f"mem_{uuid.uuid4().hex}"
+    now = created_at or now_rfc3339()
+    conversation_id, conversation_seq = _conversation_position(memory.provenance)
+    cur = conn.execute(
+        "INSERT INTO memories (reference, site_id, content, type, location, project, team, bucket, tags,"
+        " metadata, provenance, occurred_at, created_at, updated_at, dedup_key, conversation_id,"
+        " conversation_seq, vector, vector_model, indexed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+        (
+            reference, site_id, memory.content, memory.type, memory.location, memory.project, memory.team,
+            memory.bucket, json.dumps(list(memory.tags), ensure_ascii=False),
+            json.dumps(memory.metadata, ensure_ascii=False), json.dumps(memory.provenance, ensure_ascii=False),
+            memory.occurred_at, now, now, memory.dedup_key, conversation_id, conversation_seq,
+            vector.astype(np.float32).tobytes(), model,
+        ),
+    )
+    row_id = int(cur.lastrowid)  # type: ignore[arg-type]
+    conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, analyzed_text(document)))
+    conn.execute("DELETE FROM index_deletions WHERE id = ?", (row_id,))
+    return row_id, reference, True
+
+
+def _conversation_position(provenance: dict[str, Any]) -> tuple[str | None, int | None]:
+    cid, seq = provenance.get("conversation_id"), provenance.get("seq")
+    if isinstance(cid, str) and isinstance(seq, int) and not isinstance(seq, bool):
+        return cid, seq
+    return None, None
+
+
+def delete_memory(conn: sqlite3.Connection, scope: Scope, reference: str) -> int | None:
+    """Delete a visible memory; return its row id, or None if no such memory is visible."""
+    where, args = scope.sql("m")
+    row = conn.execute(f"SELECT m.id FROM memories m WHERE m.reference = ? AND {where}", (reference, *args))
+    found = row.fetchone()
+    if found is None:
+        return None
+    conn.execute("DELETE FROM memories WHERE id = ?", (found[0],))
+    return int(found[0])
+
+
+def mark_indexed(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    conn.executemany("UPDATE memories SET indexed = 1 WHERE id = ?", [(i,) for i in ids])
+
+
+def clear_deletions(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    conn.executemany("DELETE FROM index_deletions WHERE id = ?", [(i,) for i in ids])
+
+
+def hit_fields(row: sqlite3.Row) -> dict[str, Any]:
+    """The public attributes of a memory row, as a hit carries them (without score)."""
+    return {
+        "reference": row["reference"],
+        "type": row["type"],
+        "location": row["location"],
+        "content": row["content"],
+        "project": row["project"],
+        "team": row["team"],
+        "bucket": row["bucket"],
+        "tags": json.loads(row["tags"]),
+        "metadata": json.loads(row["metadata"]),
+        "provenance": json.loads(row["provenance"]),
+        "occurred_at": row["occurred_at"],
+        "created_at": row["created_at"],
+    }
+
+
+def index_payload(row: sqlite3.Row | dict[str, Any]) -> dict[str, object]:
+    tags = row["tags"]
+    return {
+        "site": str(row["site_id"]),
+        "team": row["team"] or "",
+        "project": row["project"] or "",
+        "bucket": row["bucket"],
+        "type": row["type"],
+        "tags": json.loads(tags) if isinstance(tags, str) else list(tags),
+    }
+
+
+def vector_of(row: sqlite3.Row) -> np.ndarray:
+    return np.frombuffer(row["vector"], dtype=np.float32)

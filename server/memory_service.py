@@ -1,0 +1,380 @@
+"""Saved memories: remember, recall, search, context packs, forget — and keeping the index in step.
+
+SQLite is the authority; the vector index is derived. Every write commits to SQLite first (with the
+embedding, `indexed = 0`), then writes the index, then marks the row indexed; `sync_index()` repairs what a
+crash or an index outage left behind, and runs at start-up and in the background.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import anyio
+import numpy as np
+
+from embeddings.base import Embedder
+from server import memories as rows
+from server.auth import READ, WRITE, Principal
+from server.db import Readers, Writer
+from server.errors import AppError, NotFound, Unavailable
+from server.index.base import IndexInfo, IndexPoint, VectorIndex, batched
+from server.lexical import BM25Corpus, analyze
+from server.memories import NewMemory, Scope, scope_for
+from server.retrieval import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text, rank
+
+log = logging.getLogger("memory_server.memories")
+
+# A visible set up to this size is scored whole (exact, every memory a candidate); above it, the
+# candidates are the union of the vector index's and FTS5's best PREFETCH, plus their neighbours.
+FULL_SCAN_LIMIT = 5000
+PREFETCH = 200
+EMBED_BATCH = 64
+# How far (in conversation seq) the ranking looks at neighbours; prefetched candidates bring theirs along.
+NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCORE_WEIGHTS))
+
+
+def rank_single(side: str, query: str, vector: np.ndarray, candidates: Sequence[Candidate], *,
+                limit: int) -> list[tuple[Candidate, float]]:
+    """Baseline rankings for comparison: dense cosine alone, or BM25 alone."""
+    if not candidates:
+        return []
+    if side == "dense":
+        scores = np.stack([c.vector for c in candidates]) @ vector
+    else:
+        corpus = BM25Corpus([c.terms if c.terms is not None else analyze(c.text) for c in candidates])
+        scores = corpus.score(analyze(query))
+    order = np.argsort(-scores, kind="stable")[:limit]
+    return [(candidates[i], float(scores[i])) for i in order]
+
+
+class IndexMismatch(Exception):
+    """The index was built with another model; its vectors cannot be compared with this model's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    project: str | None = None
+    team: str | None = None
+    bucket: str | None = None
+    type: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+class MemoryService:
+    def __init__(self, *, writer: Writer, readers: Readers, embedder: Embedder, index: VectorIndex,
+                 max_content_bytes: int, ranking: str = "production") -> None:
+        self.writer = writer
+        self.readers = readers
+        self.embedder = embedder
+        self.index = index
+        self.max_content_bytes = max_content_bytes
+        self.ranking = ranking  # "production"; "dense" or "lexical" alone are baselines for benchmarks
+        self._index_lock = threading.Lock()  # index writes from request threads and the repair loop
+
+    # --- start-up ---------------------------------------------------------------------------------
+
+    def check_model(self) -> None:
+        """Refuse an index built with another model; initialise a new one."""
+        expected = IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension)
+        info = self.index.info()
+        if info is None:
+            self.index.reset(expected)
+            self._mark_all_unindexed()
+            return
+        if info != expected:
+            raise IndexMismatch(
+                f"the vector index was built with {info.model} ({info.dimension} dimensions) but the "
+                f"configured model is {expected.model} ({expected.dimension} dimensions); run "
+                "`memory-server reindex` to rebuild the index from SQLite with the configured model"
+            )
+
+    def _mark_all_unindexed(self) -> None:
+        self.writer.run_sync(lambda conn: conn.execute("UPDATE memories SET indexed = 0 WHERE indexed = 1"))
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def validate(self, **fields: Any) -> NewMemory:
+        return rows.validate_new(**fields, max_content_bytes=self.max_content_bytes)
+
+    async def remember(self, principal: Principal, memory: NewMemory) -> dict[str, Any]:
+        principal.require(WRITE)
+        rows.check_write_bounds(principal, memory)
+        existing = rows.find_duplicate(self.readers.get(), principal.site_id, memory)
+        if existing is not None:
+            return {"reference": existing, "created": False}
+        document = document_text(memory.content, memory.occurred_at)
+        vector = (await anyio.to_thread.run_sync(self.embedder.embed_documents, [document]))[0]
+        row_id, reference, created = await self.writer.run(
+            lambda conn: rows.insert_memory(
+                conn, principal.site_id, memory, document=document, vector=vector, model=self.embedder.name
+            )
+        )
+        if row_id is not None:
+            await anyio.to_thread.run_sync(self._index_ids, [row_id])
+        return {"reference": reference, "created": created}
+
+    def remember_many(self, site_id: int, memories: Sequence[NewMemory]) -> list[tuple[str, bool]]:
+        """Bulk import (blocking): embed in batches, one transaction per batch, then index."""
+        results: list[tuple[str, bool]] = []
+        for batch in batched(memories, EMBED_BATCH):
+            documents = [document_text(m.content, m.occurred_at) for m in batch]
+            vectors = self.embedder.embed_documents(documents)
+
+            def insert(conn: Any) -> list[tuple[int | None, str, bool]]:
+                return [
+                    rows.insert_memory(conn, site_id, m, document=d, vector=v, model=self.embedder.name)
+                    for m, d, v in zip(batch, documents, vectors)
+                ]
+
+            inserted = self.writer.run_sync(insert)
+            self._index_ids([row_id for row_id, _, _ in inserted if row_id is not None])
+            results += [(reference, created) for _, reference, created in inserted]
+        return results
+
+    async def forget(self, principal: Principal, reference: str) -> dict[str, Any]:
+        principal.require(WRITE)
+        if not isinstance(reference, str) or not 1 <= len(reference) <= 128:
+            raise NotFound("no memory with that reference")
+        scope = scope_for(principal)
+        row_id = await self.writer.run(lambda conn: rows.delete_memory(conn, scope, reference))
+        if row_id is None:
+            raise NotFound(f"no memory with reference {reference!r}")
+        await anyio.to_thread.run_sync(self._apply_deletions, [row_id])
+        return {"reference": reference, "forgotten": True}
+
+    # --- the outbox -------------------------------------------------------------------------------
+
+    def _index_ids(self, ids: Sequence[int]) -> None:
+        """Write committed rows to the index and mark them indexed; on failure they stay in the backlog."""
+        if not ids:
+            return
+        conn = self.readers.get()
+        points = []
+        for chunk in batched(ids, 500):
+            found = conn.execute(
+                f"SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model FROM memories"
+                f" WHERE id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            points += [self._point(row) for row in found]
+        try:
+            with self._index_lock:
+                self.index.upsert(points)
+                # Marked indexed only once the index has it on disk: a point lost to a power cut after
+                # the mark would never be repaired.
+                self.index.flush()
+        except Exception:
+            log.warning("vector index write failed; %d memories stay in the backlog", len(points), exc_info=True)
+            return
+        self.writer.run_sync(lambda c: rows.mark_indexed(c, [p.id for p in points]))
+
+    def _point(self, row: Any) -> IndexPoint:
+        if row["vector_model"] == self.embedder.name and row["vector"] is not None:
+            vector = rows.vector_of(row)
+        else:  # stored with another model: the SQLite content is the authority, embed it again
+            full = self.readers.get().execute(
+                "SELECT content, occurred_at FROM memories WHERE id = ?", (row["id"],)
+            ).fetchone()
+            vector = self.embedder.embed_documents([document_text(full["content"], full["occurred_at"])])[0]
+            self.writer.run_sync(
+                lambda c: c.execute(
+                    "UPDATE memories SET vector = ?, vector_model = ? WHERE id = ?",
+                    (vector.astype(np.float32).tobytes(), self.embedder.name, row["id"]),
+                )
+            )
+        return IndexPoint(id=int(row["id"]), vector=vector, payload=rows.index_payload(row))
+
+    def _apply_deletions(self, ids: Sequence[int]) -> None:
+        try:
+            with self._index_lock:
+                self.index.delete(list(ids))
+        except Exception:
+            log.warning("vector index delete failed; %d deletions stay queued", len(ids), exc_info=True)
+            return
+        self.writer.run_sync(lambda c: rows.clear_deletions(c, ids))
+
+    def backlog(self) -> int:
+        conn = self.readers.get()
+        pending = conn.execute("SELECT count(*) FROM memories WHERE indexed = 0").fetchone()[0]
+        deletions = conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0]
+        return int(pending) + int(deletions)
+
+    def sync_index(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Apply queued deletions and index every unindexed row; return how many rows were indexed."""
+        conn = self.readers.get()
+        deletions = [r[0] for r in conn.execute("SELECT id FROM index_deletions").fetchall()]
+        for chunk in batched(deletions, 1000):
+            self._apply_deletions(chunk)
+        done = 0
+        while True:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM memories WHERE indexed = 0 ORDER BY id LIMIT 500").fetchall()]
+            if not ids:
+                return done
+            before = self.backlog()
+            self._index_ids(ids)
+            done += len(ids)
+            if progress:
+                progress(len(ids))
+            if self.backlog() >= before:  # the index refused: stop, the next sync retries
+                return done
+
+    def reconcile(self) -> int:
+        """Remove index points whose SQLite row is gone (e.g. a site deleted while the server was down)."""
+        conn = self.readers.get()
+        orphans = []
+        for chunk in batched(self.index.ids(), 1000):
+            present = {r[0] for r in conn.execute(
+                f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()}
+            orphans += [i for i in chunk if i not in present]
+        for chunk in batched(orphans, 1000):
+            with self._index_lock:
+                self.index.delete(chunk)
+        return len(orphans)
+
+    def reindex(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild the index from SQLite alone."""
+        with self._index_lock:
+            self.index.reset(IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension))
+        self.writer.run_sync(lambda c: c.execute("DELETE FROM index_deletions"))
+        self._mark_all_unindexed()
+        return self.sync_index(progress=progress)
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def read_scope(self, principal: Principal, filters: Filters) -> Scope:
+        principal.require(READ)
+        return scope_for(principal).narrowed(
+            team=filters.team, project=filters.project, bucket=filters.bucket, type=filters.type,
+            tags=filters.tags,
+        )
+
+    async def recall(self, principal: Principal, query: str, limit: int, filters: Filters) -> list[dict[str, Any]]:
+        scope = self.read_scope(principal, filters)
+        if scope.empty:
+            return []
+        vector = await anyio.to_thread.run_sync(self.embedder.embed_query, query)
+        return await anyio.to_thread.run_sync(self._ranked_hits, scope, query, vector, limit)
+
+    def _ranked_hits(self, scope: Scope, query: str, vector: np.ndarray, limit: int) -> list[dict[str, Any]]:
+        candidates = self._candidates(scope, query, vector)
+        if self.ranking == "production":
+            ranked = rank(query, vector, candidates, limit=limit)
+        else:
+            ranked = rank_single(self.ranking, query, vector, candidates, limit=limit)
+        return self._hits([(c.id, score) for c, score in ranked])
+
+    def _candidates(self, scope: Scope, query: str, vector: np.ndarray) -> list[Candidate]:
+        conn = self.readers.get()
+        where, args = scope.sql("m")
+        visible = conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", args).fetchone()[0]
+        if visible == 0:
+            return []
+        if visible <= FULL_SCAN_LIMIT:
+            return self._load_candidates(f"{where}", args)
+        ids = set(self._dense_ids(scope, vector)) | set(self._lexical_ids(scope, query))
+        ids |= self._neighbour_ids(ids)
+        if not ids:
+            return []
+        id_list = sorted(ids)
+        # The scope is applied again: neighbours must be visible too.
+        return self._load_candidates(f"{where} AND m.id IN ({','.join('?' * len(id_list))})", [*args, *id_list])
+
+    def _load_candidates(self, where: str, args: list[Any]) -> list[Candidate]:
+        found = self.readers.get().execute(
+            "SELECT m.id, m.content, m.occurred_at, m.conversation_id, m.conversation_seq, m.vector, f.terms"
+            f" FROM memories m JOIN memories_fts f ON f.rowid = m.id WHERE {where} AND m.vector_model = ?",
+            [*args, self.embedder.name],
+        ).fetchall()
+        return [
+            Candidate(
+                id=row["id"],
+                text=document_text(row["content"], row["occurred_at"]),
+                vector=rows.vector_of(row),
+                occurred_at=row["occurred_at"],
+                conversation_id=row["conversation_id"],
+                seq=row["conversation_seq"],
+                terms=row["terms"].split(),
+            )
+            for row in found
+        ]
+
+    def _dense_ids(self, scope: Scope, vector: np.ndarray) -> list[int]:
+        try:
+            return [hit.id for hit in self.index.search(vector, where=scope.index_filter(), limit=PREFETCH)]
+        except Exception as exc:
+            raise Unavailable(f"the vector index is unavailable: {exc}") from exc
+
+    def _lexical_ids(self, scope: Scope, query: str) -> list[int]:
+        terms = sorted(set(analyze(query)))
+        if not terms:
+            return []
+        match = " OR ".join(f'"{t}"' for t in terms)
+        where, args = scope.sql("m")
+        found = self.readers.get().execute(
+            f"SELECT m.id FROM memories_fts f JOIN memories m ON m.id = f.rowid"
+            f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+            [match, *args, PREFETCH],
+        ).fetchall()
+        return [r[0] for r in found]
+
+    def _neighbour_ids(self, ids: set[int]) -> set[int]:
+        if not ids:
+            return set()
+        conn = self.readers.get()
+        id_list = sorted(ids)
+        found = conn.execute(
+            "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
+            " AND n.conversation_id = m.conversation_id"
+            " AND n.conversation_seq BETWEEN m.conversation_seq - ? AND m.conversation_seq + ?"
+            f" WHERE m.id IN ({','.join('?' * len(id_list))}) AND m.conversation_id IS NOT NULL",
+            [NEIGHBOUR_REACH, NEIGHBOUR_REACH, *id_list],
+        ).fetchall()
+        return {r[0] for r in found}
+
+    def _hits(self, scored: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
+        if not scored:
+            return []
+        conn = self.readers.get()
+        ids = [i for i, _ in scored]
+        found = {
+            row["id"]: row
+            for row in conn.execute(
+                f"SELECT {rows.ROW_COLUMNS} FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids
+            ).fetchall()
+        }
+        # A row forgotten between ranking and here is simply skipped.
+        return [{**rows.hit_fields(found[i]), "score": round(score, 6)} for i, score in scored if i in found]
+
+    async def search(
+        self, principal: Principal, query: str, limit: int, filters: Filters, min_score: float
+    ) -> list[dict[str, Any]]:
+        """Strict: every filter matches exactly and the cosine similarity is at least min_score."""
+        scope = self.read_scope(principal, filters)
+        if scope.empty:
+            return []
+        vector = await anyio.to_thread.run_sync(self.embedder.embed_query, query)
+        return await anyio.to_thread.run_sync(self._strict_hits, scope, vector, limit, min_score)
+
+    def _strict_hits(self, scope: Scope, vector: np.ndarray, limit: int, min_score: float) -> list[dict[str, Any]]:
+        try:
+            found = self.index.search(vector, where=scope.index_filter(), limit=limit)
+        except Exception as exc:
+            raise Unavailable(f"the vector index is unavailable: {exc}") from exc
+        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score])
+
+    def get(self, principal: Principal, reference: str) -> dict[str, Any]:
+        scope = self.read_scope(principal, Filters())
+        where, args = scope.sql("m")
+        row = self.readers.get().execute(
+            f"SELECT {', '.join('m.' + c.strip() for c in rows.ROW_COLUMNS.split(','))} FROM memories m"
+            f" WHERE m.reference = ? AND {where}",
+            [reference, *args],
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no memory with reference {reference!r}")
+        return rows.hit_fields(row)

@@ -1,0 +1,226 @@
+"""Recall ranking: pure functions, no I/O.
+
+The server calls `document_text(content, occurred_at)` when a memory is remembered; that string is what
+gets embedded (the stored vector) and what is analysed for the lexical index (`lexical.analyzed_text`).
+At recall time it loads the visible candidate set (the whole visible set when it is up to a few thousand
+memories; otherwise the union of FTS5 and vector-index candidates), wraps each memory in a `Candidate`,
+and calls `rank(query, query_vector, candidates, limit=...)`.
+
+Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/locomo_explore.py):
+  1. dense: cosine of the query vector with each candidate's stored vector;
+  2. lexical: BM25+ over the candidates' analysed text (stemmed, stop words dropped), where each
+     candidate's lexical document also holds its conversation neighbours' terms at a fraction of a count
+     (LEXICAL_CONTEXT_WEIGHTS; neighbours = same provenance conversation_id, seq +- 1, 2), plus
+     BIGRAM_WEIGHT x the same BM25+ over adjacent analysed-term pairs (a phrase signal);
+  3. both are z-scored over the candidate set and mixed with weight W_LEXICAL, and a small length prior
+     (LENGTH_PRIOR_WEIGHT x z-scored log term count: one-word replies are rarely what is asked for) is added;
+  4. neighbour score blending: each candidate adds NEIGHBOUR_SCORE_WEIGHTS x its neighbours' fused
+     scores, so a turn whose neighbours match rises, while the entry itself is what is returned;
+  5. the result is mapped through a logistic to (0, 1).
+The candidate set is scored as a whole: normalisation statistics and BM25 idf are over the candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Sequence
+
+import numpy as np
+
+from server.lexical import analyze, bigram_bm25_scores, bm25_scores
+
+# --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
+# bench/locomo_explore.py, see the report there) ---------------------------------------------------
+
+# Weight of the lexical side in the z-score fusion; dense gets 1 - W_LEXICAL. z-score fusion instead of
+# reciprocal-rank fusion: +0.07 on plain fusion (RRF 0.623 -> 0.696), +0.03 in the full ranking
+# (0.760 -> 0.790); 0.3-0.5 within 0.01. Without the dense side 0.747, without the lexical side 0.554.
+W_LEXICAL = 0.4
+
+# BM25 parameters for the lexical side. BM25 alone: b 0.75 -> 0.5 +0.009 (short turns want less length
+# normalisation), k1 flat in 0.6-2.0. In the full ranking vs k1 1.2 b 0.75: R@10 +0.002 (k1 0.6 b 0.5
+# chosen by 3 of 5 leave-one-conversation-out folds).
+BM25_K1 = 0.6
+BM25_B = 0.5
+
+# Lexical context: a memory's lexical document is its own analysed text (weight 1) plus the terms of the
+# entries of the same conversation at seq offsets +-1 and +-2, each counted at this fraction of a term.
+# BM25 alone 0.641 -> 0.72 (previous entry alone); full ranking without it 0.755 -> with it 0.790
+# (R@5 0.665 -> 0.701).
+LEXICAL_CONTEXT_WEIGHTS: dict[int, float] = {-2: 0.5, -1: 0.5, 1: 0.5, 2: 0.5}
+
+# Neighbour score blending on the fused z-score: F'(i) = F(i) + sum_o w_o * F(i + o) over same-conversation
+# entries (absent neighbours count as an average candidate, 0). Full ranking without it 0.777 -> 0.790
+# (R@5 unchanged 0.701); on plain fusion 0.696 -> 0.750. Both neighbour components off: 0.699.
+NEIGHBOUR_SCORE_WEIGHTS: dict[int, float] = {-2: 0.125, -1: 0.25, 1: 0.25, 2: 0.125}
+
+# --- round 2 (bench/locomo_explore.py --only round2). Baseline = the round-1 ranking, R@5 0.701 R@10 0.790.
+# The three below together: R@5 0.725 R@10 0.792, identical in leave-one-conversation-out cross-validation
+# (every fold picks these values from a 81-point grid of delta x bigram x length prior x W_LEXICAL).
+# Tried and dropped (no gain or a loss, see /tmp/ranking_notes.md "Round 2"): query-adaptive fusion weight
+# (idf- or spread-based, -0.001..-0.06), RM3 lexical feedback (-0.002..-0.02), z over the top-N only,
+# rank/z mixes, idf powers, binary query tf, date-token field weight, session boosts, second-pass blends,
+# similarity-gated neighbour blending, stop-word-free query embedding mixed into the dense side.
+
+# BM25+ lower bound: a candidate containing a query term gets at least idf x BM25_DELTA for it, so that
+# long (context-expanded) documents are not pushed under short ones lacking the term. Alone: R@5 +0.007
+# (0.701 -> 0.708), R@10 +0.001; 0.25-1.0 all within 0.003.
+BM25_DELTA = 0.5
+
+# Bigram (adjacent analysed-term pair) BM25+ added to the unigram BM25 before z-scoring, with the same
+# neighbour context. Alone R@5 +0.007..+0.010, R@10 -0.001..-0.002; with the other two: R@5 0.712 -> 0.725.
+BIGRAM_WEIGHT = 0.25
+
+# Length prior: + LENGTH_PRIOR_WEIGHT x z(log(1 + number of analysed terms)) on the fused score (before
+# the neighbour blend). Alone R@5 +0.007, R@10 +0.003 at 0.2; 0.3 -0.009, 0.5 -0.019 R@10 vs 0.2.
+LENGTH_PRIOR_WEIGHT = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One memory as the ranker sees it.
+
+    text: `document_text(content, occurred_at)` -- exactly the text that was embedded into `vector`.
+    vector: the stored unit-length embedding of `text` (float32, same model as the query vector).
+    occurred_at: RFC3339 timestamp (informational here; the date is already rendered into `text`).
+    conversation_id / seq: provenance; entries sharing conversation_id with adjacent seq are neighbours.
+    terms: optional pre-analysed `lexical.analyze(text)` (the server may pass the stored analysed text
+      split on spaces to skip re-analysis); computed from `text` when None.
+    """
+
+    id: int
+    text: str
+    vector: np.ndarray
+    occurred_at: str | None = None
+    conversation_id: str | None = None
+    seq: int | None = None
+    terms: Sequence[str] | None = field(default=None, compare=False)
+
+
+def parse_rfc3339(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_date(occurred_at: str | None) -> str | None:
+    """RFC3339 -> '8 May 2023' (the calendar date in the timestamp's own offset); None if unparseable."""
+    if not occurred_at:
+        return None
+    dt = parse_rfc3339(occurred_at)
+    if dt is None:
+        return None
+    return f"{dt.day} {dt:%B} {dt.year}"
+
+
+def document_text(content: str, occurred_at: str | None) -> str:
+    """The text embedded and lexically indexed for a memory: '[8 May 2023] <content>'.
+
+    Date in the text for both sides: full ranking 0.768 -> 0.790 R@10 (prefix beat suffix and a
+    weekday form by ~0.005 in fusion).
+    Without a usable occurred_at it is the content alone.
+    """
+    date = format_date(occurred_at)
+    return f"[{date}] {content}" if date else content
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    sd = float(x.std())
+    if not sd > 1e-12:
+        return np.zeros_like(x)
+    return (x - x.mean()) / sd
+
+
+def neighbour_index(candidates: Sequence[Candidate], offsets: Sequence[int]) -> dict[int, np.ndarray]:
+    """offset -> array of candidate positions: for each candidate, the position of the candidate of the
+    same conversation at seq + offset, or -1 when it is not in the set (or provenance is missing)."""
+    pos: dict[tuple[str, int], int] = {}
+    for i, c in enumerate(candidates):
+        if c.conversation_id is not None and c.seq is not None:
+            pos[(c.conversation_id, c.seq)] = i
+    out: dict[int, np.ndarray] = {}
+    for off in offsets:
+        idx = np.full(len(candidates), -1, dtype=np.intp)
+        if pos:
+            for (conv, seq), i in pos.items():
+                j = pos.get((conv, seq + off))
+                if j is not None:
+                    idx[i] = j
+        out[off] = idx
+    return out
+
+
+def blend_neighbours(scores: np.ndarray, neighbours: dict[int, np.ndarray], weights: dict[int, float]) -> np.ndarray:
+    """scores(i) + sum_o weights[o] * scores(neighbour at offset o); an absent neighbour adds 0."""
+    out = np.asarray(scores, dtype=np.float64).copy()
+    for off, w in weights.items():
+        idx = neighbours.get(off)
+        if idx is None or not w:
+            continue
+        present = idx >= 0
+        out[present] += w * scores[idx[present]]
+    return out
+
+
+def fused_scores(
+    query: str,
+    query_vector: np.ndarray,
+    candidates: Sequence[Candidate],
+    *,
+    w_lexical: float = W_LEXICAL,
+    lexical_context: dict[int, float] | None = None,
+    neighbour_weights: dict[int, float] | None = None,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+    delta: float | None = None,
+    bigram_weight: float | None = None,
+    length_prior: float | None = None,
+) -> np.ndarray:
+    """The raw ranking score per candidate (candidate order), in z units over the candidate set:
+    0 = an average candidate, higher is better. `rank` maps it to (0, 1)."""
+    lexical_context = LEXICAL_CONTEXT_WEIGHTS if lexical_context is None else lexical_context
+    neighbour_weights = NEIGHBOUR_SCORE_WEIGHTS if neighbour_weights is None else neighbour_weights
+    delta = BM25_DELTA if delta is None else delta
+    bigram_weight = BIGRAM_WEIGHT if bigram_weight is None else bigram_weight
+    length_prior = LENGTH_PRIOR_WEIGHT if length_prior is None else length_prior
+    n = len(candidates)
+    if n == 0:
+        return np.zeros(0)
+    V = np.stack([np.asarray(c.vector, dtype=np.float32) for c in candidates])
+    dense = V @ np.asarray(query_vector, dtype=np.float32)
+    neighbours = neighbour_index(candidates, sorted(set(lexical_context) | set(neighbour_weights)))
+    terms = [c.terms if c.terms is not None else analyze(c.text) for c in candidates]
+    context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
+    query_terms = analyze(query)
+    lex = bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context)
+    if bigram_weight:
+        lex = lex + bigram_weight * bigram_bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context)
+    fused = (1.0 - w_lexical) * _zscore(dense) + w_lexical * _zscore(lex)
+    if length_prior:
+        lengths = np.fromiter((len(t) for t in terms), dtype=np.float64, count=n)
+        fused = fused + length_prior * _zscore(np.log1p(lengths))
+    return blend_neighbours(fused, neighbours, neighbour_weights)
+
+
+def rank(
+    query: str,
+    query_vector: np.ndarray,
+    candidates: Sequence[Candidate],
+    *,
+    limit: int,
+) -> list[tuple[Candidate, float]]:
+    """Best `limit` candidates, best first, each with a score in (0, 1).
+
+    score = logistic(fused z-score): 0.5 is an average member of this candidate set, ~0.95 is about
+    3 standard deviations above it. It is monotone in the ranking and relative to the candidate set,
+    so compare scores within one call, not across calls. Ties keep candidate order.
+    """
+    if limit <= 0 or not candidates:
+        return []
+    f = fused_scores(query, query_vector, candidates)
+    order = np.argsort(-f, kind="stable")[:limit]
+    return [(candidates[i], 1.0 / (1.0 + math.exp(-float(f[i])))) for i in order]

@@ -1,0 +1,57 @@
+"""Settings, read once at the entry point (`server.__main__` / the CLI) and passed down.
+
+Every setting has an environment variable `MEMORY_<NAME>`; a command-line flag wins over it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMORY_", extra="ignore")
+
+    data_dir: Path = Field(Path("./data"), description="Where SQLite and the embedded index live.")
+    host: str = Field("127.0.0.1", description="HTTP bind address.")
+    port: int = Field(8765, ge=0, le=65535, description="HTTP port.")
+    transport: Literal["http", "stdio"] = Field("http", description="MCP transport for `serve`.")
+    stdio_site: str = Field("default", description="The site a stdio server acts for (no credential).")
+
+    tool_profile: Literal["full", "public"] = Field("full", description="Which tool parameters are exposed.")
+    context_header: str = Field("### XMemo Context", description="First line of recall_context's text.")
+
+    max_payload_bytes: int = Field(256 * 1024, ge=1, description="Largest log item payload, serialized.")
+    max_batch_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Largest append batch, serialized.")
+    max_content_bytes: int = Field(32 * 1024, ge=1, description="Largest saved-memory content (UTF-8).")
+    max_request_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="Largest HTTP request body; larger bodies get 413."
+    )
+
+    index_backend: Literal["embedded", "server"] = Field("embedded", description="Vector index backend.")
+    qdrant_url: str | None = Field(None, description="Qdrant server URL for the server backend.")
+    qdrant_api_key: str | None = Field(None, description="Qdrant API key for the server backend.")
+    qdrant_collection: str = Field("memories", description="Qdrant collection name.")
+
+    embedding_model: str | None = Field(None, description="Local sentence-transformers model directory.")
+    embedding_threads: int = Field(1, ge=1, le=64, description="Torch threads for embedding.")
+    recall_ranking: Literal["production", "dense", "lexical"] = Field(
+        "production", description="recall ranking: production (hybrid), or dense/lexical alone (baselines)."
+    )
+    search_min_score: float = Field(
+        0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see README for calibration)."
+    )
+
+    log_format: Literal["text", "json"] = Field("text", description="Log line format.")
+    log_level: str = Field("INFO", description="Log level.")
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "memory.db"
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / "index"

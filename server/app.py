@@ -19,9 +19,10 @@ from server.auth import Principal
 from server.http import AuthMiddleware
 from server.log_tools import register_log_tools
 from server.memory_tools import register_memory_tools
+from server.rest import build_rest_app
 from server.services import Services, open_services
 from server.settings import Settings
-from server.tools import ErrorMiddleware, principal_resolver
+from server.tools import ErrorMiddleware, principal_resolver, quiet_expected_errors
 
 log = logging.getLogger("memory_server")
 
@@ -35,6 +36,7 @@ INSTRUCTIONS = (
 def build_mcp(services: Services, *, local: Callable[[], Principal] | None = None) -> FastMCP:
     mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, mask_error_details=True)
     mcp.add_middleware(ErrorMiddleware())
+    quiet_expected_errors()
     current = principal_resolver(local)
     register_log_tools(mcp, services.logs, current)
     register_memory_tools(mcp, services.memory, current, services.settings, services.token_counter)
@@ -64,6 +66,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with mcp_app.lifespan(app), anyio.create_task_group() as tasks:
+            lift_sdk_body_limit(mcp_app, settings.max_request_bytes)
             tasks.start_soon(load)
             try:
                 yield
@@ -80,8 +83,10 @@ def create_app(
             return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
         return JSONResponse({"status": "ready"})
 
+    rest = build_rest_app(services)  # REST under /v1 (before the MCP catch-all); OpenAPI at /openapi.json
     app = Starlette(
-        routes=[Route("/healthz", healthz), Route("/readyz", readyz), Mount("/", app=mcp_app)],
+        routes=[Route("/healthz", healthz), Route("/readyz", readyz),
+                Route("/openapi.json", rest.openapi_endpoint), Mount("/v1", app=rest), Mount("/", app=mcp_app)],
         middleware=[
             Middleware(AuthMiddleware, authenticator=lambda: services.authenticator,
                        max_body=settings.max_request_bytes)
@@ -90,6 +95,18 @@ def create_app(
     )
     app.state.services = services
     return app
+
+
+def lift_sdk_body_limit(mcp_app: Starlette, limit: int) -> None:
+    """The MCP SDK caps bodies at 4 MiB with a plain-text 413 of its own. AuthMiddleware enforces the
+    configured limit first, with a SPEC error body, so raise the SDK's cap to the same value. The session
+    manager only exists once fastmcp's lifespan has started."""
+    for route in mcp_app.routes:
+        manager = getattr(getattr(route, "endpoint", None), "session_manager", None)
+        limiter = getattr(manager, "asgi_app", None)
+        if limiter is not None and hasattr(limiter, "max_body_size"):
+            manager.max_request_body_size = limit
+            limiter.max_body_size = limit
 
 
 def readiness(services: Services) -> list[str]:

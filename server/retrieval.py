@@ -32,7 +32,8 @@ import numpy as np
 from server.lexical import analyze, bigram_bm25_scores, bm25_scores
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
-# bench/locomo_explore.py, see the report there) ---------------------------------------------------
+# bench/locomo_explore.py, see the report there; figures before the 'round 2' block are from round 1,
+# i.e. without BM25_DELTA / BIGRAM_WEIGHT / LENGTH_PRIOR_WEIGHT) ---
 
 # Weight of the lexical side in the z-score fusion; dense gets 1 - W_LEXICAL. z-score fusion instead of
 # reciprocal-rank fusion: +0.07 on plain fusion (RRF 0.623 -> 0.696), +0.03 in the full ranking
@@ -54,6 +55,9 @@ LEXICAL_CONTEXT_WEIGHTS: dict[int, float] = {-2: 0.5, -1: 0.5, 1: 0.5, 2: 0.5}
 # Neighbour score blending on the fused z-score: F'(i) = F(i) + sum_o w_o * F(i + o) over same-conversation
 # entries (absent neighbours count as an average candidate, 0). Full ranking without it 0.777 -> 0.790
 # (R@5 unchanged 0.701); on plain fusion 0.696 -> 0.750. Both neighbour components off: 0.699.
+# Round 2, with BM25_DELTA / BIGRAM_WEIGHT / LENGTH_PRIOR_WEIGHT below: R@5 / R@10 without the blend
+# 0.711 / 0.794, +-1 at 0.1 / 0.15 / 0.2 / 0.25 -> 0.724/0.792, 0.721/0.794, 0.719/0.791, 0.725/0.792; kept
+# at 0.25 (every LOCO fold picks it; it trades cat-1 R@10 0.462 -> 0.436 for R@5 +0.014).
 NEIGHBOUR_SCORE_WEIGHTS: dict[int, float] = {-2: 0.125, -1: 0.25, 1: 0.25, 2: 0.125}
 
 # --- round 2 (bench/locomo_explore.py --only round2). Baseline = the round-1 ranking, R@5 0.701 R@10 0.790.

@@ -65,6 +65,21 @@ def _validation_message(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else "invalid arguments"
 
 
+class ExpectedErrorFilter(logging.Filter):
+    """fastmcp logs every exception a tool raises with its traceback; an AppError is an answer to the
+    client (bad input, missing scope...), not a server fault, so it is not logged as one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, AppError)
+
+
+def quiet_expected_errors() -> None:
+    fastmcp_logger = logging.getLogger("fastmcp.server.server")
+    if not any(isinstance(f, ExpectedErrorFilter) for f in fastmcp_logger.filters):
+        fastmcp_logger.addFilter(ExpectedErrorFilter())
+
+
 class ErrorMiddleware(Middleware):
     async def on_call_tool(self, context: MiddlewareContext, call_next: Any) -> Any:
         try:

@@ -1,0 +1,486 @@
+"""Performance benchmarks with same-run baselines (`make bench-perf`). Prints JSON and a table.
+
+Every server measurement goes through MCP over real HTTP (JSON-RPC `tools/call` POSTs to a
+`memory-server serve` subprocess on 127.0.0.1); each is printed beside a baseline measured in the same run
+on the same disk: raw sqlite3 for the log store, qdrant-client local mode for vector search.
+
+    python bench/perf.py [--sizes 10000,100000] [--only logs,remember,search] [--json OUT]
+
+The memory corpus is synthetic text embedded once with the bundled model; its vectors are cached under
+bench/.cache/ and reused (the output says when they were).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import random
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx2  # noqa: E402
+import numpy as np  # noqa: E402
+
+from server import auth  # noqa: E402
+from server import memories as rows  # noqa: E402
+from server.db import connect, transaction  # noqa: E402
+from server.logs import append_batch  # noqa: E402
+from server.services import open_database, open_services  # noqa: E402
+from server.settings import Settings  # noqa: E402
+
+CACHE = ROOT / "bench" / ".cache"
+QUERIES = 200
+BUCKETS = 100
+
+
+# --- statistics ---------------------------------------------------------------------------------------
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 2)
+
+    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered) * 1000, 2), "p95_ms": pct(0.95),
+            "p99_ms": pct(0.99)}
+
+
+# --- a real server process ------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        settings = Settings(data_dir=data)
+        open_database(settings)
+        conn = connect(settings.db_path)
+        try:
+            if conn.execute("SELECT 1 FROM sites WHERE name = 'bench'").fetchone():
+                self.secret = transaction(conn, lambda c: auth.rotate_site(c, "bench"))
+            else:
+                self.secret = transaction(conn, lambda c: auth.create_site(c, "bench"))
+        finally:
+            conn.close()
+        with socket_port() as port:
+            self.port = port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.auth = "Basic " + base64.b64encode(f"bench:{self.secret}".encode()).decode()
+
+    def start(self) -> float:
+        """Start the process; return seconds from spawn to /readyz 200."""
+        env = {**os.environ, "FASTMCP_SHOW_SERVER_BANNER": "false", "MEMORY_LOG_LEVEL": "WARNING"}
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server", "serve", "--data-dir", str(self.data), "--port", str(self.port)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        while True:
+            try:
+                if httpx2.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return time.perf_counter() - started
+            except httpx2.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stderr.read().decode())
+            time.sleep(0.02)
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+        return float("nan")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class socket_port:
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+class Caller:
+    """JSON-RPC tools/call over HTTP (the server is stateless: no session handshake needed)."""
+
+    def __init__(self, server: Server, client: httpx2.AsyncClient) -> None:
+        self.server = server
+        self.client = client
+        self.headers = {"authorization": server.auth, "content-type": "application/json",
+                        "accept": "application/json, text/event-stream"}
+
+    async def __call__(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+        response = await self.client.post(f"{self.server.url}/mcp", json=body, headers=self.headers)
+        result = response.json()["result"]
+        if result.get("isError"):
+            raise RuntimeError(result["content"][0]["text"])
+        return result["structuredContent"]
+
+
+async def timed(calls: int, make: Callable[[int], Awaitable[Any]]) -> list[float]:
+    samples = []
+    for i in range(calls):
+        start = time.perf_counter()
+        await make(i)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def client() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=64))
+
+
+# --- conversation logs ----------------------------------------------------------------------------------
+
+
+def batch(n: int, tag: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "text": f"message {tag}-{i} " + "x" * 80, "n": i} for i in range(n)]
+
+
+async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str, Any]:
+    server = Server(tmp / "logs")
+    server.start()
+    out: dict[str, Any] = {}
+    try:
+        async with client() as http:
+            call = Caller(server, http)
+            out["append_ack"] = {}
+            for size in (1, 10, 100):
+                payload = batch(size, size)
+                samples = await timed(200, lambda i: call("append_memory", conversation_id=f"ack-{size:04d}-xx",
+                                                          items=payload))
+                out["append_ack"][f"batch_{size}"] = summary(samples)
+            out["append_throughput"] = {}
+            for clients in (1, 8, 32):
+                for shape in ("many", "hot"):
+                    items = await append_load(call, clients, shape, duration)
+                    out["append_throughput"][f"{clients}_clients_{shape}"] = round(items / duration)
+            out["append_throughput"]["baseline_raw_sqlite"] = raw_sqlite_appends(tmp / "raw.db", duration)
+            out["reads"] = await bench_reads(server, call, read_items)
+    finally:
+        server.stop()
+    return out
+
+
+async def append_load(call: Caller, clients: int, shape: str, duration: float) -> int:
+    deadline = time.perf_counter() + duration
+    payload = batch(10, 0)
+    done = 0
+
+    async def worker(n: int) -> None:
+        nonlocal done
+        conversation = "hot-conversation" if shape == "hot" else f"conversation-{n:04d}"
+        while time.perf_counter() < deadline:
+            await call("append_memory", conversation_id=conversation, items=payload)
+            done += 10
+
+    await asyncio.gather(*(worker(n) for n in range(clients)))
+    return done
+
+
+def raw_sqlite_appends(path: Path, duration: float) -> int:
+    """Baseline: insert batches of 10 and commit with synchronous=FULL, as fast as one thread can."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE items (conversation TEXT, seq INTEGER, payload TEXT, PRIMARY KEY (conversation, seq))"
+                 " WITHOUT ROWID")
+    texts = [json.dumps(item) for item in batch(10, 0)]
+    seq, deadline = 0, time.perf_counter() + duration
+    while time.perf_counter() < deadline:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("INSERT INTO items VALUES ('c', ?, ?)", [(seq + i, t) for i, t in enumerate(texts)])
+        conn.execute("COMMIT")
+        seq += 10
+    conn.close()
+    return round(seq / duration)
+
+
+async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any]:
+    settings = Settings(data_dir=server.data)
+    conn = connect(settings.db_path)
+    site_id = conn.execute("SELECT id FROM sites WHERE name = 'bench'").fetchone()[0]
+    texts = [json.dumps(item, separators=(",", ":")) for item in batch(1000, 7)]
+    for _ in range(items // 1000):
+        transaction(conn, lambda c: append_batch(c, site_id, "long-conversation", texts, None))
+    tail = await timed(200, lambda i: call("recall_memory", conversation_id="long-conversation", count=50))
+    pages = items // 1000
+    replay = await timed(pages, lambda i: call("replay_memory", conversation_id="long-conversation",
+                                                limit=1000, offset=i * 1000))
+    raw = []
+    for i in range(pages):
+        start = time.perf_counter()
+        fetched = conn.execute("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND"
+                               " conversation_id = 'long-conversation' AND seq >= ? ORDER BY seq LIMIT 1000",
+                               (site_id, i * 1000)).fetchall()
+        [json.loads(p) for _, _, p in fetched]
+        raw.append(time.perf_counter() - start)
+    conn.close()
+    return {
+        "conversation_items": items,
+        "recall_memory_50": summary(tail),
+        "replay_memory_1000": {**summary(replay), "items_per_s": round(1000 / statistics.median(replay))},
+        "baseline_raw_sqlite_1000": {**summary(raw), "items_per_s": round(1000 / statistics.median(raw))},
+    }
+
+
+# --- saved memories --------------------------------------------------------------------------------------
+
+SUBJECTS = ["the billing service", "our mobile app", "the data team", "Alice", "the search cluster",
+            "the onboarding flow", "the staging database", "Bob", "the design review", "the release train",
+            "the support queue", "the analytics pipeline", "the security audit", "the API gateway", "Carol"]
+VERBS = ["decided to move", "prefers", "found a bug in", "scheduled", "deprecated", "migrated", "documented",
+         "benchmarked", "rolled back", "approved", "postponed", "rewrote", "monitors", "paused", "reviewed"]
+OBJECTS = ["the payment retries", "dark mode", "the nightly backups", "the Postgres upgrade", "feature flags",
+           "the Kubernetes nodes", "the quarterly roadmap", "the login page", "rate limiting", "the cache layer",
+           "the invoice emails", "vector search", "the CI runners", "the pricing page", "on-call rotations"]
+DETAILS = ["before the Friday release", "after the outage in March", "because latency doubled",
+           "to cut cloud costs", "for the enterprise customers", "in the Berlin office", "until next sprint",
+           "with help from the platform team", "as agreed in the retro", "to meet the audit deadline"]
+
+
+def corpus_text(i: int) -> str:
+    rng = random.Random(i)
+    return (f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)} "
+            f"{rng.choice(DETAILS)} (note {i}).")
+
+
+def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
+    """Vectors of corpus_text(0..n-1) through document_text; cached between runs."""
+    from server.retrieval import document_text
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"corpus-{embedder.name}-{n}.npy"
+    if path.exists():
+        return np.load(path), True
+    for smaller in sorted(CACHE.glob(f"corpus-{embedder.name}-*.npy"), reverse=True):
+        cached = np.load(smaller)
+        if len(cached) >= n:
+            return cached[:n], True
+    texts = [document_text(corpus_text(i), "2024-01-01T00:00:00Z") for i in range(n)]
+    vectors = np.concatenate([embedder.embed_documents(texts[i:i + 256]) for i in range(0, n, 256)])
+    np.save(path, vectors)
+    return vectors, False
+
+
+def load_corpus(data: Path, embedder: Any, n: int) -> dict[str, Any]:
+    """Fill a data directory with n memories in BUCKETS buckets, reusing cached vectors."""
+    vectors, cached = corpus_vectors(embedder, n)
+    from server.retrieval import document_text
+
+    services = open_services(Settings(data_dir=data))
+    try:
+        services.load_memory(embedder=embedder)
+        site_id, _ = services.writer.run_sync(lambda c: auth.ensure_site(c, "bench"))
+        service = services.memory_service
+        start = time.perf_counter()
+        for offset in range(0, n, 1000):
+            chunk = range(offset, min(n, offset + 1000))
+            memories = [service.validate(content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}",
+                                         occurred_at="2024-01-01T00:00:00Z") for i in chunk]
+
+            def insert(conn: Any, memories: list = memories, chunk: range = chunk) -> list[int]:
+                return [rows.insert_memory(conn, site_id, m, document=document_text(m.content, m.occurred_at),
+                                           vector=vectors[i], model=embedder.name)[0] for m, i in zip(memories, chunk)]
+
+            ids = services.writer.run_sync(insert)
+            service._index_ids([i for i in ids if i is not None])
+        seconds = time.perf_counter() - start
+        optimize_start = time.perf_counter()
+        service.index.optimize()
+        optimize_seconds = time.perf_counter() - optimize_start
+    finally:
+        services.close()
+    return {"memories": n, "vectors_cached": cached, "load_seconds": round(seconds, 1),
+            "optimize_seconds": round(optimize_seconds, 1), "vectors": vectors}
+
+
+async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) -> dict[str, Any]:
+    server = Server(tmp / "remember")
+    server.start()
+    try:
+        async with client() as http:
+            call = Caller(server, http)
+            samples = await timed(single, lambda i: call("remember", content=corpus_text(10_000_000 + i)))
+    finally:
+        server.stop()
+    services = open_services(Settings(data_dir=tmp / "bulk"))
+    try:
+        services.load_memory(embedder=embedder)
+        site_id, _ = services.writer.run_sync(lambda c: auth.ensure_site(c, "bench"))
+        service = services.memory_service
+        memories = [service.validate(content=corpus_text(20_000_000 + i)) for i in range(bulk)]
+        start = time.perf_counter()
+        service.remember_many(site_id, memories)
+        bulk_seconds = time.perf_counter() - start
+    finally:
+        services.close()
+    return {"one_at_a_time": {**summary(samples), "per_s": round(single / sum(samples), 1)},
+            "bulk_import": {"memories": bulk, "seconds": round(bulk_seconds, 1), "per_s": round(bulk / bulk_seconds, 1)}}
+
+
+async def bench_search(tmp: Path, embedder: Any, size: int) -> dict[str, Any]:
+    data = tmp / f"search-{size}"
+    loaded = load_corpus(data, embedder, size)
+    vectors = loaded.pop("vectors")
+    server = Server(data)
+    startup = server.start()
+    rng = random.Random(size)
+    queries = [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)}" for _ in range(QUERIES)]
+    buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
+    out: dict[str, Any] = {**loaded, "startup_to_ready_s": round(startup, 2)}
+    try:
+        async with client() as http:
+            call = Caller(server, http)
+            await call("recall", query="warm up", limit=5)
+            out["recall"] = summary(await timed(QUERIES, lambda i: call("recall", query=queries[i], limit=10)))
+            out["recall_bucket"] = summary(await timed(
+                QUERIES, lambda i: call("recall", query=queries[i], limit=10, bucket=buckets[i])))
+            out["search_memory"] = summary(await timed(
+                QUERIES, lambda i: call("search_memory", query=queries[i], limit=10, min_score=0.0)))
+            out["search_memory_bucket"] = summary(await timed(
+                QUERIES, lambda i: call("search_memory", query=queries[i], limit=10, bucket=buckets[i],
+                                        min_score=0.0)))
+        out["server_peak_rss_mb"] = server.peak_rss_mb()
+    finally:
+        server.stop()
+    query_vectors = embedder.embed_documents(queries)
+    out["baseline_qdrant_local"] = qdrant_local_baseline(tmp / f"qdrant-local-{size}", vectors, query_vectors, buckets)
+    return out
+
+
+def qdrant_local_baseline(path: Path, vectors: np.ndarray, queries: np.ndarray, buckets: list[str]) -> dict[str, Any]:
+    """qdrant-client's local mode on the same vectors and bucket payloads (query vectors precomputed, so
+    this excludes the embedding time our figures include)."""
+    from qdrant_client import QdrantClient, models
+
+    client = QdrantClient(path=str(path))
+    client.create_collection("bench", vectors_config=models.VectorParams(size=vectors.shape[1],
+                                                                         distance=models.Distance.COSINE))
+    for offset in range(0, len(vectors), 2000):
+        client.upsert("bench", points=models.Batch(
+            ids=list(range(offset, min(len(vectors), offset + 2000))),
+            vectors=vectors[offset:offset + 2000].tolist(),
+            payloads=[{"bucket": f"b{i % BUCKETS:03d}"} for i in range(offset, min(len(vectors), offset + 2000))]))
+    client.close()
+    start = time.perf_counter()
+    client = QdrantClient(path=str(path))
+    reopen = time.perf_counter() - start
+
+    def search(i: int, bucket: str | None) -> None:
+        flt = models.Filter(must=[models.FieldCondition(key="bucket", match=models.MatchValue(value=bucket))]) \
+            if bucket else None
+        client.query_points("bench", query=queries[i].tolist(), query_filter=flt, limit=10)
+
+    plain, filtered = [], []
+    for i in range(len(queries)):
+        start = time.perf_counter()
+        search(i, None)
+        plain.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        search(i, buckets[i])
+        filtered.append(time.perf_counter() - start)
+    client.close()
+    return {"reopen_s": round(reopen, 2), "search": summary(plain), "search_bucket": summary(filtered)}
+
+
+# --- report ----------------------------------------------------------------------------------------------
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = ["", f"memory-server performance ({report['machine']})", ""]
+    logs = report.get("logs")
+    if logs:
+        for name, s in logs["append_ack"].items():
+            lines.append(f"append ack, {name:<12} p50 {s['p50_ms']:>7} ms  p95 {s['p95_ms']:>7} ms  p99 {s['p99_ms']:>7} ms")
+        for name, v in logs["append_throughput"].items():
+            lines.append(f"append throughput, {name:<24} {v:>9} items/s")
+        r = logs["reads"]
+        lines.append(f"recall_memory(50) p50 {r['recall_memory_50']['p50_ms']} ms")
+        lines.append(f"replay_memory(1000) {r['replay_memory_1000']['items_per_s']} items/s"
+                     f"  (raw sqlite {r['baseline_raw_sqlite_1000']['items_per_s']} items/s)")
+    rem = report.get("remember")
+    if rem:
+        lines.append(f"remember one at a time: p50 {rem['one_at_a_time']['p50_ms']} ms, {rem['one_at_a_time']['per_s']}/s;"
+                     f" bulk import {rem['bulk_import']['per_s']}/s ({rem['bulk_import']['memories']})")
+    for size, s in report.get("search", {}).items():
+        base = s["baseline_qdrant_local"]
+        lines.append(f"{size} memories (vectors cached: {s['vectors_cached']}), start-up {s['startup_to_ready_s']} s"
+                     f" (qdrant local reopen {base['reopen_s']} s), peak RSS {s['server_peak_rss_mb']} MB")
+        for name in ("recall", "recall_bucket", "search_memory", "search_memory_bucket"):
+            lines.append(f"  {name:<22} p50 {s[name]['p50_ms']:>7} ms  p95 {s[name]['p95_ms']:>7} ms")
+        lines.append(f"  qdrant local search    p50 {base['search']['p50_ms']:>7} ms; with bucket filter "
+                     f"p50 {base['search_bucket']['p50_ms']} ms")
+    return "\n".join(lines)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, {sys.platform}, Python {sys.version.split()[0]}"}
+    only = set(args.only.split(","))
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
+        tmp = Path(tmp_name)
+        if "logs" in only:
+            report["logs"] = await bench_logs(tmp, duration=args.duration, read_items=args.read_items)
+        if only & {"remember", "search"}:
+            from embeddings.factory import load_embedder, resolve_model_dir
+            from server.services import PROJECT_ROOT
+
+            embedder = load_embedder(resolve_model_dir(os.environ.get("MEMORY_EMBEDDING_MODEL"),
+                                                       project_root=PROJECT_ROOT), threads=1)
+            if "remember" in only:
+                report["remember"] = await bench_remember(tmp, embedder, single=args.single, bulk=args.bulk)
+            if "search" in only:
+                report["search"] = {}
+                for size in (int(s) for s in args.sizes.split(",")):
+                    report["search"][str(size)] = await bench_search(tmp, embedder, size)
+    report["client_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="logs,remember,search")
+    parser.add_argument("--sizes", default="10000")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput run")
+    parser.add_argument("--read-items", type=int, default=100_000)
+    parser.add_argument("--single", type=int, default=200)
+    parser.add_argument("--bulk", type=int, default=10_000)
+    parser.add_argument("--tmp", default=None, help="where to put the data directories")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    report = asyncio.run(main_async(args))
+    print(json.dumps(report, indent=2))
+    print(table(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -123,3 +123,28 @@ def test_serve_refuses_a_mismatched_index_and_reindex_fixes_it(tmp_path: Path) -
         assert index.info() == IndexInfo("all-MiniLM-L6-v2", 384)
     finally:
         index.close()
+
+
+async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embedder: Any) -> None:
+    import shutil
+
+    data = tmp_path / "data"
+    with serve(make_settings(data), embedder) as server:
+        async with server.client() as client:
+            for text in ("The boiler is serviced every October.", "Invoices go out on the first Monday."):
+                await client.call_tool("remember", {"content": text})
+    shutil.rmtree(make_settings(data).index_path)  # the index is gone; SQLite alone remains
+    fixed = subprocess.run([sys.executable, "-m", "server", "reindex", "--data-dir", str(data)], cwd=REPO, env=ENV,
+                           capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "reindexed 2 memories" in fixed.stdout
+    services = open_services(make_settings(data))
+    try:
+        services.load_memory(embedder=embedder)
+        service = services.memory_service
+        assert service.index.count() == 2 and service.backlog() == 0
+        hits = service._strict_hits(service.read_scope(services.local_principal("acme"), _no_filters()),
+                                    embedder.embed_query("when is the boiler maintained?"), 1, 0.3)
+        assert [h["content"] for h in hits] == ["The boiler is serviced every October."]
+    finally:
+        services.close()

@@ -352,25 +352,29 @@ async def bench_search(tmp: Path, embedder: Any, size: int) -> dict[str, Any]:
     server = Server(data)
     startup = server.start()
     rng = random.Random(size)
-    queries = [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)}" for _ in range(QUERIES)]
+    # Four phases, four disjoint query sets: no phase is helped by another's cached query embeddings.
+    phases = ("recall", "recall_bucket", "search_memory", "search_memory_bucket")
+    queries = {phase: [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({phase} {i})"
+                       for i in range(QUERIES)] for phase in phases}
     buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
     out: dict[str, Any] = {**loaded, "startup_to_ready_s": round(startup, 2)}
     try:
         async with client() as http:
             call = Caller(server, http)
             await call("recall", query="warm up", limit=5)
-            out["recall"] = summary(await timed(QUERIES, lambda i: call("recall", query=queries[i], limit=10)))
-            out["recall_bucket"] = summary(await timed(
-                QUERIES, lambda i: call("recall", query=queries[i], limit=10, bucket=buckets[i])))
-            out["search_memory"] = summary(await timed(
-                QUERIES, lambda i: call("search_memory", query=queries[i], limit=10, min_score=0.0)))
-            out["search_memory_bucket"] = summary(await timed(
-                QUERIES, lambda i: call("search_memory", query=queries[i], limit=10, bucket=buckets[i],
-                                        min_score=0.0)))
+            for phase in phases:
+                tool = "recall" if phase.startswith("recall") else "search_memory"
+                extra: dict[str, Any] = {"min_score": 0.0} if tool == "search_memory" else {}
+
+                async def one(i: int, phase: str = phase, tool: str = tool, extra: dict = extra) -> Any:
+                    bucket = {"bucket": buckets[i]} if phase.endswith("bucket") else {}
+                    return await call(tool, query=queries[phase][i], limit=10, **bucket, **extra)
+
+                out[phase] = summary(await timed(QUERIES, one))
         out["server_peak_rss_mb"] = server.peak_rss_mb()
     finally:
         server.stop()
-    query_vectors = embedder.embed_documents(queries)
+    query_vectors = embedder.embed_documents(queries["search_memory"])
     out["baseline_qdrant_local"] = qdrant_local_baseline(tmp / f"qdrant-local-{size}", vectors, query_vectors, buckets)
     return out
 

@@ -243,5 +243,234 @@ def reindex(data_dir: DataDir = None) -> None:
         services.close()
 
 
+def _stderr_progress():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.progress import Progress
+
+    return Progress(console=Console(stderr=True), transient=False)
+
+
+@app.command("export")
+def export_command(
+    file: Annotated[str, typer.Argument(metavar="FILE", help="Where to write the JSON Lines; - for stdout.")],
+    site: Annotated[Optional[str], typer.Option("--site", help="Export only this site.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Export memories and conversation logs as JSON Lines (a consistent snapshot; works while serving).
+
+    Lines: a header {"kind": "header", "version": 1, ...}, then {"kind": "memory", ...} records, then
+    {"kind": "log_item", ...} records. Credentials and vectors are never exported.
+    """
+    import os
+    import tempfile
+
+    from embeddings.factory import resolve_model_dir
+    from embeddings.sentence import model_name
+    from server.services import PROJECT_ROOT
+    from server.transfer import Export, write_export
+
+    settings = load_settings(data_dir=data_dir)
+    target = None if file == "-" else Path(file)
+    if target is not None and target.exists() and not force:
+        _fail(RuntimeError(f"{target} exists; pass --force to overwrite it"))
+    try:
+        export = Export(settings.db_path, site=site)
+    except (AppError, sqlite3.Error, OSError) as exc:
+        _fail(exc)
+    model = model_name(resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT))
+    tmp_name = None
+    try:
+        with _stderr_progress() as progress:
+            task = progress.add_task("exporting", total=export.total)
+            advance = lambda n: progress.advance(task, n)  # noqa: E731
+            if target is None:
+                written = write_export(export, sys.stdout, model=model, progress=advance)
+                sys.stdout.flush()
+            else:
+                # Written beside FILE and renamed once complete: FILE is never a truncated export.
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would surprise: FILE gets the usual mode
+                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
+                    written = write_export(export, out, model=model, progress=advance)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp_name, target)
+                tmp_name = None
+    except (sqlite3.Error, OSError) as exc:
+        _fail(RuntimeError(f"export failed: {exc}"))
+    finally:
+        export.close()
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+    counts = export.counts
+    typer.echo(
+        f"exported {counts['memories']} memories and {counts['log_items']} log items "
+        f"({counts['conversations']} conversations) to {file}",
+        err=target is None,
+    )
+    if written != export.total:  # cannot happen inside one snapshot; say so loudly if it ever does
+        _fail(RuntimeError(f"wrote {written} records but the snapshot counted {export.total}"))
+
+
+@app.command("import")
+def import_command(
+    file: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `export`; - for stdin.")],
+    site: Annotated[Optional[str], typer.Option("--site", help="Import everything into this site.")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Import JSON Lines written by `export` (idempotent: running it again adds nothing).
+
+    Memories keep their reference: one already present is skipped, and another reference with the same
+    content and filing is skipped as a duplicate. Log items keep their seq and recorded_at: they are
+    appended only where they continue their conversation without a gap; an item already present with the
+    same payload is skipped; a different payload at a present seq is a conflict. Missing sites are created
+    and their secret is printed once.
+
+    Bad lines (invalid JSON, unknown kind, invalid fields, conflicts, gaps) are reported with their line
+    number and skipped; every other line is imported, and the exit code is 1 if any line was rejected.
+    Each batch is one transaction, so an interrupted import leaves whole batches: run it again.
+
+    Memories need the model and the vector index: with the embedded index, stop the server first (or use
+    the REST/MCP API). A file of log items alone imports while the server runs.
+    """
+    import shutil
+    import tempfile
+
+    from server.index.base import IndexLocked
+    from server.logs import LogLimits
+    from server.services import open_configured_index, open_services
+    from server.transfer import ImportAborted, Importer, has_memory_records, import_stream
+
+    settings = load_settings(data_dir=data_dir)
+    if site is not None and not auth.SITE_NAME.fullmatch(site):
+        _fail(RuntimeError("--site must be a site name (1-64 characters of [A-Za-z0-9_-])"))
+    try:
+        if file == "-":  # spooled so that it can be scanned before anything is written
+            stream = tempfile.TemporaryFile()
+            shutil.copyfileobj(sys.stdin.buffer, stream)
+            stream.seek(0)
+        else:
+            stream = open(file, "rb")
+    except OSError as exc:
+        _fail(RuntimeError(f"cannot read {file}: {exc}"))
+    with stream:
+        size = stream.seek(0, 2)
+        stream.seek(0)
+        index = None
+        if has_memory_records(stream):
+            try:
+                index = open_configured_index(settings)
+            except IndexLocked as exc:
+                _fail(RuntimeError(
+                    f"{file} holds memories, and importing them needs the vector index, which a running server "
+                    f"holds: stop the server first, or use the REST/MCP API to add memories while it runs. "
+                    f"(A file of log items alone imports while the server runs.) Details: {exc}"
+                ))
+            except Exception as exc:
+                _fail(exc)
+        try:
+            services = open_services(settings)
+        except (OSError, sqlite3.Error, AppError) as exc:
+            if index is not None:
+                index.close()
+            _fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
+        try:
+            if index is not None:
+                services.closers.append(index.close)
+                try:
+                    services.load_memory(index=index)
+                except Exception as exc:
+                    _fail(exc)
+            importer = Importer(
+                write=services.writer.run_sync, read=services.readers.get,
+                limits=LogLimits(settings.max_payload_bytes, settings.max_batch_bytes),
+                max_content_bytes=settings.max_content_bytes, memory_service=services.memory_service,
+                target_site=site,
+            )
+            aborted = None
+            with _stderr_progress() as progress:
+                task = progress.add_task("importing", total=size)
+                try:
+                    import_stream(stream, importer, progress=lambda n: progress.advance(task, n))
+                except ImportAborted as exc:
+                    aborted = exc
+        finally:
+            services.close()
+    report = importer.report
+    for name, secret in report.sites_created:
+        typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
+    typer.echo(
+        f"memories created: {report.memories_created}\n"
+        f"memories already present: {report.memories_present}\n"
+        f"memories duplicate: {report.memories_duplicate}\n"
+        f"log items appended: {report.items_appended}\n"
+        f"log items already present: {report.items_present}\n"
+        f"rejected lines: {len(report.errors)}"
+    )
+    shown = 50
+    for line, message in report.duplicates[:shown]:
+        typer.echo(f"line {line}: skipped: {message}", err=True)
+    for line, message in report.errors[:shown]:
+        typer.echo(f"line {line}: {message}", err=True)
+    if len(report.errors) > shown:
+        typer.echo(f"... and {len(report.errors) - shown} more rejected lines", err=True)
+    if aborted is not None:
+        _fail(RuntimeError(f"import stopped: {aborted}; what was imported before stays (run it again to resume)"))
+    if report.errors:
+        raise typer.Exit(1)
+
+
+@app.command()
+def doctor(data_dir: DataDir = None) -> None:
+    """Check the model, SQLite and the vector index; print one line per check with how to fix it.
+
+    Exit code 0 when every check is ok (or skipped because a running server holds the index), 1 otherwise.
+    """
+    from server.doctor import FAIL, run_checks
+    from server.services import PROJECT_ROOT
+
+    settings = load_settings(data_dir=data_dir)
+    typer.echo(f"data directory: {settings.data_dir.resolve()}")
+    failed = 0
+    for check in run_checks(settings, project_root=PROJECT_ROOT):
+        typer.echo(check.render())
+        failed += check.status == FAIL
+    typer.echo("all checks passed" if not failed else f"{failed} check(s) failed")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def backup(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="Backup file (or a directory to put it in).")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite PATH if it exists.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Copy the SQLite database to PATH while the server runs (online backup API), then verify the copy.
+
+    The vector index is not copied: it is derived from SQLite. After restoring, run `memory-server reindex`
+    (with the server backend, snapshot the Qdrant collection instead).
+    """
+    from server.transfer import backup_database
+
+    settings = load_settings(data_dir=data_dir)
+    try:
+        result = backup_database(settings.db_path, path, force=force)
+    except (AppError, FileExistsError, RuntimeError, sqlite3.Error, OSError) as exc:
+        _fail(exc)
+    typer.echo(f"backup: {result.path}\nsize: {result.size} bytes\nquick_check: ok\n"
+               f"schema version: {result.schema_version}")
+    for name, count in result.counts.items():
+        typer.echo(f"{name}: {count}")
+    typer.echo(
+        "note: the vector index is not in the backup; after restoring this file as memory.db, rebuild it with "
+        "`memory-server reindex` (server backend: snapshot the Qdrant collection instead)"
+    )
+
+
 def main() -> None:
     app()

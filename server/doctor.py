@@ -1,0 +1,241 @@
+"""`memory-server doctor`: check a data directory and say how to fix what is wrong.
+
+Each check gives ok, FAIL or skip, a detail, and for a failure the fix. A check that needs the vector
+index is skipped, not failed, when a running server holds the embedded index: that is the normal state
+of a serving data directory. Nothing here changes the data; the index, when free, is opened only to read.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from server.db import SCHEMA, connect
+from server.settings import Settings
+
+OK, FAIL, SKIP = "ok", "FAIL", "skip"
+DOCTOR_BUSY_TIMEOUT_MS = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: str  # OK, FAIL or SKIP
+    detail: str
+    fix: str | None = None
+
+    def render(self) -> str:
+        line = f"{self.status:<4}  {self.name}: {self.detail}"
+        if self.status == FAIL and self.fix:
+            line += f" -- fix: {self.fix}"
+        return line
+
+
+@dataclass
+class _State:
+    embedder: Any = None
+    conn: sqlite3.Connection | None = None
+    index: Any = None
+    index_held: bool = False  # a running server holds the embedded index
+    memories: int | None = None
+
+
+def run_checks(settings: Settings, *, project_root: Path,
+               load_embedder: Callable[[Path], Any] | None = None) -> Iterator[Check]:
+    """Yield the checks one by one (the slow model load comes first, then the fast ones)."""
+    state = _State()
+    try:
+        yield _check_model(settings, state, project_root, load_embedder)
+        data_dir = settings.data_dir
+        if not data_dir.is_dir():
+            yield Check("data directory", FAIL, f"{data_dir.resolve()} does not exist",
+                        "start the server once (it creates it), or pass the right --data-dir")
+            return
+        yield from _check_sqlite(settings, state)
+        if state.conn is None:
+            return
+        yield from _check_index(settings, state)
+        yield from _check_outbox(state)
+    finally:
+        if state.index is not None:
+            state.index.close()
+        if state.conn is not None:
+            state.conn.close()
+
+
+def _check_model(settings: Settings, state: _State, project_root: Path,
+                 load_embedder: Callable[[Path], Any] | None) -> Check:
+    from embeddings.factory import load_embedder as default_loader
+    from embeddings.factory import resolve_model_dir
+
+    model_dir = resolve_model_dir(settings.embedding_model, project_root=project_root)
+    try:
+        state.embedder = (load_embedder or (lambda path: default_loader(path, threads=1)))(model_dir)
+    except Exception as exc:
+        return Check("model", FAIL, f"cannot load the model at {model_dir}: {exc}",
+                     "run `make models`, or set MEMORY_EMBEDDING_MODEL to a local sentence-transformers model")
+    return Check("model", OK, f"{state.embedder.name} ({state.embedder.dimension} dimensions) at {model_dir}")
+
+
+def _check_sqlite(settings: Settings, state: _State) -> Iterator[Check]:
+    path = settings.db_path
+    if not path.is_file():
+        yield Check("sqlite", FAIL, f"no database at {path}",
+                    "start the server (it creates the database), or pass the right --data-dir")
+        return
+    try:
+        conn = connect(path, readonly=True)  # readonly: no journal-mode switch behind the check's back
+        conn.execute(f"PRAGMA busy_timeout = {DOCTOR_BUSY_TIMEOUT_MS}")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except (sqlite3.Error, OSError) as exc:
+        yield Check("sqlite", FAIL, f"cannot open {path}: {exc}",
+                    "restore the latest `memory-server backup` into the data directory")
+        return
+    state.conn = conn
+    yield Check("sqlite", OK, f"opens {path}")
+
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    if str(mode).lower() == "wal":
+        yield Check("sqlite journal", OK, "WAL")
+    else:
+        yield Check("sqlite journal", FAIL, f"journal mode is {mode}, not WAL",
+                    "start the server or run any admin command (e.g. `memory-server site list`): it switches to WAL")
+
+    yield _check_writable(conn, path)
+
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    current = len(SCHEMA)
+    if version == current:
+        yield Check("schema", OK, f"version {version} (current)")
+    elif version < current:
+        yield Check("schema", FAIL, f"version {version}, this memory-server uses {current}",
+                    "start the server or run `memory-server site list`: either brings the schema up to date")
+    else:
+        yield Check("schema", FAIL, f"version {version} is newer than this memory-server's ({current})",
+                    "upgrade memory-server to the version that wrote this database")
+
+    try:
+        problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+    except sqlite3.Error as exc:
+        problems = [str(exc)]
+    if problems == ["ok"]:
+        yield Check("sqlite integrity", OK, "quick_check ok")
+    else:
+        yield Check("sqlite integrity", FAIL, f"quick_check: {'; '.join(problems[:3])}",
+                    "restore the latest `memory-server backup`; `memory-server export` may save what is readable")
+    if version >= 2:
+        state.memories = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+
+
+def _check_writable(conn: sqlite3.Connection, path: Path) -> Check:
+    fix = f"make {path.parent} and the files in it writable by the user running memory-server"
+    for target in (path, path.parent):
+        if not os.access(target, os.W_OK):
+            return Check("sqlite writable", FAIL, f"{target} is not writable", fix)
+    try:
+        conn.execute("BEGIN IMMEDIATE")  # takes the write lock, writes nothing
+        conn.execute("ROLLBACK")
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return Check("sqlite writable", FAIL, f"the write lock was held for {DOCTOR_BUSY_TIMEOUT_MS // 1000} s",
+                         "find the process holding a long write transaction on the database")
+        return Check("sqlite writable", FAIL, f"cannot take the write lock: {exc}", fix)
+    return Check("sqlite writable", OK, "write lock can be taken")
+
+
+def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
+    from server.index.base import IndexLocked
+
+    reindex = "run `memory-server reindex` (with the server stopped)"
+    if settings.index_backend == "embedded" and not settings.index_path.is_dir():
+        if state.memories:
+            yield Check("index", FAIL, f"no index at {settings.index_path} but {state.memories} memories in SQLite",
+                        reindex)
+        else:
+            yield Check("index", OK, f"not created yet at {settings.index_path} (the server builds it at start-up)")
+        return
+    try:
+        from server.services import open_configured_index
+
+        index = open_configured_index(settings)
+    except IndexLocked as exc:
+        state.index_held = True
+        yield Check("index", SKIP, f"a server is running: {exc} Checks that need the index are skipped.")
+        return
+    except Exception as exc:
+        where = settings.qdrant_url if settings.index_backend == "server" else settings.index_path
+        fix = ("start Qdrant or correct MEMORY_QDRANT_URL" if settings.index_backend == "server"
+               else f"delete {settings.index_path} and {reindex}")
+        yield Check("index", FAIL, f"cannot open the index at {where}: {exc}", fix)
+        return
+    state.index = index
+    try:
+        info = index.info()
+    except Exception as exc:
+        where = f"the Qdrant server at {settings.qdrant_url}" if settings.index_backend == "server" else "the index"
+        fix = "start Qdrant or correct MEMORY_QDRANT_URL" if settings.index_backend == "server" else reindex
+        yield Check("index", FAIL, f"{where} is not reachable: {exc}", fix)
+        return
+    where = settings.qdrant_url if settings.index_backend == "server" else settings.index_path
+    yield Check("index", OK, f"{settings.index_backend} index reachable at {where}")
+
+    if info is None:
+        if state.memories:
+            yield Check("index model", FAIL, f"the index is not initialised but SQLite holds {state.memories} memories",
+                        reindex)
+        else:
+            yield Check("index model", OK, "the index is not initialised yet (the server does it at start-up)")
+        return
+    embedder = state.embedder
+    if embedder is None:
+        yield Check("index model", SKIP, f"built with {info.model} ({info.dimension} dimensions); the model "
+                                         "did not load, so it cannot be compared")
+        return
+    if (info.model, info.dimension) != (embedder.name, embedder.dimension):
+        yield Check("index model", FAIL,
+                    f"the index was built with {info.model} ({info.dimension} dimensions) but the configured model "
+                    f"is {embedder.name} ({embedder.dimension} dimensions)", reindex)
+        return
+    yield Check("index model", OK, f"built with {info.model} ({info.dimension} dimensions), as configured")
+
+    conn = state.conn
+    if conn is None:
+        return
+    try:
+        points = index.count()
+    except Exception as exc:
+        yield Check("index points", FAIL, f"cannot count the index's points: {exc}", reindex)
+        return
+    indexed = int(conn.execute("SELECT count(*) FROM memories WHERE indexed = 1").fetchone()[0])
+    if points == indexed:
+        yield Check("index points", OK, f"{points} points, one per indexed memory")
+    else:
+        yield Check("index points", FAIL, f"the index holds {points} points but SQLite marks {indexed} memories "
+                                          "indexed", reindex)
+
+
+def _check_outbox(state: _State) -> Iterator[Check]:
+    conn = state.conn
+    if conn is None or state.memories is None:
+        return
+    pending = int(conn.execute("SELECT count(*) FROM memories WHERE indexed = 0").fetchone()[0])
+    deletions = int(conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0])
+    fix = ("start the server (it indexes the backlog at start-up) or run `memory-server reindex`")
+    running = ("; the running server retries them every few seconds - if the number does not fall, "
+               "read its log for index errors")
+    if not pending:
+        yield Check("index backlog", OK, "every memory is indexed")
+    elif state.index_held:
+        yield Check("index backlog", OK, f"{pending} memories not yet indexed{running}")
+    else:
+        yield Check("index backlog", FAIL, f"{pending} memories are in SQLite but not in the vector index", fix)
+    if not deletions:
+        yield Check("index deletions", OK, "no deletions queued")
+    elif state.index_held:
+        yield Check("index deletions", OK, f"{deletions} forgotten memories still queued for removal{running}")
+    else:
+        yield Check("index deletions", FAIL,
+                    f"{deletions} forgotten memories are still queued for removal from the vector index", fix)

@@ -1,4 +1,4 @@
-"""create_app(settings) -> the ASGI app: MCP at /mcp, health at /healthz and /readyz."""
+"""create_app(settings) -> the ASGI app: MCP at /mcp, health at /healthz and /readyz, metrics at /metrics."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from server.auth import Principal
 from server.http import AuthMiddleware
 from server.log_tools import register_log_tools
 from server.memory_tools import register_memory_tools
+from server.metrics import Metrics, ToolMetricsMiddleware
+from server.observability import RequestObservabilityMiddleware, StorageProbe, metrics_endpoint, readiness
 from server.rest import build_rest_app
 from server.services import Services, open_services
 from server.settings import Settings
@@ -35,6 +37,8 @@ INSTRUCTIONS = (
 
 def build_mcp(services: Services, *, local: Callable[[], Principal] | None = None) -> FastMCP:
     mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, mask_error_details=True)
+    if services.metrics is not None:  # outside ErrorMiddleware, so it sees each call's final outcome
+        mcp.add_middleware(ToolMetricsMiddleware(services.metrics, mcp))
     mcp.add_middleware(ErrorMiddleware())
     quiet_expected_errors()
     current = principal_resolver(local)
@@ -53,6 +57,9 @@ def create_app(
     """The whole HTTP surface. The model loads in the background after start-up; until it is ready,
     /readyz answers 503 and the saved-memory tools answer `unavailable`."""
     services = services or open_services(settings)
+    metrics = Metrics()
+    metrics.attach(services)  # before the MCP tools and REST routes take hold of services.logs
+    storage = StorageProbe(settings.db_path)
     mcp = build_mcp(services)
     mcp_app = mcp.http_app(path="/mcp", stateless_http=True, json_response=True)
 
@@ -78,22 +85,24 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
-        reasons = await anyio.to_thread.run_sync(readiness, services)
+        reasons = await anyio.to_thread.run_sync(readiness, services, storage)
         if reasons:
             return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
         return JSONResponse({"status": "ready"})
 
     rest = build_rest_app(services)  # REST under /v1 (before the MCP catch-all); OpenAPI at /openapi.json
     app = Starlette(
-        routes=[Route("/healthz", healthz), Route("/readyz", readyz),
-                Route("/openapi.json", rest.openapi_endpoint), Mount("/v1", app=rest), Mount("/", app=mcp_app)],
+        routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
+                Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=mcp_app)],
         middleware=[
+            Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response
             Middleware(AuthMiddleware, authenticator=lambda: services.authenticator,
                        max_body=settings.max_request_bytes)
         ],
         lifespan=lifespan,
     )
     app.state.services = services
+    app.state.metrics = metrics
     return app
 
 
@@ -107,20 +116,3 @@ def lift_sdk_body_limit(mcp_app: Starlette, limit: int) -> None:
         if limiter is not None and hasattr(limiter, "max_body_size"):
             manager.max_request_body_size = limit
             limiter.max_body_size = limit
-
-
-def readiness(services: Services) -> list[str]:
-    """Why the server cannot serve every tool right now (empty when ready)."""
-    reasons = []
-    try:
-        services.readers.get().execute("SELECT count(*) FROM sites").fetchone()
-    except Exception as exc:
-        reasons.append(f"sqlite: {exc}")
-    if services.memory_service is None:
-        reasons.append(f"model/index: {services.memory_error or 'loading'}")
-    else:
-        try:
-            services.memory_service.index.count()
-        except Exception as exc:
-            reasons.append(f"index: {exc}")
-    return reasons

@@ -81,6 +81,7 @@ def _serve_http(settings: Settings) -> None:
     import uvicorn
 
     from server.app import create_app
+    from server.bootstrap import bootstrap_or_exit
     from server.services import open_configured_index, open_services
 
     # Open the index here, before the port: a second server on the same data directory, or an index built
@@ -92,6 +93,7 @@ def _serve_http(settings: Settings) -> None:
         _fail(exc)
     services = open_services(settings)
     services.closers.append(index.close)
+    bootstrap_or_exit(services)  # MEMORY_BOOTSTRAP_*: a pre-set site credential, before the first-start one
     site_id, secret = services.writer.run_sync(lambda conn: _first_site(conn))
     url = f"http://{settings.host}:{settings.port}/mcp"
     typer.echo(f"memory-server: MCP over streamable HTTP at {url}", err=True)

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from typing import TextIO
 
 from server.settings import Settings
+
+# The id of the HTTP request being served (set by server.observability's middleware).
+current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds the current request's id to records made while it runs, so JSON lines carry it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            request_id = current_request_id.get()
+            if request_id is not None:
+                record.request_id = request_id
+        return True
+
+
+# Attributes every LogRecord has; anything else on a record came from `extra=` and becomes a JSON key.
+_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -17,13 +36,17 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and key not in entry:
+                entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return json.dumps(entry, ensure_ascii=False, default=str)
 
 
 def configure_logging(settings: Settings, *, stream: TextIO) -> None:
     handler = logging.StreamHandler(stream)
+    handler.addFilter(RequestIdFilter())
     if settings.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:

@@ -8,6 +8,7 @@ the index drops the point even if the process dies before it could.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -23,6 +24,7 @@ from server.auth import Principal, now_rfc3339
 from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.index.base import Condition, IndexFilter
 from server.lexical import analyzed_text
+from server.logs import MAX_DEPTH, _depth_ok
 
 SHORT_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 LOCATION = re.compile(r"^[^\x00-\x1f]{1,512}$")
@@ -154,7 +156,7 @@ def check_query(query: object) -> str:
 def check_word(name: str, value: object, *, optional: bool = True) -> str | None:
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not SHORT_WORD.match(value):
+    if not isinstance(value, str) or not SHORT_WORD.fullmatch(value):
         raise InvalidParameters(f"{name} must be 1-64 characters of [A-Za-z0-9_.:-], starting alphanumeric")
     return value
 
@@ -173,6 +175,9 @@ def check_object(name: str, value: object) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise InvalidParameters(f"{name} must be a JSON object")
+    if not _depth_ok(value):
+        # Deeper values were stored once and then broke every response carrying them (serializers cap depth).
+        raise InvalidParameters(f"{name} is nested deeper than {MAX_DEPTH} levels")
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
     except (ValueError, TypeError, RecursionError):
@@ -215,7 +220,7 @@ def validate_new(
     size = len(content.encode("utf-8", errors="surrogatepass"))
     if size > max_content_bytes:
         raise PayloadTooLarge(f"content is {size} bytes; the limit is {max_content_bytes}")
-    if location is not None and (not isinstance(location, str) or not LOCATION.match(location)):
+    if location is not None and (not isinstance(location, str) or not LOCATION.fullmatch(location)):
         raise InvalidParameters("location must be a path-like string of 1-512 characters")
     return NewMemory(
         content=content,
@@ -338,3 +343,167 @@ def index_payload(row: sqlite3.Row | dict[str, Any]) -> dict[str, object]:
 
 def vector_of(row: sqlite3.Row) -> np.ndarray:
     return np.frombuffer(row["vector"], dtype=np.float32)
+
+
+# --- REST: listing, reading and updating one memory ------------------------------------------------------
+
+FULL_COLUMNS = ", ".join(f"m.{c.strip()}" for c in ROW_COLUMNS.split(",")) + ", m.vector, m.vector_model"
+PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
+
+
+def memory_fields(row: sqlite3.Row) -> dict[str, Any]:
+    """Every public attribute of a memory (a hit's fields plus updated_at)."""
+    return {**hit_fields(row), "updated_at": row["updated_at"]}
+
+
+def as_new_memory(row: sqlite3.Row) -> NewMemory:
+    """The attributes of a stored row, in the shape `remember` validates (for merging a PATCH)."""
+    return NewMemory(
+        content=row["content"], type=row["type"], location=row["location"], project=row["project"],
+        team=row["team"], bucket=row["bucket"], tags=tuple(json.loads(row["tags"])),
+        metadata=json.loads(row["metadata"]), provenance=json.loads(row["provenance"]),
+        occurred_at=row["occurred_at"],
+    )
+
+
+def visible_row(conn: sqlite3.Connection, scope: Scope, reference: str) -> sqlite3.Row | None:
+    where, args = scope.sql("m")
+    return conn.execute(
+        f"SELECT {FULL_COLUMNS} FROM memories m WHERE m.reference = ? AND {where}", (reference, *args)
+    ).fetchone()
+
+
+def list_rows(
+    conn: sqlite3.Connection,
+    scope: Scope,
+    *,
+    location: str | None,
+    provenance: dict[str, str],
+    limit: int,
+    after: tuple[str, int] | None,
+) -> tuple[list[sqlite3.Row], tuple[str, int] | None]:
+    """One page of visible memories, newest first (created_at, then row id); and the key after it.
+
+    Keyset pagination on (created_at, id): rows written while a client pages never shift a page, and every
+    row present throughout is returned exactly once.
+    """
+    where, args = scope.sql("m")
+    if location is not None:
+        where += " AND m.location = ?"
+        args.append(location)
+    for key in sorted(provenance):
+        if key not in PROVENANCE_FILTERS:
+            raise InvalidParameters(f"cannot filter on provenance.{key}")
+        where += f" AND json_extract(m.provenance, '$.{key}') = ?"
+        args.append(provenance[key])
+    if after is not None:
+        where += " AND (m.created_at < ? OR (m.created_at = ? AND m.id < ?))"
+        args += [after[0], after[0], after[1]]
+    found = conn.execute(
+        f"SELECT m.id, {FULL_COLUMNS} FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT ?",
+        (*args, limit + 1),
+    ).fetchall()
+    page = found[:limit]
+    following = (page[-1]["created_at"], int(page[-1]["id"])) if len(found) > limit else None
+    return page, following
+
+
+def encode_list_cursor(key: tuple[str, int]) -> str:
+    raw = json.dumps(["m", key[0], key[1]], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_list_cursor(cursor: object) -> tuple[str, int]:
+    if not isinstance(cursor, str) or not 1 <= len(cursor) <= 300:
+        raise InvalidParameters("cursor is not one this server issued")
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        tag, created_at, row_id = json.loads(base64.urlsafe_b64decode(padded))
+        if (
+            tag != "m"
+            or not isinstance(created_at, str)
+            or not isinstance(row_id, int)
+            or isinstance(row_id, bool)
+            or not 0 <= row_id < 2**63
+        ):
+            raise ValueError
+    except (ValueError, TypeError):
+        raise InvalidParameters("cursor is not one this server issued") from None
+    return created_at, row_id
+
+
+# The columns a PATCH may change; the merge and the embedding are valid only while these are unchanged.
+EDITABLE = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
+            "occurred_at")
+
+
+class StaleRow(Exception):
+    """The row changed between reading it and the update's transaction; the caller retries."""
+
+
+def update_memory(
+    conn: sqlite3.Connection,
+    scope: Scope,
+    reference: str,
+    memory: NewMemory,
+    *,
+    based_on: dict[str, Any],
+    document: str,
+    vector: np.ndarray | None,
+    model: str,
+) -> int | None:
+    """Replace a visible memory's attributes inside the caller's write transaction; return its row id
+    (None if it is no longer visible). `based_on` holds the stored values of the columns the update did not
+    set but was computed from (the merge, the embedding); if the row no longer has them, StaleRow. Columns
+    the update sets are last-writer-wins. `vector` None keeps the stored embedding.
+
+    The row is left `indexed = 0` (the outbox) until the caller has written it to the vector index.
+    """
+    where, args = scope.sql("m")
+    row = conn.execute(
+        f"SELECT m.id, {', '.join('m.' + c for c in EDITABLE)} FROM memories m WHERE m.reference = ? AND {where}",
+        (reference, *args),
+    ).fetchone()
+    if row is None:
+        return None
+    if any(row[column] != value for column, value in based_on.items()):
+        raise StaleRow(reference)
+    row_id = int(row["id"])
+    clash = conn.execute(
+        "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ? AND id != ?",
+        (scope.site_id, memory.dedup_key, row_id),
+    ).fetchone()
+    if clash is not None:
+        raise InvalidParameters(
+            f"memory {clash[0]} already has this content with the same type, location, project, team and "
+            "bucket; forget one of them instead of making them identical"
+        )
+    conversation_id, conversation_seq = _conversation_position(memory.provenance)
+    now = now_rfc3339()
+    assignments = (
+        "content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?, metadata = ?,"
+        " provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?, conversation_id = ?,"
+        " conversation_seq = ?, indexed = 0"
+    )
+    values: list[Any] = [
+        memory.content, memory.type, memory.location, memory.project, memory.team, memory.bucket,
+        json.dumps(list(memory.tags), ensure_ascii=False), json.dumps(memory.metadata, ensure_ascii=False),
+        json.dumps(memory.provenance, ensure_ascii=False), memory.occurred_at, now, memory.dedup_key,
+        conversation_id, conversation_seq,
+    ]
+    if vector is not None:
+        assignments += ", vector = ?, vector_model = ?"
+        values += [vector.astype(np.float32).tobytes(), model]
+    conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values, row_id))
+    conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?", (analyzed_text(document), row_id))
+    return row_id
+
+
+def kept_values(row: sqlite3.Row, changed: Iterable[str]) -> dict[str, Any]:
+    """The stored values of the EDITABLE columns an update leaves as they are."""
+    return {column: row[column] for column in EDITABLE if column not in set(changed)}
+
+
+def mark_indexed_versions(conn: sqlite3.Connection, versions: Sequence[tuple[int, str]]) -> None:
+    """Mark rows indexed if they are still at the version (updated_at) that was written to the index."""
+    conn.executemany("UPDATE memories SET indexed = 1 WHERE id = ? AND updated_at = ?", list(versions))

@@ -20,7 +20,7 @@ from embeddings.base import Embedder
 from server import memories as rows
 from server.auth import READ, WRITE, Principal
 from server.db import Readers, Writer
-from server.errors import AppError, NotFound, Unavailable
+from server.errors import AppError, InvalidParameters, NotFound, Unavailable
 from server.index.base import IndexInfo, IndexPoint, VectorIndex, batched
 from server.lexical import BM25Corpus, analyze
 from server.memories import NewMemory, Scope, scope_for
@@ -103,7 +103,8 @@ class MemoryService:
     async def remember(self, principal: Principal, memory: NewMemory) -> dict[str, Any]:
         principal.require(WRITE)
         rows.check_write_bounds(principal, memory)
-        existing = rows.find_duplicate(self.readers.get(), principal.site_id, memory)
+        existing = await anyio.to_thread.run_sync(
+            lambda: rows.find_duplicate(self.readers.get(), principal.site_id, memory))  # not on the event loop
         if existing is not None:
             return {"reference": existing, "created": False}
         document = document_text(memory.content, memory.occurred_at)
@@ -153,24 +154,29 @@ class MemoryService:
         if not ids:
             return
         conn = self.readers.get()
-        points = []
-        for chunk in batched(ids, 500):
-            found = conn.execute(
-                f"SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model FROM memories"
-                f" WHERE id IN ({','.join('?' * len(chunk))})",
-                chunk,
-            ).fetchall()
-            points += [self._point(row) for row in found]
-        try:
-            with self._index_lock:
+        with self._index_lock:
+            # Rows are read under the lock: a row updated after this read is indexed again by its updater,
+            # after us, so the index never ends on an older state of a row than SQLite holds.
+            points, versions = [], []
+            for chunk in batched(ids, 500):
+                found = conn.execute(
+                    f"SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at"
+                    f" FROM memories WHERE id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                points += [self._point(row) for row in found]
+                versions += [(int(row["id"]), row["updated_at"]) for row in found]
+            try:
                 self.index.upsert(points)
                 # Marked indexed only once the index has it on disk: a point lost to a power cut after
                 # the mark would never be repaired.
                 self.index.flush()
-        except Exception:
-            log.warning("vector index write failed; %d memories stay in the backlog", len(points), exc_info=True)
-            return
-        self.writer.run_sync(lambda c: rows.mark_indexed(c, [p.id for p in points]))
+            except Exception:
+                log.warning("vector index write failed; %d memories stay in the backlog", len(points),
+                            exc_info=True)
+                return
+        # Only rows still as they were read: one updated meanwhile stays in the backlog for its updater.
+        self.writer.run_sync(lambda c: rows.mark_indexed_versions(c, versions))
 
     def _point(self, row: Any) -> IndexPoint:
         if row["vector_model"] == self.embedder.name and row["vector"] is not None:
@@ -378,3 +384,86 @@ class MemoryService:
         if row is None:
             raise NotFound(f"no memory with reference {reference!r}")
         return rows.hit_fields(row)
+
+    # --- REST: list, read and update one memory ---------------------------------------------------
+
+    def list_memories(
+        self,
+        principal: Principal,
+        filters: Filters,
+        *,
+        location: str | None = None,
+        provenance: dict[str, str] | None = None,
+        limit: int,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of visible memories, newest first, and the opaque cursor of the next page (or None)."""
+        after = rows.decode_list_cursor(cursor) if cursor is not None else None
+        scope = self.read_scope(principal, filters)
+        if scope.empty:
+            return {"memories": [], "next_cursor": None}
+        page, following = rows.list_rows(self.readers.get(), scope, location=location,
+                                         provenance=provenance or {}, limit=limit, after=after)
+        return {
+            "memories": [rows.memory_fields(row) for row in page],
+            "next_cursor": rows.encode_list_cursor(following) if following is not None else None,
+        }
+
+    def fetch(self, principal: Principal, reference: str) -> dict[str, Any]:
+        """One visible memory with every attribute (updated_at included)."""
+        scope = self.read_scope(principal, Filters())
+        row = rows.visible_row(self.readers.get(), scope, reference) if _plausible(reference) else None
+        if row is None:
+            raise NotFound(f"no memory with reference {reference!r}")
+        return rows.memory_fields(row)
+
+    async def update(self, principal: Principal, reference: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change some attributes of a visible memory (PATCH). `changes` maps attribute names to new values;
+        None resets an attribute to what `remember` would default it to (content and occurred_at cannot be
+        reset). The merged memory is validated as `remember` validates, must stay inside a bounded token's
+        bounds, and may not take the identity of another memory. A change of content or occurred_at
+        re-embeds; any change re-indexes through the outbox."""
+        principal.require(WRITE)
+        unknown = set(changes) - set(rows.EDITABLE)
+        if unknown:
+            raise InvalidParameters(f"cannot change {', '.join(sorted(unknown))}")
+        for name in ("content", "occurred_at"):
+            if name in changes and changes[name] is None:
+                raise InvalidParameters(f"{name} cannot be null")
+        if not _plausible(reference):
+            raise NotFound(f"no memory with reference {reference!r}")
+        scope = scope_for(principal)
+        for _ in range(5):  # a concurrent update of the same memory: recompute from its new state
+            row = await anyio.to_thread.run_sync(lambda: rows.visible_row(self.readers.get(), scope, reference))
+            if row is None:
+                raise NotFound(f"no memory with reference {reference!r}")
+            current = rows.as_new_memory(row)
+            merged = {name: getattr(current, name) for name in rows.EDITABLE}
+            merged["tags"] = list(current.tags)
+            merged.update(changes)
+            memory = self.validate(**merged)
+            rows.check_write_bounds(principal, memory)
+            if memory == current:
+                return rows.memory_fields(row)  # nothing changes: no write, updated_at kept
+            document = document_text(memory.content, memory.occurred_at)
+            vector = None
+            if (document != document_text(current.content, current.occurred_at)
+                    or row["vector_model"] != self.embedder.name or row["vector"] is None):
+                vector = (await anyio.to_thread.run_sync(self.embedder.embed_documents, [document]))[0]
+            based_on = rows.kept_values(row, changes)
+            try:
+                row_id = await self.writer.run(
+                    lambda conn: rows.update_memory(conn, scope, reference, memory, based_on=based_on,
+                                                    document=document, vector=vector, model=self.embedder.name)
+                )
+            except rows.StaleRow:
+                continue
+            if row_id is None:
+                raise NotFound(f"no memory with reference {reference!r}")
+            await anyio.to_thread.run_sync(self._index_ids, [row_id])
+            return await anyio.to_thread.run_sync(self.fetch, principal, reference)
+        raise Unavailable("the memory is being changed concurrently; retry")
+
+
+def _plausible(reference: object) -> bool:
+    return isinstance(reference, str) and 1 <= len(reference) <= 128

@@ -31,6 +31,7 @@ class Services:
     memory_service: Any = None  # MemoryService once the model and index are loaded
     tokens: Any = None  # TokenCounter
     memory_error: str | None = None
+    metrics: Any = None  # server.metrics.Metrics while an app serves these services
     closers: list = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -68,12 +69,14 @@ class Services:
         from embeddings.factory import load_embedder, resolve_model_dir
         from embeddings.tokens import TokenCounter
         from server.memory_service import MemoryService
+        from server.metrics import instrument_embedder, instrument_memory_service
 
         settings = self.settings
         try:
             model_dir = resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT)
             tokens = TokenCounter(model_dir)
-            embedder = embedder or load_embedder(model_dir, threads=settings.embedding_threads)
+            embedder = instrument_embedder(embedder or load_embedder(model_dir, threads=settings.embedding_threads),
+                                           self.metrics)
             if index is None:
                 index = open_configured_index(settings)
                 self.closers.append(index.close)
@@ -90,7 +93,7 @@ class Services:
             log.error("saved memories unavailable: %s", exc)
             raise
         self.tokens = tokens
-        self.memory_service = service
+        self.memory_service = instrument_memory_service(service, self.metrics)
 
     def start_maintenance(self) -> None:
         """Background upkeep: drop orphaned index points once, then retry any index backlog."""

@@ -247,6 +247,8 @@ BAD_INPUT = [
     ("remember", {"content": "x", "bucket": "../etc"}, "invalid_parameters"),
     ("remember", {"content": "x", "project": "p" * 65}, "invalid_parameters"),
     ("remember", {"content": "x", "team": 3}, "invalid_parameters"),
+    ("remember", {"content": "x", "team": "team\n"}, "invalid_parameters"),
+    ("remember", {"content": "x", "location": "a/b\n"}, "invalid_parameters"),
     ("remember", {"content": "x", "tags": "notalist"}, "invalid_parameters"),
     ("remember", {"content": "x", "tags": ["ok", ""]}, "invalid_parameters"),
     ("remember", {"content": "x", "tags": ["t"] * 33}, "invalid_parameters"),

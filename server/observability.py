@@ -1,0 +1,348 @@
+"""Request logs, request ids, HTTP metrics, `/metrics` and the readiness checks behind `/readyz`.
+
+One access-log line per HTTP request (logger `memory_server.access`) with: request id, method, path
+(never the query string), status, duration, client address, and the principal's site and auth kind when
+known. Never the Authorization header, a secret, a token, or any request or response body. Health probes
+(`/healthz`, `/readyz`, `/metrics`) log at DEBUG so polling does not drown the log; 5xx at WARNING.
+
+The request id is the caller's `X-Request-ID` when it is sane (1-128 of `[A-Za-z0-9._:-]`), else a new
+one; it is echoed in the response's `X-Request-ID` header and, while the request runs, added to every
+JSON log line (`server.logging_setup.RequestIdFilter`), so a tool's error line can be matched with its
+request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+import uuid
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match, Mount, compile_path
+
+from server.logging_setup import current_request_id
+from server.metrics import CONTENT_TYPE, Metrics
+
+access_log = logging.getLogger("memory_server.access")
+
+Scope = dict[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+REQUEST_ID_HEADER = b"x-request-id"
+SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+UNMATCHED = "unmatched"
+MAX_LOGGED_PATH = 256
+# How long /readyz waits for the SQLite writer to take and release the write lock.
+WRITER_PROBE_TIMEOUT_S = 2.0
+
+
+class RequestObservabilityMiddleware:
+    """The outermost middleware: request id, access log line, HTTP metrics."""
+
+    def __init__(self, app: ASGIApp, *, metrics: Metrics | None = None) -> None:
+        self.app = app
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _request_id(scope)
+        pristine = dict(scope)  # routing rewrites path_params/root_path in place; match templates on this
+        scope.setdefault("state", {})["request_id"] = request_id
+        status: int | None = None
+
+        async def send_with_id(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER]
+                message = {**message, "headers": [*headers, (REQUEST_ID_HEADER, request_id.encode())]}
+            await send(message)
+
+        token = current_request_id.set(request_id)
+        start = time.perf_counter()
+        failed = False
+        try:
+            await self.app(scope, receive, send_with_id)
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            seconds = time.perf_counter() - start
+            current_request_id.reset(token)
+            # No response at all: 500 if the app raised, else the client went away first (nginx's 499).
+            final = status if status is not None else (500 if failed else 499)
+            self._record(scope, pristine, request_id, final, seconds)
+
+    def _record(self, scope: Scope, pristine: Scope, request_id: str, status: int, seconds: float) -> None:
+        method = scope.get("method", "")
+        method = method if method in METHODS else "OTHER"
+        if self._metrics is not None:
+            try:
+                self._metrics.observe_http(method, route_template(pristine), status, seconds)
+            except Exception:  # metrics must never break a response
+                access_log.debug("route template lookup failed", exc_info=True)
+        principal = (scope.get("state") or {}).get("principal")
+        path = _loggable_path(scope.get("path", ""))
+        client = scope.get("client")
+        fields = {
+            "request_id": request_id,
+            "method": method,
+            "path": path,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 2),
+            "site": getattr(principal, "site", None),
+            "auth": getattr(principal, "kind", None) or _presented_scheme(scope),
+            "client": client[0] if client else None,
+        }
+        if path in PROBE_PATHS:  # polled every few seconds; /readyz's body says why it is not ready
+            level = logging.DEBUG
+        elif status >= 500:
+            level = logging.WARNING
+        else:
+            level = logging.INFO
+        access_log.log(
+            level, "%s %s %s %.1fms id=%s site=%s auth=%s", method, path, status, fields["duration_ms"],
+            request_id, fields["site"] or "-", fields["auth"], extra=fields,
+        )
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _request_id(scope: Scope) -> str:
+    incoming = _header(scope, REQUEST_ID_HEADER)
+    if incoming is not None and SANE_REQUEST_ID.fullmatch(incoming):
+        return incoming
+    return uuid.uuid4().hex
+
+
+def _presented_scheme(scope: Scope) -> str:
+    """For requests without a principal: which scheme was offered (never the credential itself)."""
+    header = _header(scope, b"authorization")
+    if not header:
+        return "none"
+    scheme = header.strip().partition(" ")[0].lower()
+    return f"{scheme}-rejected" if scheme in ("basic", "bearer") else "other-rejected"
+
+
+def _loggable_path(path: str) -> str:
+    """The path only (the query string is never logged), cut short, control characters escaped so a
+    crafted path cannot forge log lines."""
+    if len(path) > MAX_LOGGED_PATH:
+        path = path[:MAX_LOGGED_PATH] + "..."
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in path)
+
+
+def route_template(scope: Scope) -> str:
+    """The route a request matched, as its template (`/v1/memories/{reference}`), or `unmatched`.
+    Walks the app's routes like Starlette's router does, into mounted apps; a mounted app whose routes
+    cannot be walked (the REST app wraps FastAPI) is matched against the paths of its OpenAPI document."""
+    return _match(_routes_of(scope.get("app")), scope, "") or UNMATCHED
+
+
+def _routes_of(app: Any) -> list:
+    """The routes of an app, looking through ASGI wrappers that keep the routed app as `.app` or `.api`."""
+    for _ in range(5):
+        if app is None:
+            return []
+        routes = getattr(app, "routes", None)
+        if routes:
+            return list(routes)
+        app = getattr(app, "api", None) or getattr(app, "app", None)
+    return []
+
+
+def _match(routes: list, scope: Scope, prefix: str) -> str | None:
+    partial: str | None = None
+    for route in routes:
+        path, app = getattr(route, "path", None), getattr(route, "app", None)
+        plain = isinstance(path, str) and not isinstance(route, Mount)
+        if not plain and app is None:
+            continue  # neither a route nor a way into an app (FastAPI's included routers): see the OpenAPI match
+        try:
+            match, child = route.matches(scope)
+        except Exception:
+            continue
+        if match == Match.NONE:
+            continue
+        if not plain:  # a Mount, or a custom route handing a whole subtree to another app (the REST app)
+            below = prefix + (path if isinstance(path, str) else "")
+            inner = _routes_of(app)
+            # None from all three: that app took the request and answers 404 itself.
+            return (_match(inner, {**scope, **child}, below)
+                    or _match(inner, scope, prefix)  # apps that route on the full path
+                    or _openapi_match(app, scope, below))
+        if match == Match.FULL:
+            return prefix + path
+        partial = partial or prefix + path  # the path matched but not the method: a 405
+    return partial
+
+
+_openapi_cache: dict[int, tuple[object, list[tuple[re.Pattern[str], str, frozenset[str]]]]] = {}
+
+
+def _openapi_match(app: Any, scope: Scope, mount_prefix: str) -> str | None:
+    openapi = getattr(app, "openapi", None)
+    if not callable(openapi):
+        return None
+    document = openapi()
+    cached = _openapi_cache.get(id(app))
+    if cached is None or cached[0] is not document:
+        compiled = []
+        for template, item in (document.get("paths") or {}).items():
+            methods = {m.upper() for m in item if m.upper() in METHODS}
+            if "GET" in methods:
+                methods.add("HEAD")
+            compiled.append((compile_path(template)[0], template, frozenset(methods)))
+        cached = _openapi_cache[id(app)] = (document, compiled)
+    path = scope.get("path", "")
+    below = path[len(mount_prefix):] if path.startswith(mount_prefix) else None
+    partial: str | None = None
+    for regex, template, methods in cached[1]:
+        # Paths in the document may be full (the REST app routes on /v1/...) or relative to the mount.
+        for candidate, label in ((path, template), (below, mount_prefix + template)):
+            if candidate is not None and regex.match(candidate):
+                if scope.get("method") in methods:
+                    return label
+                partial = partial or label
+    return partial
+
+
+# --- /metrics ------------------------------------------------------------------------------------------
+
+
+def metrics_endpoint(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        body = await anyio.to_thread.run_sync(metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE)
+
+    return endpoint
+
+
+# --- /readyz ---------------------------------------------------------------------------------------------
+
+
+class StorageProbe:
+    """Remembers which SQLite file the server opened, so /readyz notices it being deleted or replaced
+    (the open connections would go on writing to a file nobody will ever read again)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self._identity = _identity(db_path)
+
+    def problems(self) -> list[str]:
+        identity = _identity(self.db_path)
+        if identity is None:
+            return [f"sqlite: {self.db_path} is gone (deleted or moved while the server runs)"]
+        if self._identity is not None and identity != self._identity:
+            return [f"sqlite: {self.db_path} was replaced by another file while the server runs"]
+        if not os.access(self.db_path, os.R_OK | os.W_OK) or not os.access(self.db_path.parent, os.W_OK):
+            return [f"sqlite: {self.db_path} or its directory is not writable"]
+        return []
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def readiness(services: Any, storage: StorageProbe | None = None) -> list[str]:
+    """Why the server cannot serve every tool right now (empty when ready). Blocking: run it in a thread.
+
+    - SQLite: a read on a reader connection; the file is still the one opened and writable; the writer
+      thread takes and releases the write lock (an empty BEGIN IMMEDIATE … COMMIT) within a short timeout.
+    - The model and the index are loaded; the index answers a count; for the embedded index, its
+      directory, its info file and its live shard directory can be read on disk (Qdrant Edge serves counts
+      from memory, so a count alone would not notice the directory being removed or made unreadable).
+    """
+    reasons: list[str] = []
+    try:
+        services.readers.get().execute("SELECT count(*) FROM sites").fetchone()
+    except Exception as exc:
+        reasons.append(f"sqlite: {exc}")
+    if storage is not None:
+        reasons += storage.problems()
+    reasons += _writer_problems(services)
+    if services.memory_service is None:
+        reasons.append(f"model/index: {services.memory_error or 'loading'}")
+        return reasons
+    index = services.memory_service.index
+    try:
+        index.count()
+    except Exception as exc:
+        reasons.append(f"index: {exc}")
+        return reasons
+    directory = _embedded_index_dir(index)
+    if directory is not None:
+        reasons += embedded_index_problems(directory)
+    return reasons
+
+
+def _embedded_index_dir(index: Any) -> Path | None:
+    """The directory of an embedded (Qdrant Edge) index; None for the server backend. The index in use is
+    asked, not the settings: an app can be handed an index of either kind, anywhere."""
+    edge = sys.modules.get("server.index.edge")  # never imported here: a server deployment has no use for it
+    if edge is None or not isinstance(index, edge.EdgeIndex):
+        return None
+    directory = getattr(index, "path", None) or getattr(index, "_path", None)
+    return Path(directory) if directory is not None else None
+
+
+def _writer_problems(services: Any) -> list[str]:
+    future = services.writer.submit(lambda conn: None)
+    try:
+        future.result(timeout=WRITER_PROBE_TIMEOUT_S)
+    except FutureTimeout:
+        return [f"sqlite: the writer did not get the write lock within {WRITER_PROBE_TIMEOUT_S:g}s (busy or stuck)"]
+    except Exception as exc:
+        return [f"sqlite: cannot write: {exc}"]
+    return []
+
+
+def embedded_index_problems(path: Path) -> list[str]:
+    """Read the embedded index's directory layout (see server/index/edge.py): the directory, the info
+    file naming the live shard, and that shard's directory. An optimize() swap between reading the info
+    file and the shard can remove the shard just read about, so a failure is retried once."""
+    problem = _embedded_index_problem(path)
+    if problem is not None:
+        problem = _embedded_index_problem(path)
+    return [] if problem is None else [f"index: {problem}"]
+
+
+def _embedded_index_problem(path: Path) -> str | None:
+    from server.index.edge import INFO_FILE
+
+    try:
+        with os.scandir(path) as entries:
+            names = {entry.name for entry in entries}
+        if INFO_FILE not in names:
+            return f"{path / INFO_FILE} is missing: run `memory-server reindex` to rebuild the index"
+        shard = json.loads((path / INFO_FILE).read_text())["shard"]
+        with os.scandir(path / str(shard)) as entries:
+            if not any(True for _ in entries):
+                return f"the live shard {path / str(shard)} is empty"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"cannot read the embedded index at {path}: {exc}"
+    if not os.access(path, os.W_OK):
+        return f"the embedded index directory {path} is not writable"
+    return None

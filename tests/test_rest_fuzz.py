@@ -1,0 +1,139 @@
+"""Property-based fuzzing of the REST API from its own served OpenAPI document (schemathesis + hypothesis).
+
+For every operation in /openapi.json, schemathesis generates requests that fit the schema (positive) and
+requests that break it (negative) and sends them over real HTTP, authenticated with the site's Basic
+credential, to the real app on 127.0.0.1. Every response must be documented: never a 500, only documented
+status codes and content types, bodies matching the response schemas, schema-violating input rejected and
+schema-valid input accepted (except where a rule no JSON Schema can state applies, see `semantic_rule`).
+A third pass aims the generated requests at data that exists (a memory, a conversation with items), so
+GET/PATCH/DELETE of a memory and log reads do more than answer 404 or an empty list.
+The number of examples is bounded so the module runs in about a minute.
+
+(schemathesis' own `from_fixture` pytest integration does not run under pytest 9, so each operation is
+driven through `APIOperation.as_strategy()` with hypothesis directly.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import httpx2
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, assume, given, settings
+from schemathesis.generation.modes import GenerationMode
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from tests.conftest import LiveServer, make_settings, serve
+
+POSITIVE, NEGATIVE, EXISTING = "positive", "negative", "existing"
+EXAMPLES = {POSITIVE: 40, NEGATIVE: 30, EXISTING: 25}  # per operation
+OPERATIONS = [
+    ("POST", "/v1/memories"),
+    ("GET", "/v1/memories"),
+    ("GET", "/v1/memories/{reference}"),
+    ("PATCH", "/v1/memories/{reference}"),
+    ("DELETE", "/v1/memories/{reference}"),
+    ("POST", "/v1/recall"),
+    ("POST", "/v1/search"),
+    ("POST", "/v1/context"),
+    ("POST", "/v1/conversations/{conversation_id}/items"),
+    ("GET", "/v1/conversations/{conversation_id}/items"),
+    ("GET", "/v1/conversations"),
+]
+NOTHING_TO_NEGATE = {("GET", "/v1/memories/{reference}"), ("DELETE", "/v1/memories/{reference}")}
+SEEDED_CONVERSATION = "conv-fuzz-seeded"
+STATS: dict[str, dict[int, int]] = {}
+
+
+def semantic_rule(case: Any) -> str | None:
+    """A rule of the API that a JSON Schema cannot state, which a schema-valid request may break; such a
+    request may be rejected (422) although it fits the schema."""
+    query, headers = case.query or {}, case.headers or {}
+    body = case.body if isinstance(case.body, dict) else {}
+    if "cursor" in query:
+        return "cursor: opaque, only the server's own next_cursor values are valid"
+    if "count" in query and ("offset" in query or "limit" in query):
+        return "count (tail) excludes offset/limit (replay)"
+    header = headers.get("Idempotency-Key")
+    if header is not None and body.get("idempotency_key") not in (None, header):
+        return "the Idempotency-Key header and the body's idempotency_key must agree"
+    return None
+
+
+def identity_clash(response: Any) -> str | None:
+    """PATCH may not make a memory identical (content and filing) to another one; random bodies can."""
+    if response.status_code == 422 and "already has this content" in response.text:
+        return "a memory's content and filing are unique"
+    return None
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+    with serve(make_settings(tmp_path_factory.mktemp("fuzz") / "data"), embedder) as server:
+        response = httpx2.post(f"{server.base}/v1/conversations/{SEEDED_CONVERSATION}/items",
+                               json={"items": [{"n": n, "text": f"item {n}"} for n in range(40)]},
+                               headers={"Authorization": server.basic_header()})
+        assert response.status_code == 201
+        yield server
+    total = sum(sum(codes.values()) for codes in STATS.values())
+    print(f"\nschemathesis: {total} requests, {len(STATS)} operation/mode pairs (status: count)")
+    for label, codes in sorted(STATS.items()):
+        print(f"  {label}: {dict(sorted(codes.items()))}")
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzz_server: LiveServer) -> Any:
+    schema = schemathesis.openapi.from_url(f"{fuzz_server.base}/openapi.json")
+    # Authenticate every case as the site (Basic).
+    schema.config.update(basic_auth=(fuzz_server.site, fuzz_server.secret))
+    return schema
+
+
+def test_the_schema_lists_exactly_these_operations(api_schema: Any) -> None:
+    found = {(op.ok().method.upper(), op.ok().path) for op in api_schema.get_all_operations()}
+    assert found == set(OPERATIONS)
+
+
+def fresh_memory(server: LiveServer, n: int) -> str:
+    response = httpx2.post(f"{server.base}/v1/memories", json={"content": f"Seeded memory number {n} for fuzzing.",
+                                                               "tags": ["seed"], "bucket": "fuzz"},
+                           headers={"Authorization": server.basic_header()})
+    assert response.status_code in (200, 201), response.text
+    return response.json()["reference"]
+
+
+@pytest.mark.parametrize("pass_", list(EXAMPLES))
+@pytest.mark.parametrize("method, path", OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
+def test_every_response_is_documented(api_schema: Any, fuzz_server: LiveServer, method: str, path: str,
+                                      pass_: str) -> None:
+    if pass_ == EXISTING and "{" not in path:
+        pytest.skip("no path parameter to aim at existing data")
+    if pass_ == NEGATIVE and (method, path) in NOTHING_TO_NEGATE:
+        pytest.skip("only the credential could break the schema here (any string is a reference)")
+    operation = api_schema[path][method]
+    mode = GenerationMode.NEGATIVE if pass_ == NEGATIVE else GenerationMode.POSITIVE
+    codes = STATS.setdefault(f"{method} {path} [{pass_}]", {})
+    counter = iter(range(10**6))
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(max_examples=EXAMPLES[pass_], deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def run(case: Any) -> None:
+        # A negated or missing Authorization header only ever meets the 401 that test_rest.py covers:
+        # spend the examples on the parameters and bodies instead.
+        assume((case.headers or {}).get("Authorization") == fuzz_server.basic_header())
+        if pass_ == EXISTING:
+            if "reference" in case.path_parameters:
+                case.path_parameters["reference"] = fresh_memory(fuzz_server, next(counter))
+            else:
+                case.path_parameters["conversation_id"] = SEEDED_CONVERSATION
+        response = case.call()
+        semantic = semantic_rule(case) or identity_clash(response)
+        case.validate_response(response, excluded_checks=[positive_data_acceptance] if semantic else None)
+        codes[response.status_code] = codes.get(response.status_code, 0) + 1
+        assert response.status_code != 500
+        if semantic and mode is GenerationMode.POSITIVE and response.status_code != 200:
+            assert response.status_code == 422, response.text
+
+    run()

@@ -187,10 +187,9 @@ def check_object(name: str, value: object) -> dict[str, Any]:
     return value
 
 
-def check_timestamp(name: str, value: object) -> str:
-    if value is None:
-        return now_rfc3339()
-    if not isinstance(value, str):
+def parse_timestamp(name: str, value: object) -> datetime:
+    """An RFC3339 timestamp with a timezone, or invalid_parameters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= 64:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
@@ -198,6 +197,14 @@ def check_timestamp(name: str, value: object) -> str:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp, e.g. 2024-05-08T13:56:00Z") from None
     if parsed.tzinfo is None:
         raise InvalidParameters(f"{name} must carry a timezone (e.g. Z or +02:00)")
+    return parsed
+
+
+def check_timestamp(name: str, value: object) -> str:
+    """Normalised to UTC with microseconds; now when absent."""
+    if value is None:
+        return now_rfc3339()
+    parsed = parse_timestamp(name, value)
     return parsed.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 

@@ -30,9 +30,10 @@ MaxTokens = Annotated[
 ]
 
 
-class Hit(BaseModel):
+class MemoryFields(BaseModel):
+    """The attributes of a saved memory, as every answer that returns one carries them."""
+
     reference: str
-    score: float
     type: str
     location: str | None
     content: str
@@ -44,6 +45,10 @@ class Hit(BaseModel):
     provenance: dict[str, Any]
     occurred_at: str
     created_at: str
+
+
+class Hit(MemoryFields):
+    score: float
 
 
 class Results(BaseModel):

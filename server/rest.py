@@ -43,7 +43,7 @@ from server.log_tools import AppendResult, ConversationsResult, ItemsResult
 from server.logs import CONVERSATION_ID, check_bound, check_conversation_id, decode_cursor
 from server.memories import LOCATION, MAX_TAGS, SHORT_WORD, check_query
 from server.memory_service import Filters
-from server.memory_tools import ContextPack, Forgotten, Remembered, Results, _filter_dict, filters
+from server.memory_tools import ContextPack, Forgotten, MemoryFields, Remembered, Results, _filter_dict, filters
 from server.services import Services
 
 log = logging.getLogger("memory_server.rest")
@@ -94,19 +94,7 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class Memory(BaseModel):
-    reference: str
-    content: str
-    type: str
-    location: str | None
-    project: str | None
-    team: str | None
-    bucket: str
-    tags: list[str]
-    metadata: dict[str, Any]
-    provenance: dict[str, Any]
-    occurred_at: str
-    created_at: str
+class Memory(MemoryFields):
     updated_at: str
 
 

@@ -36,7 +36,7 @@ from server.db import connect
 from server.errors import AppError, InvalidParameters, NotFound
 from server.logs import MAX_ITEMS, MAX_SQLITE_INT, LogLimits, append_batch, check_bound, check_conversation_id, \
     serialize_items
-from server.memories import NewMemory, insert_memory, validate_new
+from server.memories import NewMemory, insert_memory, parse_timestamp, validate_new
 from server.retrieval import document_text
 
 T = TypeVar("T")
@@ -203,15 +203,8 @@ Record = Header | LogRecord | MemoryRecord
 
 def check_stored_timestamp(name: str, value: object) -> str:
     """An RFC3339 timestamp with a timezone, kept exactly as given (an import reproduces what it read)."""
-    if not isinstance(value, str) or not 1 <= len(value) <= 64:
-        raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise InvalidParameters(f"{name} must be an RFC3339 timestamp, e.g. 2024-05-08T13:56:00Z") from None
-    if parsed.tzinfo is None:
-        raise InvalidParameters(f"{name} must carry a timezone (e.g. Z or +02:00)")
-    return value
+    parse_timestamp(name, value)
+    return value  # type: ignore[return-value]
 
 
 def _check_fields(record: dict[str, Any], kind: str, allowed: frozenset[str], required: Sequence[str]) -> None:

@@ -203,3 +203,16 @@ def check_log(items: list[dict[str, Any]], acks: dict[tuple[int, int], dict[str,
         assert (members[0]["seq"], members[-1]["seq"]) == (ack["first_seq"], ack["last_seq"]), key
         assert members[0]["recorded_at"] == ack["recorded_at"], key
     return batches
+
+
+async def read_all(client: Client, conversation: str) -> list[dict[str, Any]]:
+    """Every item of a conversation, paging with replay_memory until a short page."""
+    items: list[dict[str, Any]] = []
+    while True:
+        result = await client.call_tool(
+            "replay_memory", {"conversation_id": conversation, "limit": 1000, "offset": len(items)}
+        )
+        page = result.structured_content["items"]
+        items += page
+        if len(page) < 1000:
+            return items

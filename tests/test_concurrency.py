@@ -17,23 +17,11 @@ from typing import Any
 from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings
-from procs import REPO_ROOT, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
+from procs import read_all, REPO_ROOT, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
 from server import auth
 from server.services import open_database, open_services
 
 CONVERSATION = "conv-contended-0001"
-
-
-async def read_all(client: Client, conversation: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    while True:
-        result = await client.call_tool(
-            "replay_memory", {"conversation_id": conversation, "limit": 1000, "offset": len(items)}
-        )
-        page = result.structured_content["items"]
-        items += page
-        if len(page) < 1000:
-            return items
 
 
 async def appender(client: Client, writer: int, batches: int, rng: random.Random) -> dict[tuple[int, int], dict]:

@@ -17,7 +17,7 @@ from typing import Any
 from fastmcp import Client
 
 from conftest import admin, make_settings
-from procs import ServerProcess, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
+from procs import read_all, ServerProcess, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
 from server import auth
 
 SITE = "acme"
@@ -91,18 +91,6 @@ async def retry_unacknowledged(server: ServerProcess, secret: str, ledger: Ledge
             committed += ack["duplicate"]
             ledger.acks[(writer, batch)] = ack
     return committed
-
-
-async def read_all(client: Client, conversation: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    while True:
-        result = await client.call_tool(
-            "replay_memory", {"conversation_id": conversation, "limit": 1000, "offset": len(items)}
-        )
-        page = result.structured_content["items"]
-        items += page
-        if len(page) < 1000:
-            return items
 
 
 async def check_everything(server: ServerProcess, secret: str, ledger: Ledger, *, complete: bool) -> None:

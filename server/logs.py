@@ -8,7 +8,6 @@ transaction: all of it is visible, or none.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import sqlite3
@@ -16,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from server import cursors
 from server.auth import now_rfc3339
 from server.db import Readers, Writer
 from server.errors import InvalidParameters, PayloadTooLarge
@@ -235,23 +235,16 @@ def append_batch(
 
 
 def encode_cursor(activity_us: int, conversation_id: str) -> str:
-    raw = json.dumps([activity_us, conversation_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return cursors.encode([activity_us, conversation_id])
 
 
 def decode_cursor(cursor: object) -> tuple[int, str]:
-    if not isinstance(cursor, str) or not 1 <= len(cursor) <= 200:
-        raise InvalidParameters("cursor is not one this server issued")
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        activity_us, conversation_id = json.loads(base64.urlsafe_b64decode(padded))
-        if (
-            not isinstance(activity_us, int)
-            or isinstance(activity_us, bool)
-            or not 0 <= activity_us <= MAX_SQLITE_INT
-            or not isinstance(conversation_id, str)
-        ):
-            raise ValueError
-    except (ValueError, TypeError):
-        raise InvalidParameters("cursor is not one this server issued") from None
+    activity_us, conversation_id = cursors.decode(cursor, max_length=200, count=2)
+    if (
+        not isinstance(activity_us, int)
+        or isinstance(activity_us, bool)
+        or not 0 <= activity_us <= MAX_SQLITE_INT
+        or not isinstance(conversation_id, str)
+    ):
+        raise cursors.invalid()
     return activity_us, conversation_id

@@ -8,7 +8,6 @@ the index drops the point even if the process dies before it could.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -20,6 +19,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from server import cursors
 from server.auth import Principal, now_rfc3339
 from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.index.base import Condition, IndexFilter
@@ -416,26 +416,19 @@ def list_rows(
 
 
 def encode_list_cursor(key: tuple[str, int]) -> str:
-    raw = json.dumps(["m", key[0], key[1]], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return cursors.encode(["m", key[0], key[1]])
 
 
 def decode_list_cursor(cursor: object) -> tuple[str, int]:
-    if not isinstance(cursor, str) or not 1 <= len(cursor) <= 300:
-        raise InvalidParameters("cursor is not one this server issued")
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        tag, created_at, row_id = json.loads(base64.urlsafe_b64decode(padded))
-        if (
-            tag != "m"
-            or not isinstance(created_at, str)
-            or not isinstance(row_id, int)
-            or isinstance(row_id, bool)
-            or not 0 <= row_id < 2**63
-        ):
-            raise ValueError
-    except (ValueError, TypeError):
-        raise InvalidParameters("cursor is not one this server issued") from None
+    tag, created_at, row_id = cursors.decode(cursor, max_length=300, count=3)
+    if (
+        tag != "m"
+        or not isinstance(created_at, str)
+        or not isinstance(row_id, int)
+        or isinstance(row_id, bool)
+        or not 0 <= row_id < 2**63
+    ):
+        raise cursors.invalid()
     return created_at, row_id
 
 

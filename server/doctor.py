@@ -73,7 +73,8 @@ def _check_model(settings: Settings, state: _State, project_root: Path,
 
     model_dir = resolve_model_dir(settings.embedding_model, project_root=project_root)
     try:
-        state.embedder = (load_embedder or (lambda path: default_loader(path, threads=1)))(model_dir)
+        state.embedder = (load_embedder or (lambda path: default_loader(
+            path, threads=1, engine=settings.embedding_engine)))(model_dir)
     except Exception as exc:
         return Check("model", FAIL, f"cannot load the model at {model_dir}: {exc}",
                      "run `make models`, or set MEMORY_EMBEDDING_MODEL to a local sentence-transformers model")

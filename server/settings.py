@@ -37,7 +37,12 @@ class Settings(BaseSettings):
     qdrant_collection: str = Field("memories", description="Qdrant collection name.")
 
     embedding_model: str | None = Field(None, description="Local sentence-transformers model directory.")
-    embedding_threads: int = Field(1, ge=1, le=64, description="Torch threads for embedding.")
+    embedding_threads: int = Field(
+        1, ge=1, le=64, description="Threads the embedding model uses per call (onnxruntime intra-op or torch)."
+    )
+    embedding_engine: Literal["onnx", "torch"] = Field(
+        "onnx", description="onnx (onnxruntime, no torch loaded) or torch (sentence-transformers)."
+    )
     recall_ranking: Literal["production", "dense", "lexical"] = Field(
         "production", description="recall ranking: production (hybrid), or dense/lexical alone (baselines)."
     )

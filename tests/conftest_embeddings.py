@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from embeddings.factory import resolve_model_dir
+from embeddings.factory import load_embedder, resolve_model_dir
+from embeddings.onnx import OnnxEmbedder
 from embeddings.sentence import SentenceEmbedder
 from embeddings.tokens import TokenCounter
 
@@ -20,7 +21,14 @@ def model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def embedder(model_dir: Path) -> SentenceEmbedder:
+def embedder(model_dir: Path) -> OnnxEmbedder | SentenceEmbedder:
+    """The engine the server uses by default (onnx; torch if the model has no ONNX export)."""
+    return load_embedder(model_dir, threads=1)
+
+
+@pytest.fixture(scope="session")
+def torch_embedder(model_dir: Path) -> SentenceEmbedder:
+    """The sentence-transformers engine, for parity checks only: loading it costs seconds and ~600 MB."""
     return SentenceEmbedder(model_dir, threads=1)
 
 

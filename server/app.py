@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route
 from embeddings.base import Embedder
 from server.auth import Principal
 from server.http import AuthMiddleware
-from server.log_tools import register_log_tools
+from server.log_tools import LogToolsFastPath, register_log_tools
 from server.memory_tools import register_memory_tools
 from server.metrics import Metrics, ToolMetricsMiddleware
 from server.observability import RequestObservabilityMiddleware, StorageProbe, metrics_endpoint, readiness
@@ -57,6 +57,7 @@ def create_app(
     """The whole HTTP surface. The model loads in the background after start-up; until it is ready,
     /readyz answers 503 and the saved-memory tools answer `unavailable`."""
     services = services or open_services(settings)
+    services.authenticator.allow_nowait(settings.db_path)
     metrics = Metrics()
     metrics.attach(services)  # before the MCP tools and REST routes take hold of services.logs
     storage = StorageProbe(settings.db_path)
@@ -91,9 +92,11 @@ def create_app(
         return JSONResponse({"status": "ready"})
 
     rest = build_rest_app(services)  # REST under /v1 (before the MCP catch-all); OpenAPI at /openapi.json
+    # Plain log-tool calls are answered without the SDK's per-request machinery (see server.log_tools).
+    fast_path = LogToolsFastPath(mcp_app, logs=services.logs, metrics=metrics)
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
-                Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=mcp_app)],
+                Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=fast_path)],
         middleware=[
             Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response
             Middleware(AuthMiddleware, authenticator=lambda: services.authenticator,
@@ -103,6 +106,7 @@ def create_app(
     )
     app.state.services = services
     app.state.metrics = metrics
+    app.state.log_fast_path = fast_path
     return app
 
 

@@ -49,11 +49,14 @@ class AuthMiddleware:
         if authenticator is None:
             await send_error(send, Unavailable("the server is starting"))
             return
-        try:
-            principal = await anyio.to_thread.run_sync(authenticator.authenticate, header)
-        except AppError as exc:
-            await send_error(send, exc)
-            return
+        # A credential seen before is settled on the loop; anything else (and every failure) in a thread.
+        principal = authenticator.authenticate_nowait(header)
+        if principal is None:
+            try:
+                principal = await anyio.to_thread.run_sync(authenticator.authenticate, header)
+            except AppError as exc:
+                await send_error(send, exc)
+                return
         length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self._max_body:
             await send_error(send, PayloadTooLarge(f"request body over {self._max_body} bytes"))

@@ -1,18 +1,36 @@
-"""The four conversation-log tools. Basic credentials only: a Bearer caller gets unprocessable_parameters."""
+"""The four conversation-log tools. Basic credentials only: a Bearer caller gets unprocessable_parameters.
+
+They are served twice over: as fastmcp tools (stdio, and every MCP request over HTTP that is not a plain
+call), and by `LogToolsFastPath`, which answers a plain JSON-RPC `tools/call` POST of a log tool itself.
+The MCP SDK's stateless transport costs ~2 ms of CPU per request (a transport, memory streams, tasks and a
+dispatcher per POST, then fastmcp's middleware chain and pydantic models), which capped appends at ~3k
+items/s on 2 cores; the fast path does the same work in a fraction of that and writes byte-for-byte the
+response the SDK would (tests/test_log_fast_path.py sends every kind of call through both and compares).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable
+import json
+import logging
+import re
+import time
+from types import SimpleNamespace
+from typing import Annotated, Any, Awaitable, Callable
 
 import anyio
+import pydantic_core
 from fastmcp import FastMCP
 from fastmcp.tools.base import ToolResult
+from mcp.server.streamable_http import check_accept_headers
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 from server.auth import Principal
-from server.errors import UnprocessableParameters
-from server.logs import LogStore, check_bound, check_conversation_id, decode_cursor
+from server.errors import AppError, UnprocessableParameters, Unavailable
+from server.logs import MAX_SQLITE_INT, LogStore, RawItem, check_bound, check_conversation_id, decode_cursor
 from server.tools import ok_result
+
+log = logging.getLogger("memory_server.tools")
 
 ConversationId = Annotated[
     str,
@@ -131,3 +149,246 @@ def register_log_tools(mcp: FastMCP, logs: LogStore, current: Callable[[], Princ
             decode_cursor(cursor)
         page = await anyio.to_thread.run_sync(logs.list, principal.site_id, limit, cursor)
         return ok_result(page)  # type: ignore[return-value]
+
+
+# --- the fast path --------------------------------------------------------------------------------------
+
+MCP_PATH = "/mcp"
+_ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_PARAMS_KEYS = frozenset({"name", "arguments"})
+_ARGUMENTS = {
+    "append_memory": frozenset({"conversation_id", "items", "idempotency_key"}),
+    "recall_memory": frozenset({"conversation_id", "count"}),
+    "replay_memory": frozenset({"conversation_id", "limit", "offset"}),
+    "list_conversations": frozenset({"limit", "cursor"}),
+}
+# A digit followed by one of these starts a JSON number's fraction or exponent; without one, a payload
+# holds no float.
+_FLOAT = re.compile(r"[0-9][.eE]")
+
+Send = Callable[[dict], Awaitable[None]]
+Work = Callable[[], Awaitable[tuple[str, bytes]]]  # runs the call: (text content, structured content JSON)
+
+
+class LogToolsFastPath:
+    """ASGI app in front of the MCP SDK's app, behind the auth and observability middlewares.
+
+    It answers a POST to /mcp only when it is one plain JSON-RPC `tools/call` of a log tool that the SDK
+    path would also accept and run: the same header checks, a Basic principal, arguments of exactly the
+    declared types and ranges, and ids and cursors that pass the tool's own checks. Anything else —
+    initialize, notifications, batches, other methods and tools, `_meta`, and every request the SDK would
+    answer with an error before running the tool — goes to the SDK untouched, so those answers stay the
+    SDK's own. Failures while running (storage unavailable) are rendered as ErrorMiddleware renders them.
+    """
+
+    def __init__(self, app: Any, *, logs: LogStore, metrics: Any = None) -> None:
+        self.app = app
+        self._logs = logs
+        self._metrics = metrics
+        self.enabled = True  # tests switch it off to compare with the SDK path
+
+    async def __call__(self, scope: dict, receive: Any, send: Send) -> None:
+        if not (self.enabled and scope["type"] == "http" and scope["method"] == "POST"
+                and scope["path"] == MCP_PATH and not scope.get("root_path")):
+            await self.app(scope, receive, send)
+            return
+        messages, body = await _buffer(receive)
+        planned = _plan(scope, body, self._logs) if body is not None else None
+        if planned is None:
+            await self.app(scope, _replaying(messages, receive), send)
+            return
+        request_id, tool, work = planned
+        start = time.perf_counter()
+        try:
+            text, structured = await work()
+            is_error, outcome = False, "ok"
+        except Exception as exc:
+            error = exc if isinstance(exc, AppError) else None
+            if error is None:
+                log.exception("tool failed unexpectedly")
+                error = Unavailable("internal error; it has been logged, retry later")
+            text, structured = str(error), pydantic_core.to_json(error.to_dict())
+            is_error, outcome = True, error.code
+        if self._metrics is not None:
+            self._metrics.observe_tool(tool, outcome, time.perf_counter() - start)
+        await _respond(send, _tool_response(request_id, text, structured, is_error))
+
+
+async def _buffer(receive: Any) -> tuple[list[dict], bytes | None]:
+    """Read the request body (the auth middleware has it in memory already); keep the messages so the SDK
+    can be handed them again. None as body: the stream ended some other way (a disconnect)."""
+    messages, chunks = [], []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return messages, b"".join(chunks)
+
+
+def _replaying(messages: list[dict], receive: Any) -> Any:
+    pending = list(messages)
+
+    async def replay() -> dict:
+        return pending.pop(0) if pending else await receive()
+
+    return replay
+
+
+def _plan(scope: dict, body: bytes, logs: LogStore) -> tuple[Any, str, Work] | None:
+    """(JSON-RPC id, tool name, the work) for a call the fast path answers, else None (the SDK answers)."""
+    accept = content_type = version = None
+    for key, value in scope["headers"]:  # the first of each, as Starlette's Headers.get reads them
+        if key == b"accept" and accept is None:
+            accept = value.decode("latin-1")
+        elif key == b"content-type" and content_type is None:
+            content_type = value.decode("latin-1")
+        elif key == b"mcp-protocol-version" and version is None:
+            version = value.decode("latin-1")
+    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None  # the SDK's newer protocol path
+    if content_type is None or content_type.split(";")[0] != "application/json":
+        return None
+    if not check_accept_headers(SimpleNamespace(headers={"accept": accept or ""}))[0]:  # type: ignore[arg-type]
+        return None
+    principal = (scope.get("state") or {}).get("principal")
+    if not isinstance(principal, Principal) or not principal.is_basic:
+        return None
+    try:
+        message = pydantic_core.from_json(body)  # the SDK's parser: the tool sees the same values
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.keys() != _ENVELOPE_KEYS or message["jsonrpc"] != "2.0":
+        return None
+    request_id, params = message["id"], message["params"]
+    if not (isinstance(request_id, str) or _is_int(request_id, -MAX_SQLITE_INT - 1, MAX_SQLITE_INT)):
+        return None
+    if message["method"] != "tools/call" or not isinstance(params, dict) or params.keys() != _PARAMS_KEYS:
+        return None
+    tool, arguments = params["name"], params["arguments"]
+    if not isinstance(tool, str) or tool not in _ARGUMENTS or not isinstance(arguments, dict):
+        return None
+    if not arguments.keys() <= _ARGUMENTS[tool]:
+        return None
+    try:
+        work = _WORK[tool](logs, principal.site_id, arguments)
+    except Exception:  # invalid arguments: the SDK path runs the same checks and answers with the error
+        return None
+    return (request_id, tool, work) if work is not None else None
+
+
+def _is_int(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _conversation(arguments: dict) -> str | None:
+    value = arguments.get("conversation_id")
+    return check_conversation_id(value) if isinstance(value, str) else None
+
+
+def _append_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
+    items, key = arguments.get("items"), arguments.get("idempotency_key")
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        return None
+    if (key is not None and not isinstance(key, str)) or _conversation(arguments) is None:
+        return None
+    cid, payloads, key = logs.prepare_append(arguments["conversation_id"], items, key)
+
+    async def work() -> tuple[str, bytes]:
+        return _render(await logs.append(site_id, cid, payloads, key))
+
+    return work
+
+
+def _recall_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
+    count = arguments.get("count", 50)
+    cid = _conversation(arguments)
+    if cid is None or not _is_int(count, 0, 1000):
+        return None
+
+    async def work() -> tuple[str, bytes]:
+        return _render_items(await anyio.to_thread.run_sync(logs.recall_rows, site_id, cid, count))
+
+    return work
+
+
+def _replay_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
+    limit, offset = arguments.get("limit"), arguments.get("offset", 0)
+    cid = _conversation(arguments)
+    if cid is None or not _is_int(limit, 0, 1000) or not _is_int(offset, 0, MAX_SQLITE_INT):
+        return None
+
+    async def work() -> tuple[str, bytes]:
+        return _render_items(await anyio.to_thread.run_sync(logs.replay_rows, site_id, cid, offset, limit))
+
+    return work
+
+
+def _list_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
+    limit, cursor = arguments.get("limit", 100), arguments.get("cursor")
+    if not _is_int(limit, 1, 1000) or not (cursor is None or isinstance(cursor, str)):
+        return None
+    if cursor is not None:
+        decode_cursor(cursor)
+
+    async def work() -> tuple[str, bytes]:
+        return _render(await anyio.to_thread.run_sync(logs.list, site_id, limit, cursor))
+
+    return work
+
+
+_WORK: dict[str, Callable[[LogStore, int, dict], Work | None]] = {
+    "append_memory": _append_work,
+    "recall_memory": _recall_work,
+    "replay_memory": _replay_work,
+    "list_conversations": _list_work,
+}
+
+
+def _render(structured: dict[str, Any]) -> tuple[str, bytes]:
+    """The text content as `ok_result` writes it; the structured content as the SDK's pydantic does."""
+    return json.dumps(structured, ensure_ascii=False, separators=(",", ":")), pydantic_core.to_json(structured)
+
+
+def _render_items(rows: list[RawItem]) -> tuple[str, bytes]:
+    """`{"items": [...]}` with each stored payload text spliced in rather than parsed and re-serialized.
+
+    Stored payloads are `serialize_items` output, which is exactly what `ok_result`'s json.dumps writes
+    for the parsed value, so the text content is the same. pydantic writes floats its own way (1.5e-7,
+    not 1.5e-07), so a payload with a float is parsed and written by pydantic for the structured content.
+    """
+    quoted: dict[str, str] = {}  # a batch's items share their recorded_at
+    texts, floats = [], []
+    for seq, recorded_at, payload in rows:
+        at = quoted.get(recorded_at)
+        if at is None:
+            at = quoted[recorded_at] = json.dumps(recorded_at, ensure_ascii=False)
+        texts.append(f'{{"seq":{seq},"recorded_at":{at},"payload":{payload}}}')
+        if _FLOAT.search(payload):
+            floats.append(len(texts) - 1)
+    text = '{"items":[' + ",".join(texts) + "]}"
+    if not floats:
+        return text, text.encode()
+    for i in floats:
+        seq, recorded_at, payload = rows[i]
+        texts[i] = f'{{"seq":{seq},"recorded_at":{quoted[recorded_at]},"payload":' \
+                   f'{pydantic_core.to_json(json.loads(payload)).decode()}}}'
+    return text, ('{"items":[' + ",".join(texts) + "]}").encode()
+
+
+def _tool_response(request_id: Any, text: str, structured: bytes, is_error: bool) -> bytes:
+    """The JSON-RPC response body the SDK writes for a CallToolResult with one text content."""
+    return b"".join((
+        b'{"jsonrpc":"2.0","id":', pydantic_core.to_json(request_id),
+        b',"result":{"content":[{"text":', pydantic_core.to_json(text),
+        b',"type":"text"}],"isError":', b"true" if is_error else b"false",
+        b',"structuredContent":', structured, b"}}",
+    ))
+
+
+async def _respond(send: Send, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -99,8 +99,12 @@ def check_idempotency_key(value: object) -> str | None:
     return value
 
 
-def _item(row: sqlite3.Row) -> dict[str, Any]:
-    return {"seq": row["seq"], "recorded_at": row["recorded_at"], "payload": json.loads(row["payload"])}
+# (seq, recorded_at, payload JSON text as stored: always `serialize_items` output)
+RawItem = tuple[int, str, str]
+
+
+def _item(row: RawItem) -> dict[str, Any]:
+    return {"seq": row[0], "recorded_at": row[1], "payload": json.loads(row[2])}
 
 
 class LogStore:
@@ -128,22 +132,37 @@ class LogStore:
         )
 
     def recall(self, site_id: int, conversation_id: str, count: int) -> list[dict[str, Any]]:
-        rows = self._readers.get().execute(
+        return [_item(row) for row in self.recall_rows(site_id, conversation_id, count)]
+
+    def replay(self, site_id: int, conversation_id: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        return [_item(row) for row in self.replay_rows(site_id, conversation_id, offset, limit)]
+
+    # The *_rows forms keep each payload as its stored JSON text, for callers that write it out again
+    # without needing the parsed value (the MCP fast path in server.log_tools).
+
+    def recall_rows(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
+        rows = self._tuples().execute(
             "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND conversation_id = ?"
             " ORDER BY seq DESC LIMIT ?",
             (site_id, conversation_id, count),
         ).fetchall()
-        return [_item(row) for row in reversed(rows)]
+        rows.reverse()
+        return rows
 
-    def replay(self, site_id: int, conversation_id: str, offset: int, limit: int) -> list[dict[str, Any]]:
+    def replay_rows(self, site_id: int, conversation_id: str, offset: int, limit: int) -> list[RawItem]:
         if offset > MAX_SQLITE_INT:  # past the end of any log (and not bindable): an empty page
             return []
-        rows = self._readers.get().execute(
+        return self._tuples().execute(
             "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND conversation_id = ?"
             " AND seq >= ? ORDER BY seq LIMIT ?",
             (site_id, conversation_id, offset, limit),
         ).fetchall()
-        return [_item(row) for row in rows]
+
+    def _tuples(self) -> sqlite3.Cursor:
+        # Plain tuples: building a sqlite3.Row per item costs as much as the query itself on 1000-item pages.
+        cursor = self._readers.get().cursor()
+        cursor.row_factory = None
+        return cursor
 
     def list(self, site_id: int, limit: int, cursor: str | None) -> dict[str, Any]:
         after = decode_cursor(cursor) if cursor is not None else None

@@ -1,0 +1,314 @@
+"""The log tools' fast path (server.log_tools.LogToolsFastPath) answers exactly as the MCP SDK path does.
+
+Every request is sent twice over real HTTP to one server: once with the fast path on, once with it off
+(the SDK and fastmcp answer), and the two responses are compared: status, headers and body bytes.
+Successes, every error kind, and requests the fast path must leave to the SDK (initialize, notifications,
+batches, other methods, odd headers) are all sent. Appends change the log, so each path appends to its
+own site, and only the commit timestamps are masked before comparing them; reads are compared raw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import sqlite3
+from typing import Any, Iterator
+
+import httpx2
+import pytest
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from conftest import ThreadedServer, admin, free_port, make_settings, wait_ready
+from server import auth, log_tools
+from server.app import create_app
+
+TIMESTAMP = re.compile(rb"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+Z")
+CONV = "conversation-fast-1"
+JSON_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+class Both:
+    """One live server; `send` posts a body through the fast path and through the SDK path."""
+
+    def __init__(self, app: Any, base: str, headers: dict[str, dict[str, str]]) -> None:
+        self.app, self.url, self.auth = app, f"{base}/mcp", headers
+        self.http = httpx2.Client(timeout=30)
+        self.answered = 0  # responses the fast path wrote itself (see the fixture)
+
+    def post(self, fast: bool, body: bytes, headers: dict[str, str]) -> httpx2.Response:
+        self.app.state.log_fast_path.enabled = fast
+        try:
+            return self.http.post(self.url, content=body, headers=headers)
+        finally:
+            self.app.state.log_fast_path.enabled = True
+
+    def check(self, fast_answered: bool | None, before: int) -> None:
+        if fast_answered is not None:
+            assert self.answered - before == (1 if fast_answered else 0), "fast path taken?"
+
+    def same(self, message: Any, *, who: str = "a", headers: dict[str, str] | None = None,
+             raw: bytes | None = None, fast_answers: bool | None = False) -> bytes:
+        """Send a read (or anything that changes nothing) both ways; the responses must be identical.
+        `fast_answers`: whether the fast path must answer itself (True) or leave it to the SDK (False)."""
+        body = raw if raw is not None else json.dumps(message).encode()
+        sent = {**JSON_HEADERS, **self.auth[who], **(headers or {})}
+        before = self.answered
+        fast = self.post(True, body, sent)
+        self.check(fast_answers, before)
+        sdk = self.post(False, body, sent)
+        assert_same(fast, sdk)
+        return fast.content
+
+    def same_append(self, arguments: dict[str, Any], *, request_id: Any = 1, fast_answers: bool = False) -> bytes:
+        """An append changes the log: the fast path appends for site a, the SDK path for site b, which
+        start from the same state; responses must match but for the commit time."""
+        body = json.dumps(call("append_memory", arguments, request_id=request_id)).encode()
+        before = self.answered
+        fast = self.post(True, body, {**JSON_HEADERS, **self.auth["a"]})
+        self.check(fast_answers, before)
+        sdk = self.post(False, body, {**JSON_HEADERS, **self.auth["b"]})
+        assert_same(fast, sdk, mask=TIMESTAMP)
+        return fast.content
+
+
+def assert_same(fast: httpx2.Response, sdk: httpx2.Response, *, mask: re.Pattern[bytes] | None = None) -> None:
+    a, b = fast.content, sdk.content
+    if mask is not None:
+        a, b = mask.sub(b"<ts>", a), mask.sub(b"<ts>", b)
+    assert (fast.status_code, a) == (sdk.status_code, b)
+    assert headers_of(fast) == headers_of(sdk), a
+
+
+def headers_of(response: httpx2.Response) -> list[tuple[str, str]]:
+    skip = {"x-request-id", "date", "server"}
+    return [(k.lower(), v) for k, v in response.headers.multi_items() if k.lower() not in skip]
+
+
+def call(tool: str, arguments: Any, *, request_id: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}}
+
+
+def basic(site: str, secret: str) -> dict[str, str]:
+    return {"authorization": "Basic " + base64.b64encode(f"{site}:{secret}".encode()).decode()}
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Both]:
+    # Small limits, so payload_too_large is cheap to reach.
+    settings = make_settings(tmp_path_factory.mktemp("fast") / "data", max_payload_bytes=2048, max_batch_bytes=8192)
+    secrets = {name: admin(settings, lambda conn, name=name: auth.create_site(conn, name)) for name in ("a", "b")}
+    _, token = admin(settings, lambda conn: auth.create_token(conn, "a", scopes=[auth.READ, auth.WRITE]))
+    app = create_app(settings, embedder=embedder)
+    port = free_port()
+    respond = log_tools._respond
+    with ThreadedServer(app, port), pytest.MonkeyPatch.context() as patch:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base)
+        headers = {name: basic(name, secret) for name, secret in secrets.items()}
+        headers["bearer"] = {"authorization": f"Bearer {token}"}
+        both = Both(app, base, headers)
+
+        async def counted(send: Any, body: bytes) -> None:
+            both.answered += 1
+            await respond(send, body)
+
+        patch.setattr(log_tools, "_respond", counted)
+        yield both
+
+
+PAYLOADS = [
+    {"role": "user", "text": "plain"},
+    {"f": 1.5e-7, "g": 1e16, "h": 0.1, "i": -0.0, "j": 12345678901234567890123, "k": 2.5},
+    {"s": "é ü \u2028 \u2029 \x7f \x01 \n \t \" \\ / 😀 \u0000", "nested": {"a": [1, [2, {"b": None}]], "t": True}},
+    {"3.5": "a key with a dot after a digit", "v": "version 3.5e"},
+    {},
+]
+
+
+def test_appends_answer_alike(both: Both) -> None:
+    first = both.same_append({"conversation_id": CONV, "items": PAYLOADS}, fast_answers=True)
+    assert b'"isError":false' in first
+    key = {"conversation_id": CONV, "items": PAYLOADS[:2], "idempotency_key": "k-1"}
+    both.same_append(key, request_id="str-id", fast_answers=True)
+    assert b'"duplicate":true' in both.same_append(key, request_id=-7, fast_answers=True)
+    both.same_append({"conversation_id": CONV, "items": [{}] * 999 + [{"n": 1}], "idempotency_key": None},
+                     fast_answers=True)
+    both.same_append({"conversation_id": "x" * 64, "items": [{"edge": "longest id"}]}, request_id=2**63 - 1,
+                     fast_answers=True)
+
+
+def test_reads_answer_alike(both: Both) -> None:
+    both.same_append({"conversation_id": "conversation-reads", "items": PAYLOADS * 3}, fast_answers=True)
+    for arguments in ({"conversation_id": "conversation-reads"}, {"conversation_id": "conversation-reads", "count": 4},
+                      {"conversation_id": "conversation-reads", "count": 0},
+                      {"conversation_id": "conversation-reads", "count": 1000},
+                      {"conversation_id": "never-written-1"}):
+        assert b'"isError":false' in both.same(call("recall_memory", arguments), fast_answers=True)
+    for arguments in ({"conversation_id": "conversation-reads", "limit": 1000},
+                      {"conversation_id": "conversation-reads", "limit": 3, "offset": 5},
+                      {"conversation_id": "conversation-reads", "limit": 0},
+                      {"conversation_id": "conversation-reads", "limit": 5, "offset": 2**63 - 1},
+                      {"conversation_id": "never-written-1", "limit": 10}):
+        assert b'"isError":false' in both.same(call("replay_memory", arguments), fast_answers=True)
+    page = json.loads(both.same(call("list_conversations", {"limit": 1}), fast_answers=True))
+    cursor = page["result"]["structuredContent"]["next_cursor"]
+    both.same(call("list_conversations", {"limit": 1, "cursor": cursor}), fast_answers=True)
+    both.same(call("list_conversations", {}), fast_answers=True)
+    both.same(call("list_conversations", {"cursor": None}), fast_answers=True)
+    for version in HANDSHAKE_PROTOCOL_VERSIONS:
+        both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 2}),
+                  headers={"mcp-protocol-version": version}, fast_answers=True)
+    both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 2}),
+              headers={"mcp-protocol-version": "2099-01-01"})
+    both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 2}, request_id="7"),
+              fast_answers=True)
+
+
+BAD_APPENDS = [
+    {"conversation_id": "short", "items": [{}]},
+    {"conversation_id": "conversation\n1", "items": [{}]},
+    {"conversation_id": 12345678, "items": [{}]},
+    {"conversation_id": CONV},
+    {"conversation_id": CONV, "items": []},
+    {"conversation_id": CONV, "items": {"not": "a list"}},
+    {"conversation_id": CONV, "items": [1, 2]},
+    {"conversation_id": CONV, "items": [{}] * 1001},
+    {"conversation_id": CONV, "items": [{"big": "x" * 4096}]},
+    {"conversation_id": CONV, "items": [{"n": "x" * 1500}] * 8},
+    {"conversation_id": CONV, "items": [{}], "idempotency_key": ""},
+    {"conversation_id": CONV, "items": [{}], "idempotency_key": "k" * 129},
+    {"conversation_id": CONV, "items": [{}], "idempotency_key": 5},
+    {"conversation_id": CONV, "items": [{}], "unexpected": 1},
+    {"conversation_id": CONV, "items": [{"deep": json.loads("[" * 80 + "]" * 80)}]},
+]
+
+BAD_READS = [
+    call("recall_memory", {"conversation_id": CONV, "count": 1001}),
+    call("recall_memory", {"conversation_id": CONV, "count": -1}),
+    call("recall_memory", {"conversation_id": CONV, "count": True}),
+    call("recall_memory", {"conversation_id": CONV, "count": "5"}),
+    call("recall_memory", {"conversation_id": CONV, "count": 5.0}),
+    call("recall_memory", {"conversation_id": "bad id!"}),
+    call("recall_memory", {}),
+    call("recall_memory", None),
+    call("replay_memory", {"conversation_id": CONV}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": -1}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": 2**63}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": 2**70}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 1001}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 10, "extra": True}),
+    call("list_conversations", {"limit": 0}),
+    call("list_conversations", {"cursor": "not-a-cursor"}),
+    call("list_conversations", {"cursor": 5}),
+    call("no_such_tool", {"conversation_id": CONV}),
+    call("recall", {"query": "plain"}),
+]
+
+ODD_MESSAGES = [
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+    {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+    {"jsonrpc": "1.0", **{k: v for k, v in call("recall_memory", {"conversation_id": CONV}).items() if k != "jsonrpc"}},
+    {**call("recall_memory", {"conversation_id": CONV}), "id": None},
+    {**call("recall_memory", {"conversation_id": CONV}), "id": 1.0},
+    {**call("recall_memory", {"conversation_id": CONV}), "id": True},
+    {**call("recall_memory", {"conversation_id": CONV}), "extra": 1},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+     "params": {"name": "recall_memory", "arguments": {"conversation_id": CONV}, "_meta": {"progressToken": 3}}},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall_memory"}},
+    [call("recall_memory", {"conversation_id": CONV})],
+    "just a string",
+]
+
+
+def test_errors_answer_alike(both: Both) -> None:
+    for arguments in BAD_APPENDS:
+        both.same_append(arguments)
+    for message in BAD_READS + ODD_MESSAGES:
+        both.same(message)
+    both.same(call("append_memory", {"conversation_id": CONV, "items": [{}]}), who="bearer")  # unprocessable
+    both.same(call("recall_memory", {"conversation_id": CONV}), who="bearer")
+
+
+def test_odd_requests_answer_alike(both: Both) -> None:
+    message = call("recall_memory", {"conversation_id": CONV})
+    both.same(None, raw=b"{not json")
+    both.same(None, raw=b"")
+    both.same(None, raw=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall_memory",'
+                        b' "arguments": {"conversation_id": "\\ud800 lone surrogate"}}}')
+    for headers in ({"content-type": "text/plain"}, {"content-type": "Application/JSON"},
+                    {"content-type": "application/jsonx"}, {"accept": "text/event-stream"}, {"accept": ""},
+                    {"mcp-protocol-version": "1999-01-01"}):
+        both.same(message, headers=headers)
+    for headers in ({"content-type": "application/json; charset=utf-8"}, {"accept": "*/*"},
+                    {"accept": "application/*"}, {"accept": "application/json"}):
+        both.same(message, headers=headers, fast_answers=True)
+
+
+class BrokenReaders:
+    def get(self) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_storage_failures_answer_alike(both: Both) -> None:
+    store = both.app.state.services.logs._inner
+    readers = store._readers
+    store._readers = BrokenReaders()
+    try:
+        body = both.same(call("replay_memory", {"conversation_id": CONV, "limit": 5}), fast_answers=True)
+        assert b'"isError":true' in body and b"unavailable" in body
+        both.same(call("recall_memory", {"conversation_id": CONV}), fast_answers=True)
+        both.same(call("list_conversations", {}), fast_answers=True)
+    finally:
+        store._readers = readers
+
+
+def test_fast_path_calls_are_counted(both: Both) -> None:
+    def tool_calls() -> float:
+        text = both.http.get(both.url.removesuffix("/mcp") + "/metrics").text
+        line = next(line for line in text.splitlines() if line.startswith("memory_server_tool_calls_total{")
+                    and 'tool="recall_memory"' in line and 'outcome="ok"' in line)
+        return float(line.rsplit(" ", 1)[1])
+
+    before = tool_calls()
+    both.same(call("recall_memory", {"conversation_id": CONV, "count": 1}), fast_answers=True)
+    assert tool_calls() == before + 2  # once per path
+
+
+async def test_concurrent_fast_path_appends_stay_gapless(both: Both) -> None:
+    """Many concurrent appends to one conversation through the fast path: every seq once, no gap, and each
+    batch contiguous and in order (the same single writer as the SDK path)."""
+    conversation, writers, batches = "conversation-hot-fast", 16, 5
+    headers = {**JSON_HEADERS, **both.auth["a"]}
+    before = both.answered
+
+    async def writer(http: httpx2.AsyncClient, w: int) -> None:
+        for b in range(batches):
+            items = [{"w": w, "b": b, "i": i} for i in range(3)]
+            response = await http.post(both.url, headers=headers,
+                                       json=call("append_memory", {"conversation_id": conversation, "items": items}))
+            assert json.loads(response.content)["result"]["isError"] is False
+
+    async with httpx2.AsyncClient(timeout=30) as http:
+        await asyncio.gather(*(writer(http, w) for w in range(writers)))
+    assert both.answered - before == writers * batches
+    page = json.loads(both.same(call("replay_memory", {"conversation_id": conversation, "limit": 1000}),
+                                fast_answers=True))
+    items = page["result"]["structuredContent"]["items"]
+    assert [item["seq"] for item in items] == list(range(writers * batches * 3))
+    for start in range(0, len(items), 3):
+        batch = [item["payload"] for item in items[start:start + 3]]
+        assert [p["i"] for p in batch] == [0, 1, 2] and len({(p["w"], p["b"]) for p in batch}) == 1
+
+
+def test_shutting_down_answers_alike(both: Both) -> None:
+    """Last: closes the writer. A call that reaches storage after that is `unavailable` on both paths."""
+    both.app.state.services.writer.close()
+    body = both.same_append({"conversation_id": CONV, "items": [{}]}, fast_answers=True)
+    assert b'"isError":true' in body and b"shutting down" in body

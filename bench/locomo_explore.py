@@ -7,7 +7,7 @@ session date as RFC3339, provenance {conversation_id, seq}), embeds with the bun
 categories 1-4: R@5 / R@10 overall and per category, leave-one-conversation-out (LOCO) cross-validated
 figures for the tuned variants, and per-query latency of each ranking vs the dense-only path.
 
-    HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python bench/locomo_explore.py [--only explore,production,ablation,loco,round2,latency]
+    HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python bench/locomo_explore.py [--only explore,production,ablation,loco,round2,round3,latency]
 """
 
 from __future__ import annotations
@@ -885,11 +885,51 @@ def session_only(ex: Explorer, c: str) -> np.ndarray:
     return out
 
 
+def run_round3(ex: Explorer) -> None:
+    """Round 3: semantic query-term expansion (server/expansion.py) on top of the round-2 ranking, with a
+    leave-one-conversation-out grid over its three constants."""
+    from collections import Counter
+
+    from server import expansion
+
+    b = ex.b
+    R = retrieval
+    words = sorted({w for ts in b.convs.values() for t in ts for w in expansion.vocabulary_words(render(t, "production"))}
+                   | {w for qs in b.by_conv.values() for q in qs for w in expansion.vocabulary_words(q.text)})
+    vectors = dict(zip(words, b.embed(words)))  # each word embedded alone, as the server does
+    lengths = {c: zscore(np.log1p(doc_lengths(ex, c))[None, :]) for c in b.by_conv}
+    bigram = {c: lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production", R.BM25_DELTA, bigram=True)
+              for c in b.by_conv}
+
+    def expanded(c: str, tau: float, k: int, beta: float) -> np.ndarray:
+        pool = sorted({w for t in b.convs[c] for w in expansion.vocabulary_words(render(t, "production"))})
+        pool_stems, pool_vectors = [lexical._stem(w) for w in pool], np.stack([vectors[w] for w in pool])
+        queries = []
+        for q in b.by_conv[c]:
+            terms = analyze(q.text)
+            weights = dict(Counter(terms))
+            weights.update(expansion.expansion_terms(q.text, terms, vectors, pool_stems, pool_vectors,
+                                                     min_similarity=tau, neighbours=k, weight=beta))
+            queries.append(weights)
+        lex, _ = _weighted_query_bm25(ex, c, queries, delta=R.BM25_DELTA)
+        F = 0.6 * zscore(ex.dense(c, "production")) + 0.4 * zscore(lex + R.BIGRAM_WEIGHT * bigram[c])
+        return blend(F + R.LENGTH_PRIOR_WEIGHT * lengths[c], R.NEIGHBOUR_SCORE_WEIGHTS)
+
+    section("round 3: semantic query-term expansion (min similarity, neighbours, weight)")
+    report(b, "round-2 ranking (no expansion)", lambda c: production_matrix(ex, c))
+    report(b, "expansion off (same formula, check)", lambda c: expanded(c, 2.0, 3, 0.0))
+    for tau in (0.55, 0.6, 0.65):
+        for beta in (0.3, 0.5, 0.7, 1.0):
+            report(b, f"expansion {tau} / 3 / {beta}", lambda c, t=tau, w=beta: expanded(c, t, 3, w))
+    grid = [(tau, k, beta) for tau in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7) for k in (3, 6) for beta in (0.2, 0.3, 0.4, 0.5)]
+    loco(b, grid + [(2.0, 3, 0.0)], lambda c, p: expanded(c, *p), "expansion grid")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="", help="comma list of parts: explore,production,ablation,loco,round2,latency")
+    ap.add_argument("--only", default="", help="comma list of parts: explore,production,ablation,loco,round2,round3,latency")
     args = ap.parse_args()
-    parts = set(args.only.split(",")) if args.only else {"explore", "production", "ablation", "loco", "round2", "latency"}
+    parts = set(args.only.split(",")) if args.only else {"explore", "production", "ablation", "loco", "round2", "round3", "latency"}
     convs, questions = load()
     print(f"{len(questions)} questions (cats 1-4 with evidence), {sum(map(len, convs.values()))} turns", flush=True)
     embed = EmbedCache()
@@ -905,6 +945,8 @@ def main() -> None:
         run_loco(ex)
     if "round2" in parts:
         run_round2(ex)
+    if "round3" in parts:
+        run_round3(ex)
     if "latency" in parts:
         run_latency(ex)
 

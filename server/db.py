@@ -23,7 +23,7 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 30_000
 
 # Tables holding a site's data, emptied when the site is deleted.
-SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memories"]
+SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memories", "memory_words"]
 
 SCHEMA = [
     # 1: sites, tokens, conversation logs
@@ -110,6 +110,16 @@ SCHEMA = [
         DELETE FROM memories_fts WHERE rowid = old.id;
         INSERT OR IGNORE INTO index_deletions (id) VALUES (old.id);
     END;
+    """,
+    # 3: single-word embeddings of each site's vocabulary, for query expansion (server/vocabulary.py)
+    """
+    CREATE TABLE memory_words (
+        site_id INTEGER NOT NULL,
+        word TEXT NOT NULL,
+        model TEXT NOT NULL,                   -- vectors of another model are ignored and re-embedded
+        vector BLOB NOT NULL,                  -- float32 embedding of the word alone
+        PRIMARY KEY (site_id, word)
+    ) WITHOUT ROWID;
     """,
 ]
 

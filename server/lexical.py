@@ -158,7 +158,7 @@ def term_weights(weighted_docs: Iterable[tuple[Sequence[str], float]]) -> dict[s
 
 
 def _bm25_core(
-    query_items: Mapping[object, int],
+    query_items: Mapping[object, float],
     count: Callable[[object], np.ndarray | None],
     lengths: np.ndarray,
     *,
@@ -202,9 +202,13 @@ def bm25_scores(
     b: float = B,
     delta: float = 0.0,
     context: Sequence[tuple[np.ndarray, float]] = (),
+    extra_terms: Mapping[str, float] | None = None,
 ) -> np.ndarray:
     """BM25 of a query against each document, computed only for the query's terms (no index is built,
     so it is cheap to call per query over a candidate set of a few thousand).
+
+    `extra_terms`: term -> weight added to the query's own term counts (query expansion), so an added
+    term at weight 0.3 counts 0.3 of a query term.
 
     `context`: (index array, weight) pairs; document i's term frequencies are its own counts plus
     weight x the counts of document index[i] (index -1 = none), and its length likewise. The result is
@@ -216,10 +220,30 @@ def bm25_scores(
         return np.zeros(0)
     lengths = np.fromiter((len(d) for d in docs), dtype=np.float64, count=n)
 
-    def count(term: object) -> np.ndarray:
-        return np.fromiter((d.count(term) for d in docs), dtype=np.float64, count=n)
+    query_items: dict[str, float] = dict(Counter(query_terms))
+    for term, weight in (extra_terms or {}).items():
+        query_items[term] = query_items.get(term, 0.0) + weight
+    found = _occurrences(docs, query_items)
 
-    return _bm25_core(Counter(query_terms), count, lengths, k1=k1, b=b, delta=delta, context=context)
+    def count(term: object) -> np.ndarray | None:
+        where = found.get(term)
+        if not where:
+            return None
+        return np.bincount(np.asarray(where, dtype=np.intp), minlength=n).astype(np.float64)
+
+    return _bm25_core(query_items, count, lengths, k1=k1, b=b, delta=delta, context=context)
+
+
+def _occurrences(docs: Sequence[Sequence[object]], terms: Iterable[object]) -> dict[object, list[int]]:
+    """term -> index of the document of each of its occurrences (repeated for repeated terms), for the
+    given terms only: one pass over every document's terms, instead of one scan of every document per term."""
+    wanted = set(terms)
+    found: dict[object, list[int]] = {}
+    for i, d in enumerate(docs):
+        for term in d:
+            if term in wanted:
+                found.setdefault(term, []).append(i)
+    return found
 
 
 def bigrams(terms: Sequence[str]) -> list[tuple[str, str]]:
@@ -248,12 +272,20 @@ def bigram_bm25_scores(
         return np.zeros(n)
     lengths = np.fromiter((max(len(d) - 1, 0) for d in docs), dtype=np.float64, count=n)
 
+    holding = _occurrences(docs, (first for first, _ in pairs))
+
     def count(pair: object) -> np.ndarray | None:
         first, second = pair  # type: ignore[misc]
         out = None
-        for i, d in enumerate(docs):
-            if first in d and second in d:
-                k = sum(1 for x, y in zip(d, d[1:]) if x == first and y == second)
+        for i in dict.fromkeys(holding.get(first, ())):  # the documents holding the pair's first term
+            d = docs[i]
+            if second in d:
+                # Visit the occurrences of `first` only (index() scans in C) rather than every adjacent pair.
+                k, j, last = 0, -1, len(d) - 1
+                for _ in range(d.count(first)):
+                    j = d.index(first, j + 1)
+                    if j < last and d[j + 1] == second:
+                        k += 1
                 if k:
                     if out is None:
                         out = np.zeros(n, dtype=np.float64)
@@ -261,3 +293,32 @@ def bigram_bm25_scores(
         return out
 
     return _bm25_core(pairs, count, lengths, k1=k1, b=b, delta=delta, context=context)
+
+
+def prefetch_terms(doc_freqs: Mapping[str, int], budget: int) -> tuple[list[str], list[str]]:
+    """Split a query's distinct terms (with their document frequencies) for a bounded FTS5 prefetch:
+    (selective, common). Selective terms are the rarest, taken while their postings add up to at most
+    `budget`; common terms are the rest. Terms in no document are dropped. Both lists are sorted by
+    (frequency, term), so the split is deterministic.
+
+    Why: FTS5's bm25() scores every row matching any OR'ed term, so one common term makes a lexical
+    prefetch cost grow with the corpus. Common terms carry little idf; rows matching them are reached
+    through the other terms, the rows holding all of them, and the dense prefetch."""
+    selective: list[str] = []
+    common: list[str] = []
+    total = 0
+    for term, df in sorted(doc_freqs.items(), key=lambda item: (item[1], item[0])):
+        if df <= 0:
+            continue
+        if not common and total + df <= budget:
+            selective.append(term)
+            total += df
+        else:
+            common.append(term)
+    return selective, common
+
+
+def fts_phrase(term: str) -> str:
+    """An analysed term as an FTS5 string literal (terms are \\w+ runs, so a quote cannot occur; doubled
+    anyway, as FTS5 escapes it)."""
+    return '"' + term.replace('"', '""') + '"'

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -21,10 +22,12 @@ from server import memories as rows
 from server.auth import READ, WRITE, Principal
 from server.db import Readers, Writer
 from server.errors import AppError, InvalidParameters, NotFound, Unavailable
+from server.expansion import expansion_terms
 from server.index.base import IndexInfo, IndexPoint, VectorIndex, batched
-from server.lexical import BM25Corpus, analyze
+from server.lexical import BM25Corpus, analyze, fts_phrase, prefetch_terms
 from server.memories import NewMemory, Scope, scope_for
 from server.retrieval import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text, rank
+from server.vocabulary import WordVectors
 
 log = logging.getLogger("memory_server.memories")
 
@@ -32,7 +35,18 @@ log = logging.getLogger("memory_server.memories")
 # candidates are the union of the vector index's and FTS5's best PREFETCH, plus their neighbours.
 FULL_SCAN_LIMIT = 5000
 PREFETCH = 200
+# Memories kept as ready-made ranking candidates (~2.5 KB each with a 384-dimension vector: 250 MB at most).
+CANDIDATE_CACHE = 100_000
+_NO_ENTRY: tuple[None, None] = (None, None)
+# The lexical prefetch ranks the query's rarest terms by bm25 while their postings add up to at most this
+# many, and takes rows with the common rest newest first (see `_lexical_ids`).
+LEXICAL_POSTINGS = 1000
+DF_CACHE_TERMS = 100_000  # distinct query terms whose document frequency is kept (see `_doc_freqs`)
 EMBED_BATCH = 64
+# Recall's reader connections map up to this much of the database file instead of reading it a page at a
+# time: a full scan of a thousand memories reads ~2 MB of scattered rows, ~40% less CPU mapped (mapped
+# pages count in RSS once touched, as the OS page cache holds them anyway).
+READ_MMAP_BYTES = 256 * 1024 * 1024
 # How far (in conversation seq) the ranking looks at neighbours; prefetched candidates bring theirs along.
 NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCORE_WEIGHTS))
 
@@ -66,14 +80,25 @@ class Filters:
 
 class MemoryService:
     def __init__(self, *, writer: Writer, readers: Readers, embedder: Embedder, index: VectorIndex,
-                 max_content_bytes: int, ranking: str = "production") -> None:
+                 max_content_bytes: int, ranking: str = "production",
+                 full_scan_limit: int = FULL_SCAN_LIMIT, lexical_postings: int = LEXICAL_POSTINGS,
+                 candidate_cache_size: int = CANDIDATE_CACHE) -> None:
         self.writer = writer
         self.readers = readers
         self.embedder = embedder
         self.index = index
         self.max_content_bytes = max_content_bytes
         self.ranking = ranking  # "production"; "dense" or "lexical" alone are baselines for benchmarks
+        self.full_scan_limit = full_scan_limit
+        self.lexical_postings = lexical_postings
         self._index_lock = threading.Lock()  # index writes from request threads and the repair loop
+        self._mapped = threading.local()  # the reader connection of this thread that maps the file
+        # id -> (updated_at, Candidate) of rows ranked recently; see _load_candidates.
+        self._candidate_cache: dict[int, tuple[str, Candidate]] = {}
+        self._candidate_cache_lock = threading.Lock()
+        self.candidate_cache_size = candidate_cache_size
+        self._df_cache: dict[str, tuple[int, int]] = {}  # term -> (memories holding it, max(id) then)
+        self.words = WordVectors(embedder)  # single-word vectors for query expansion
 
     # --- start-up ---------------------------------------------------------------------------------
 
@@ -81,6 +106,7 @@ class MemoryService:
         """Refuse an index built with another model; initialise a new one."""
         expected = IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension)
         info = self.index.info()
+        self.words.load(self.readers.get())
         if info is None:
             self.index.reset(expected)
             self._mark_all_unindexed()
@@ -108,12 +134,17 @@ class MemoryService:
         if existing is not None:
             return {"reference": existing, "created": False}
         document = document_text(memory.content, memory.occurred_at)
-        vector = (await anyio.to_thread.run_sync(self.embedder.embed_documents, [document]))[0]
-        row_id, reference, created = await self.writer.run(
-            lambda conn: rows.insert_memory(
-                conn, principal.site_id, memory, document=document, vector=vector, model=self.embedder.name
-            )
-        )
+        site_id = principal.site_id
+        vectors, words = await anyio.to_thread.run_sync(self._embed, site_id, [document])
+
+        def insert(conn: Any) -> tuple[int | None, str, bool]:
+            inserted = rows.insert_memory(conn, site_id, memory, document=document, vector=vectors[0],
+                                          model=self.embedder.name)
+            self._store_words(conn, site_id, words)
+            return inserted
+
+        row_id, reference, created = await self.writer.run(insert)
+        self.words.add(site_id, *words)
         if row_id is not None:
             await anyio.to_thread.run_sync(self._index_ids, [row_id])
         return {"reference": reference, "created": created}
@@ -123,18 +154,30 @@ class MemoryService:
         results: list[tuple[str, bool]] = []
         for batch in batched(memories, EMBED_BATCH):
             documents = [document_text(m.content, m.occurred_at) for m in batch]
-            vectors = self.embedder.embed_documents(documents)
+            vectors, words = self._embed(site_id, documents)
 
             def insert(conn: Any) -> list[tuple[int | None, str, bool]]:
+                self._store_words(conn, site_id, words)
                 return [
                     rows.insert_memory(conn, site_id, m, document=d, vector=v, model=self.embedder.name)
                     for m, d, v in zip(batch, documents, vectors)
                 ]
 
             inserted = self.writer.run_sync(insert)
+            self.words.add(site_id, *words)
             self._index_ids([row_id for row_id, _, _ in inserted if row_id is not None])
             results += [(reference, created) for _, reference, created in inserted]
         return results
+
+    def _embed(self, site_id: int, documents: Sequence[str]) -> tuple[np.ndarray, tuple[list[str], np.ndarray]]:
+        """The documents' vectors, and the site's new words with their vectors (saved with the memory)."""
+        vectors = self.embedder.embed_documents(documents)
+        words = self.words.unseen(site_id, documents)
+        return vectors, (words, self.words.embed(words))
+
+    def _store_words(self, conn: Any, site_id: int, words: tuple[list[str], np.ndarray]) -> None:
+        if words[0]:
+            self.words.store(conn, site_id, words[0], words[1], self.embedder.name)
 
     async def forget(self, principal: Principal, reference: str) -> dict[str, Any]:
         principal.require(WRITE)
@@ -248,9 +291,24 @@ class MemoryService:
             self.index.reset(IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension))
         self.writer.run_sync(lambda c: c.execute("DELETE FROM index_deletions"))
         self._mark_all_unindexed()
-        return self.sync_index(progress=progress)
+        done = self.sync_index(progress=progress)
+        self.backfill_words()
+        return done
+
+    def backfill_words(self) -> int:
+        """Embed the words of memories saved without word vectors from this model (query expansion)."""
+        self.words.load(self.readers.get())
+        return self.words.backfill(self.readers.get, self.writer.run_sync)
 
     # --- reads ------------------------------------------------------------------------------------
+
+    def _reader(self) -> Any:
+        """This thread's read connection, mapping the database file (see READ_MMAP_BYTES)."""
+        conn = self.readers.get()
+        if getattr(self._mapped, "conn", None) is not conn:
+            conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
+            self._mapped.conn = conn
+        return conn
 
     def read_scope(self, principal: Principal, filters: Filters) -> Scope:
         principal.require(READ)
@@ -269,45 +327,83 @@ class MemoryService:
     def _ranked_hits(self, scope: Scope, query: str, vector: np.ndarray, limit: int) -> list[dict[str, Any]]:
         candidates = self._candidates(scope, query, vector)
         if self.ranking == "production":
-            ranked = rank(query, vector, candidates, limit=limit)
+            ranked = rank(query, vector, candidates, limit=limit,
+                          expansion=self._expansion(scope.site_id, query, candidates))
         else:
             ranked = rank_single(self.ranking, query, vector, candidates, limit=limit)
         return self._hits([(c.id, score) for c, score in ranked])
 
+    def _expansion(self, site_id: int, query: str, candidates: Sequence[Candidate]) -> dict[str, float]:
+        """Near-synonyms of the query's words among the candidates' words (server/expansion.py)."""
+        if not candidates:
+            return {}
+        stems, vectors = self.words.pool(site_id, candidates)
+        return expansion_terms(query, analyze(query), self.words.for_query(site_id, query), stems, vectors)
+
     def _candidates(self, scope: Scope, query: str, vector: np.ndarray) -> list[Candidate]:
-        conn = self.readers.get()
+        conn = self._reader()
         where, args = scope.sql("m")
-        visible = conn.execute(f"SELECT count(*) FROM memories m WHERE {where}", args).fetchone()[0]
+        # Counted only up to the limit: a full count would walk every visible row of a large site.
+        visible = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)",
+                               [*args, self.full_scan_limit + 1]).fetchone()[0]
         if visible == 0:
             return []
-        if visible <= FULL_SCAN_LIMIT:
-            return self._load_candidates(f"{where}", args)
+        if visible <= self.full_scan_limit:
+            return self._load_candidates("memories m", where, args)
         ids = set(self._dense_ids(scope, vector)) | set(self._lexical_ids(scope, query))
         ids |= self._neighbour_ids(ids)
         if not ids:
             return []
         id_list = sorted(ids)
-        # The scope is applied again: neighbours must be visible too.
-        return self._load_candidates(f"{where} AND m.id IN ({','.join('?' * len(id_list))})", [*args, *id_list])
+        # The scope is applied again: neighbours must be visible too. NOT INDEXED: the ids are looked up by
+        # rowid; otherwise the planner may walk the whole site through an index on site_id.
+        return self._load_candidates("memories m NOT INDEXED", f"{where} AND m.id IN ({','.join('?' * len(id_list))})",
+                                     [*args, *id_list])
 
-    def _load_candidates(self, where: str, args: list[Any]) -> list[Candidate]:
-        found = self.readers.get().execute(
-            "SELECT m.id, m.content, m.occurred_at, m.conversation_id, m.conversation_seq, m.vector, f.terms"
-            f" FROM memories m JOIN memories_fts f ON f.rowid = m.id WHERE {where} AND m.vector_model = ?",
-            [*args, self.embedder.name],
+    def _load_candidates(self, source: str, where: str, args: list[Any]) -> list[Candidate]:
+        """The visible rows as candidates, in row order. Rows ranked recently come from `_candidate_cache`
+        (checked against updated_at, which every change of content, date, provenance or vector moves);
+        only the others are read in full: their vectors and analysed terms are most of a recall's reads."""
+        conn = self._reader()
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: up to FULL_SCAN_LIMIT rows per recall
+        with _snapshot(conn):  # the rows and their analysed terms from one state of the database
+            visible = cursor.execute(
+                f"SELECT m.id, m.updated_at FROM {source} WHERE {where} AND m.vector_model = ?"
+                " AND m.vector IS NOT NULL ORDER BY m.id", [*args, self.embedder.name],
+            ).fetchall()
+            cache = self._candidate_cache
+            missing = [row_id for row_id, updated_at in visible if cache.get(row_id, _NO_ENTRY)[0] != updated_at]
+            for chunk in batched(missing, 500):
+                self._cache_candidates(cursor, chunk)
+        found = [cache.get(row_id, _NO_ENTRY) for row_id, _ in visible]
+        # A row deleted between the two reads, or without analysed terms, is not a candidate.
+        return [candidate for updated_at, candidate in found if candidate is not None]
+
+    def _cache_candidates(self, cursor: Any, ids: Sequence[int]) -> None:
+        marks = ",".join("?" * len(ids))
+        # NOT INDEXED: looked up by rowid, never by walking an index of the site.
+        found = cursor.execute(
+            "SELECT m.id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq, m.vector"
+            f" FROM memories m NOT INDEXED WHERE m.id IN ({marks})", list(ids),
         ).fetchall()
-        return [
-            Candidate(
-                id=row["id"],
-                text=document_text(row["content"], row["occurred_at"]),
-                vector=rows.vector_of(row),
-                occurred_at=row["occurred_at"],
-                conversation_id=row["conversation_id"],
-                seq=row["conversation_seq"],
-                terms=row["terms"].split(),
-            )
-            for row in found
-        ]
+        # A second query rather than a join: joining the FTS5 table re-opens its cursor for every row
+        # (about 5x slower than this rowid IN list).
+        terms = dict(cursor.execute(f"SELECT rowid, terms FROM memories_fts WHERE rowid IN ({marks})",
+                                    list(ids)).fetchall())
+        entries = {
+            row_id: (updated_at, Candidate(
+                id=row_id, text=document_text(content, occurred_at),
+                vector=np.frombuffer(blob, dtype=np.float32), occurred_at=occurred_at,
+                conversation_id=conversation_id, seq=seq, terms=terms[row_id].split()))
+            for row_id, updated_at, content, occurred_at, conversation_id, seq, blob in found
+            if row_id in terms and blob is not None
+        }
+        with self._candidate_cache_lock:
+            cache = self._candidate_cache
+            cache.update(entries)
+            while len(cache) > self.candidate_cache_size:  # oldest entries first
+                del cache[next(iter(cache))]
 
     def _dense_ids(self, scope: Scope, vector: np.ndarray) -> list[int]:
         try:
@@ -316,22 +412,86 @@ class MemoryService:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
 
     def _lexical_ids(self, scope: Scope, query: str) -> list[int]:
+        """Up to PREFETCH visible rows FTS5 finds for the query, at a cost bounded by `lexical_postings`
+        rather than by the corpus (bm25() reads every matching row and each term's whole doclist, so one
+        common term would make it grow with the corpus). In order of preference:
+          1. rows with the query's rarest terms (their postings add up to at most `lexical_postings`), by bm25;
+          2. rows holding every other (common) term, newest first (FTS5 intersects by seeking);
+          3. rows holding any common term, newest first.
+        Steps 2 and 3 stop as soon as enough visible rows are found."""
         terms = sorted(set(analyze(query)))
         if not terms:
             return []
-        match = " OR ".join(f'"{t}"' for t in terms)
+        conn = self._reader()
+        selective, common = prefetch_terms(self._doc_freqs(conn, terms), self.lexical_postings)
         where, args = scope.sql("m")
-        found = self.readers.get().execute(
-            f"SELECT m.id FROM memories_fts f JOIN memories m ON m.id = f.rowid"
-            f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
-            [match, *args, PREFETCH],
-        ).fetchall()
-        return [r[0] for r in found]
+        found: list[int] = []
+        if selective:
+            # CROSS JOIN keeps FTS5 the outer loop: driven from `memories`, the planner would run the MATCH
+            # once per visible row.
+            found = [r[0] for r in conn.execute(
+                "SELECT m.id FROM memories_fts f CROSS JOIN memories m ON m.id = f.rowid"
+                f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+                [" OR ".join(fts_phrase(t) for t in selective), *args, PREFETCH],
+            ).fetchall()]
+        for operator in (" AND ", " OR ") if len(common) > 1 else (" OR ",):
+            if not common or len(found) >= PREFETCH:
+                break
+            match = operator.join(fts_phrase(t) for t in common)
+            found += self._newest_ids(conn, scope, match, PREFETCH - len(found), exclude=set(found))
+        return found
+
+    def _doc_freqs(self, conn: Any, terms: Sequence[str]) -> dict[str, int]:
+        """How many memories hold each term. Reading them walks each term's doclist (linear in the corpus),
+        and they only choose how the prefetch asks FTS5, so they are cached while the corpus has grown or
+        shrunk by at most 1% (judged by the highest row id, a B-tree lookup)."""
+        top = conn.execute("SELECT max(id) FROM memories").fetchone()[0] or 0
+        fresh = max(100, top // 100)
+        cache = self._df_cache
+        out: dict[str, int] = {}
+        for term in terms:
+            hit = cache.get(term)
+            if hit is not None and abs(top - hit[1]) <= fresh:
+                out[term] = hit[0]
+        missing = [t for t in terms if t not in out]
+        if missing:
+            found = _read_doc_freqs(conn, missing)
+            if len(cache) > DF_CACHE_TERMS:
+                cache.clear()  # rare; refilled by the next queries
+            cache.update((term, (df, top)) for term, df in found.items())
+            out.update(found)
+        return out
+
+    def _newest_ids(self, conn: Any, scope: Scope, match: str, wanted: int, *, exclude: set[int]) -> list[int]:
+        """The newest visible rows matching an FTS5 expression: FTS5 yields rowids newest first (and stops
+        when we do); the scope is checked a page at a time. At most max(lexical_postings, PREFETCH) rows are
+        examined, so the rows of other sites cannot make the walk long."""
+        where, args = scope.sql("m")
+        cursor = conn.execute(
+            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+            [match, max(self.lexical_postings, PREFETCH)],
+        )
+        found: list[int] = []
+        try:
+            while len(found) < wanted:
+                fetched = cursor.fetchmany(PREFETCH)
+                if not fetched:
+                    break
+                page = [r[0] for r in fetched if r[0] not in exclude]
+                if not page:
+                    continue
+                visible = {r[0] for r in conn.execute(
+                    f"SELECT m.id FROM memories m NOT INDEXED WHERE m.id IN ({','.join('?' * len(page))})"
+                    f" AND {where}", [*page, *args]).fetchall()}
+                found += [i for i in page if i in visible][: wanted - len(found)]
+        finally:
+            cursor.close()
+        return found
 
     def _neighbour_ids(self, ids: set[int]) -> set[int]:
         if not ids:
             return set()
-        conn = self.readers.get()
+        conn = self._reader()
         id_list = sorted(ids)
         found = conn.execute(
             "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
@@ -345,7 +505,7 @@ class MemoryService:
     def _hits(self, scored: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
         if not scored:
             return []
-        conn = self.readers.get()
+        conn = self._reader()
         ids = [i for i, _ in scored]
         found = {
             row["id"]: row
@@ -447,22 +607,53 @@ class MemoryService:
                 return rows.memory_fields(row)  # nothing changes: no write, updated_at kept
             document = document_text(memory.content, memory.occurred_at)
             vector = None
+            words: tuple[list[str], np.ndarray] = ([], np.empty((0, self.embedder.dimension), np.float32))
             if (document != document_text(current.content, current.occurred_at)
                     or row["vector_model"] != self.embedder.name or row["vector"] is None):
-                vector = (await anyio.to_thread.run_sync(self.embedder.embed_documents, [document]))[0]
+                vectors, words = await anyio.to_thread.run_sync(self._embed, scope.site_id, [document])
+                vector = vectors[0]
             based_on = rows.kept_values(row, changes)
+
+            def write(conn: Any, vector: np.ndarray | None = vector, words: Any = words) -> int | None:
+                row_id = rows.update_memory(conn, scope, reference, memory, based_on=based_on,
+                                            document=document, vector=vector, model=self.embedder.name)
+                self._store_words(conn, scope.site_id, words)
+                return row_id
+
             try:
-                row_id = await self.writer.run(
-                    lambda conn: rows.update_memory(conn, scope, reference, memory, based_on=based_on,
-                                                    document=document, vector=vector, model=self.embedder.name)
-                )
+                row_id = await self.writer.run(write)
             except rows.StaleRow:
                 continue
+            self.words.add(scope.site_id, *words)
             if row_id is None:
                 raise NotFound(f"no memory with reference {reference!r}")
             await anyio.to_thread.run_sync(self._index_ids, [row_id])
             return await anyio.to_thread.run_sync(self.fetch, principal, reference)
         raise Unavailable("the memory is being changed concurrently; retry")
+
+
+@contextmanager
+def _snapshot(conn: Any) -> Iterator[None]:
+    """One read transaction around several SELECTs (WAL: they all see the same commit)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _read_doc_freqs(conn: Any, terms: Sequence[str]) -> dict[str, int]:
+    """How many memories hold each term (all sites): FTS5's vocabulary, read through a per-connection temp
+    table (fts5vocab walks only these terms' doclists, without scoring)."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_fts_terms"
+                 " USING fts5vocab(main, 'memories_fts', 'row')")
+    found = conn.execute(
+        f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({','.join('?' * len(terms))})", list(terms)
+    ).fetchall()
+    return {term: 0 for term in terms} | {row[0]: int(row[1]) for row in found}
 
 
 def _plausible(reference: object) -> bool:

@@ -11,7 +11,9 @@ Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/loco
   2. lexical: BM25+ over the candidates' analysed text (stemmed, stop words dropped), where each
      candidate's lexical document also holds its conversation neighbours' terms at a fraction of a count
      (LEXICAL_CONTEXT_WEIGHTS; neighbours = same provenance conversation_id, seq +- 1, 2), plus
-     BIGRAM_WEIGHT x the same BM25+ over adjacent analysed-term pairs (a phrase signal);
+     BIGRAM_WEIGHT x the same BM25+ over adjacent analysed-term pairs (a phrase signal); the query's
+     terms are expanded with near-synonyms found among the candidates' words by the embedding model
+     (server/expansion.py), each counted at a fraction of a query term;
   3. both are z-scored over the candidate set and mixed with weight W_LEXICAL, and a small length prior
      (LENGTH_PRIOR_WEIGHT x z-scored log term count: one-word replies are rarely what is asked for) is added;
   4. neighbour score blending: each candidate adds NEIGHBOUR_SCORE_WEIGHTS x its neighbours' fused
@@ -25,7 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Sequence
+from functools import lru_cache
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -110,6 +113,7 @@ def parse_rfc3339(value: str) -> datetime | None:
         return None
 
 
+@lru_cache(maxsize=4096)  # called per candidate on every recall; memories share few distinct timestamps
 def format_date(occurred_at: str | None) -> str | None:
     """RFC3339 -> '8 May 2023' (the calendar date in the timestamp's own offset); None if unparseable."""
     if not occurred_at:
@@ -183,9 +187,11 @@ def fused_scores(
     delta: float | None = None,
     bigram_weight: float | None = None,
     length_prior: float | None = None,
+    expansion: Mapping[str, float] | None = None,
 ) -> np.ndarray:
     """The raw ranking score per candidate (candidate order), in z units over the candidate set:
-    0 = an average candidate, higher is better. `rank` maps it to (0, 1)."""
+    0 = an average candidate, higher is better. `rank` maps it to (0, 1).
+    `expansion`: extra lexical query terms with weights (server/expansion.py), unigram side only."""
     lexical_context = LEXICAL_CONTEXT_WEIGHTS if lexical_context is None else lexical_context
     neighbour_weights = NEIGHBOUR_SCORE_WEIGHTS if neighbour_weights is None else neighbour_weights
     delta = BM25_DELTA if delta is None else delta
@@ -200,7 +206,7 @@ def fused_scores(
     terms = [c.terms if c.terms is not None else analyze(c.text) for c in candidates]
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
     query_terms = analyze(query)
-    lex = bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context)
+    lex = bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)
     if bigram_weight:
         lex = lex + bigram_weight * bigram_bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context)
     fused = (1.0 - w_lexical) * _zscore(dense) + w_lexical * _zscore(lex)
@@ -216,6 +222,7 @@ def rank(
     candidates: Sequence[Candidate],
     *,
     limit: int,
+    expansion: Mapping[str, float] | None = None,
 ) -> list[tuple[Candidate, float]]:
     """Best `limit` candidates, best first, each with a score in (0, 1).
 
@@ -225,6 +232,6 @@ def rank(
     """
     if limit <= 0 or not candidates:
         return []
-    f = fused_scores(query, query_vector, candidates)
+    f = fused_scores(query, query_vector, candidates, expansion=expansion)
     order = np.argsort(-f, kind="stable")[:limit]
     return [(candidates[i], 1.0 / (1.0 + math.exp(-float(f[i])))) for i in order]

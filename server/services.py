@@ -19,6 +19,10 @@ log = logging.getLogger("memory_server")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAINTENANCE_INTERVAL_S = 10.0
+# A backlog up to this size (a crash's last writes) is indexed before the server reports ready, so
+# search_memory is complete at once; a larger one (an offline import, a lost index) is indexed by the
+# maintenance thread, so start-up time does not grow with it.
+STARTUP_SYNC_LIMIT = 1000
 
 
 @dataclass
@@ -31,6 +35,7 @@ class Services:
     memory_service: Any = None  # MemoryService once the model and index are loaded
     tokens: Any = None  # TokenCounter
     memory_error: str | None = None
+    startup_sync_limit: int = STARTUP_SYNC_LIMIT
     metrics: Any = None  # server.metrics.Metrics while an app serves these services
     closers: list = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -75,7 +80,8 @@ class Services:
         try:
             model_dir = resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT)
             tokens = TokenCounter(model_dir)
-            embedder = instrument_embedder(embedder or load_embedder(model_dir, threads=settings.embedding_threads),
+            embedder = instrument_embedder(embedder or load_embedder(model_dir, threads=settings.embedding_threads,
+                                                                     engine=settings.embedding_engine),
                                            self.metrics)
             if index is None:
                 index = open_configured_index(settings)
@@ -85,9 +91,14 @@ class Services:
                                     ranking=settings.recall_ranking)
             if repair:
                 service.check_model()
-                repaired = service.sync_index()
-                if repaired:
-                    log.info("indexed %d memories left unindexed by an earlier run", repaired)
+                backlog = service.backlog()
+                if backlog > self.startup_sync_limit:
+                    log.info("%d memories are not in the vector index yet: indexing them in the background",
+                             backlog)
+                else:
+                    repaired = service.sync_index()
+                    if repaired:
+                        log.info("indexed %d memories left unindexed by an earlier run", repaired)
         except Exception as exc:
             self.memory_error = str(exc)
             log.error("saved memories unavailable: %s", exc)
@@ -96,17 +107,30 @@ class Services:
         self.memory_service = instrument_memory_service(service, self.metrics)
 
     def start_maintenance(self) -> None:
-        """Background upkeep: drop orphaned index points once, then retry any index backlog."""
+        """Background upkeep: index the backlog start-up left (see STARTUP_SYNC_LIMIT), drop orphaned index
+        points once, then retry any backlog and build HNSW when enough points are unoptimised."""
         def run() -> None:
             service = self.memory_service
             if service is None:
                 return
+            try:
+                if service.backlog():
+                    indexed = service.sync_index()
+                    log.info("indexed %d memories in the background", indexed)
+            except Exception:
+                log.warning("indexing the backlog failed; retrying later", exc_info=True)
             try:
                 removed = service.reconcile()
                 if removed:
                     log.info("removed %d index points with no SQLite row", removed)
             except Exception:
                 log.warning("index reconciliation failed", exc_info=True)
+            try:
+                added = service.backfill_words()
+                if added:
+                    log.info("embedded %d words of earlier memories for query expansion", added)
+            except Exception:
+                log.warning("embedding the vocabulary of earlier memories failed", exc_info=True)
             while not self._stop.wait(MAINTENANCE_INTERVAL_S):
                 try:
                     if service.backlog():

@@ -234,6 +234,14 @@ class EdgeIndex:
         with self._rw.shared():
             return self._live().count(CountRequest(exact=True))
 
+    def stats(self) -> dict[str, int]:
+        """Points, points under the HNSW graph, and segments of the live shard (for benchmarks and checks:
+        search is exact and grows with the corpus until optimize() has built the graph)."""
+        with self._rw.shared():
+            info = self._live().info()
+        return {"points": info.points_count, "indexed_vectors": info.indexed_vectors_count,
+                "segments": info.segments_count}
+
     def optimize(self) -> None:
         with self._optimize_mutex:
             with self._rw.shared():

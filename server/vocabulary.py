@@ -1,0 +1,188 @@
+"""Single-word embeddings for query expansion (server/expansion.py).
+
+Each site's vocabulary -- the `vocabulary_words` of its memories' document texts -- is embedded word by word
+with the bundled model when the memory is saved, stored in SQLite (`memory_words`, one row per site and
+word, with the model that made the vector) and held in memory as one matrix per site. Query words are
+looked up there, and the few that no memory uses are embedded on demand and kept in a small LRU.
+
+Saving a memory embeds only the words the site has not seen yet, so after the first few hundred memories
+a save adds almost nothing. Words stay until the site is deleted; vectors from another model are ignored
+and re-embedded by `backfill` (run by the maintenance thread after a start-up or a `reindex`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from embeddings.base import Embedder
+from server.expansion import vocabulary_words
+from server.lexical import _stem
+from server.retrieval import document_text
+
+# Embedding batch for words: single words are a few tokens, so a large batch stays cheap.
+WORD_BATCH = 256
+# Query words that no memory of the site uses, kept per process.
+QUERY_WORD_CACHE = 4096
+# Memories whose word rows are kept between recalls (oldest dropped first).
+CANDIDATE_WORD_CACHE = 200_000
+
+
+class _SiteWords:
+    """One site's words: word -> row of an append-only matrix, with each row's stem."""
+
+    def __init__(self, dimension: int) -> None:
+        self.rows: dict[str, int] = {}
+        self.stems: list[str] = []
+        self.matrix = np.empty((64, dimension), dtype=np.float32)
+
+    def add(self, word: str, vector: np.ndarray) -> None:
+        if word in self.rows:
+            return
+        n = len(self.stems)
+        if n == len(self.matrix):  # grow by doubling; readers keep the old array, whose rows stay valid
+            grown = np.empty((2 * n, self.matrix.shape[1]), dtype=np.float32)
+            grown[:n] = self.matrix[:n]
+            self.matrix = grown
+        self.matrix[n] = vector
+        self.stems.append(_stem(word))
+        self.rows[word] = n  # last: a row is visible only once written
+
+
+class WordVectors:
+    def __init__(self, embedder: Embedder, *, query_cache_size: int = QUERY_WORD_CACHE) -> None:
+        self.embedder = embedder
+        self._sites: dict[int, _SiteWords] = {}
+        self._lock = threading.Lock()
+        self._query_words: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache_size = query_cache_size
+        self._candidate_rows: dict[tuple[int, int, str], np.ndarray] = {}
+
+    # --- persistence ------------------------------------------------------------------------------
+
+    def load(self, conn: Any) -> int:
+        """Read every stored word vector made by the current model (merged with what is held already, so
+        a word saved meanwhile is not lost); returns how many rows were read."""
+        found = conn.execute("SELECT site_id, word, vector FROM memory_words WHERE model = ?",
+                             (self.embedder.name,)).fetchall()
+        with self._lock:
+            for site_id, word, blob in found:
+                self._site(site_id).add(word, np.frombuffer(blob, dtype=np.float32))
+        return len(found)
+
+    @staticmethod
+    def store(conn: Any, site_id: int, words: Sequence[str], vectors: np.ndarray, model: str) -> None:
+        """Write word vectors (inside the caller's transaction, e.g. the one saving the memory)."""
+        conn.executemany(
+            "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
+            [(site_id, w, model, np.asarray(v, dtype=np.float32).tobytes()) for w, v in zip(words, vectors)],
+        )
+
+    def add(self, site_id: int, words: Sequence[str], vectors: np.ndarray) -> None:
+        """Make stored words visible to recall (after their transaction committed)."""
+        with self._lock:
+            site = self._site(site_id)
+            for word, vector in zip(words, vectors):
+                site.add(word, vector)
+
+    def _site(self, site_id: int) -> _SiteWords:
+        site = self._sites.get(site_id)
+        if site is None:
+            site = self._sites[site_id] = _SiteWords(self.embedder.dimension)
+        return site
+
+    # --- saving memories --------------------------------------------------------------------------
+
+    def unseen(self, site_id: int, documents: Iterable[str]) -> list[str]:
+        """The words of `documents` (document texts) the site has no vector for, in first-seen order."""
+        site = self._sites.get(site_id)
+        known = site.rows if site is not None else {}
+        words = (w for d in documents for w in vocabulary_words(d))
+        return [w for w in dict.fromkeys(words) if w not in known]
+
+    def embed(self, words: Sequence[str]) -> np.ndarray:
+        if not words:
+            return np.empty((0, self.embedder.dimension), dtype=np.float32)
+        return np.concatenate([self.embedder.embed_documents(list(words[i:i + WORD_BATCH]))
+                               for i in range(0, len(words), WORD_BATCH)])
+
+    def backfill(self, read: Callable[[], Any], write: Callable[[Callable[[Any], Any]], Any],
+                 *, chunk: int = 1000) -> int:
+        """Embed the words of stored memories that have no vector from the current model (memories saved
+        before this table existed, or after a model change). Returns how many words were added."""
+        added, after = 0, 0
+        while True:
+            found = read().execute(
+                "SELECT id, site_id, content, occurred_at FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+                (after, chunk),
+            ).fetchall()
+            if not found:
+                return added
+            after = found[-1][0]
+            by_site: dict[int, list[str]] = {}
+            for _, site_id, content, occurred_at in found:
+                by_site.setdefault(site_id, []).append(document_text(content, occurred_at))
+            for site_id, documents in by_site.items():
+                words = self.unseen(site_id, documents)
+                if not words:
+                    continue
+                vectors = self.embed(words)
+                write(lambda conn, s=site_id, w=words, v=vectors: self.store(conn, s, w, v, self.embedder.name))
+                self.add(site_id, words, vectors)
+                added += len(words)
+
+    # --- recall -----------------------------------------------------------------------------------
+
+    def pool(self, site_id: int, candidates: Sequence[Any]) -> tuple[list[str], np.ndarray]:
+        """The candidates' distinct words as (stems, vectors), row for row. Each candidate's rows are
+        worked out once and kept while its text is unchanged."""
+        site = self._sites.get(site_id)
+        if site is None or not candidates:
+            return [], np.empty((0, self.embedder.dimension), dtype=np.float32)
+        matrix, stems = site.matrix, site.stems  # rows already present never change
+        cache = self._candidate_rows
+        parts = []
+        for c in candidates:
+            key = (site_id, c.id, c.text)
+            rows = cache.get(key)
+            if rows is None:
+                words = vocabulary_words(c.text)
+                rows = np.fromiter((site.rows[w] for w in words if w in site.rows), dtype=np.intp)
+                if len(rows) == len(words):  # a word still being embedded: work it out again next time
+                    with self._lock:
+                        cache[key] = rows
+                        while len(cache) > CANDIDATE_WORD_CACHE:
+                            cache.pop(next(iter(cache)))
+            parts.append(rows)
+        unique = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.intp)
+        unique = unique[unique < len(matrix)]  # rows added after `matrix` was read are left out
+        return [stems[i] for i in unique], matrix[unique]
+
+    def for_query(self, site_id: int, query: str) -> dict[str, np.ndarray]:
+        """Vectors of the query's words: the site's, or embedded now and cached for the others."""
+        site = self._sites.get(site_id)
+        out: dict[str, np.ndarray] = {}
+        missing = []
+        with self._lock:
+            for word in vocabulary_words(query):
+                row = site.rows.get(word) if site is not None else None
+                if row is not None:
+                    out[word] = site.matrix[row]
+                    continue
+                cached = self._query_words.get(word)
+                if cached is None:
+                    missing.append(word)
+                else:
+                    self._query_words.move_to_end(word)
+                    out[word] = cached
+        if missing:
+            vectors = self.embed(missing)
+            with self._lock:
+                for word, vector in zip(missing, vectors):
+                    out[word] = self._query_words[word] = vector
+                while len(self._query_words) > self._query_cache_size:
+                    self._query_words.popitem(last=False)
+        return out

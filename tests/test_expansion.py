@@ -1,0 +1,175 @@
+"""Semantic query-term expansion: the pure pieces on hand-written vectors, and the word-vector store with
+the real model, real SQLite and a real memory service."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import numpy as np
+import pytest
+
+from server import auth
+from server.expansion import expansion_terms, vocabulary_words
+from server.lexical import analyze, bm25_scores
+from server.retrieval import Candidate, document_text, rank
+from server.memories import Scope
+from server.services import open_services
+from server.vocabulary import WordVectors
+
+
+def unit(*xs: float) -> np.ndarray:
+    v = np.asarray(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+# --- vocabulary_words ----------------------------------------------------------------------------------
+
+
+def test_vocabulary_words_are_lowercase_content_words_once() -> None:
+    assert vocabulary_words("The Dog and the dog's PUPPY ran 3 km in 2023, ok?") == ["dog", "puppy", "ran"]
+    assert vocabulary_words("") == []
+    assert vocabulary_words("Ärger über Öl") == ["ärger", "über"]  # letters of any script; short words out
+
+
+# --- expansion_terms -------------------------------------------------------------------------------------
+
+VECTORS = {
+    "career": unit(1, 0, 0, 0),
+    "job": unit(0.8, 0.6, 0, 0),          # cos 0.8 with career
+    "profession": unit(0.7, 0, 0.714, 0),  # cos 0.7
+    "careers": unit(0.95, 0, 0, 0.31),    # same stem as career
+    "banana": unit(0, 0, 0, 1),           # unrelated
+    "work": unit(0.62, 0, 0, 0.785),      # cos 0.62: above the threshold, fourth nearest
+}
+
+
+def pool_of(words: list[str]) -> tuple[list[str], np.ndarray]:
+    from server.lexical import _stem
+
+    return [_stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
+
+
+def test_expansion_adds_the_nearest_pool_words_with_weighted_cosine() -> None:
+    pool = pool_of(["job", "profession", "banana", "careers", "work"])
+    added = expansion_terms("what career?", analyze("what career?"), VECTORS, *pool,
+                            min_similarity=0.6, neighbours=3, weight=0.5)
+    # nearest three: careers (same stem: skipped, but it takes a place), job, profession; work is fourth
+    assert added == pytest.approx({"job": 0.4, "profess": 0.35}, abs=1e-3)  # stems
+
+
+def test_expansion_respects_threshold_query_terms_and_pool() -> None:
+    terms = analyze("career job")
+    added = expansion_terms("career job", terms, VECTORS, *pool_of(["job", "profession", "banana"]),
+                            min_similarity=0.75, neighbours=3, weight=0.5)
+    assert added == {}  # job is a query term already; profession (0.7) is under 0.75; banana far
+    assert expansion_terms("career", analyze("career"), VECTORS, *pool_of([]), weight=0.5) == {}
+    # a query word without a vector never expands
+    assert expansion_terms("sailing", analyze("sailing"), VECTORS, *pool_of(["job"])) == {}
+
+
+# --- lexical and ranking with expansion -----------------------------------------------------------------
+
+
+def test_bm25_counts_an_added_term_at_its_weight() -> None:
+    docs = [analyze("she found a new job"), analyze("went to the beach"), analyze("job job job")]
+    plain = bm25_scores(analyze("career"), docs)
+    assert not plain.any()
+    half = bm25_scores(analyze("career"), docs, extra_terms={"job": 0.5})
+    full = bm25_scores(analyze("job"), docs)
+    assert half == pytest.approx(0.5 * full)
+    assert half[0] > 0 and half[1] == 0
+
+
+def cand(i: int, content: str, vector: np.ndarray) -> Candidate:
+    return Candidate(id=i, text=document_text(content, None), vector=vector)
+
+
+def test_rank_lifts_a_memory_that_only_shares_a_near_synonym() -> None:
+    q = unit(1, 1, 1, 1)
+    same = unit(1, 1, 1, 1.2)  # every memory looks alike to the dense side: lexical decides
+    fillers = [cand(10 + k, f"{word} notes", same) for k, word in
+               enumerate(["garden", "kitchen", "holiday", "weather", "football", "music"])]
+    cands = [cand(1, "the new job starts monday", same)] + fillers
+    without = [c.id for c, _ in rank("career plans", q, cands, limit=7)]
+    with_expansion = [c.id for c, _ in rank("career plans", q, cands, limit=7, expansion={"job": 0.4})]
+    assert with_expansion[0] == 1
+    assert without.index(1) > 0  # without it, nothing sets the job memory apart
+
+
+# --- the word-vector store, real model and SQLite ------------------------------------------------------
+
+
+def test_real_model_puts_near_synonyms_above_the_threshold(embedder: Any) -> None:
+    words = WordVectors(embedder)
+    pool_words = ["job", "banana", "children"]
+    words.add(7, pool_words, words.embed(pool_words))
+    candidates = [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)]
+    pool = words.pool(7, candidates)
+    for query, expected in (("career advice", {"job"}), ("her kids", {"children"})):
+        added = expansion_terms(query, analyze(query), words.for_query(7, query), *pool)
+        assert set(added) == expected, query
+
+
+def test_words_are_saved_with_memories_reloaded_and_backfilled(settings: Any, embedder: Any) -> None:
+    services = open_services(settings)
+    try:
+        services.load_memory(embedder=embedder)
+        site_id, _ = services.writer.run_sync(lambda c: auth.ensure_site(c, "words"))
+        service = services.memory_service
+        service.remember_many(site_id, [service.validate(content="Our puppy chewed the sofa cushions")])
+        conn = services.readers.get()
+        stored = {w for (w,) in conn.execute("SELECT word FROM memory_words WHERE site_id = ?", (site_id,))}
+        assert {"puppy", "chewed", "sofa", "cushions"} <= stored
+        assert "the" not in stored
+        vector = conn.execute("SELECT vector FROM memory_words WHERE site_id = ? AND word = 'puppy'",
+                              (site_id,)).fetchone()[0]
+        assert np.allclose(np.frombuffer(vector, np.float32), embedder.embed_documents(["puppy"])[0], atol=1e-5)
+
+        # recall's candidates offer their words to the query's expansion
+        service.remember_many(site_id, [service.validate(content="She started a new job at the bakery")])
+        scope = Scope(site_id=site_id)
+        candidates = service._candidates(scope, "career advice", embedder.embed_query("career advice"))
+        assert "job" in service._expansion(site_id, "career advice", candidates)
+
+        # a fresh process reads them back; a lost table is rebuilt from the memories
+        stored = {w for (w,) in conn.execute("SELECT word FROM memory_words WHERE site_id = ?", (site_id,))}
+        reloaded = WordVectors(embedder)
+        assert reloaded.load(conn) == len(stored)
+        assert "puppy" in reloaded.for_query(site_id, "puppy")
+        assert reloaded._sites[site_id].rows.keys() == stored
+        services.writer.run_sync(lambda c: c.execute("DELETE FROM memory_words"))
+        fresh = WordVectors(embedder)
+        assert fresh.backfill(services.readers.get, services.writer.run_sync) == len(stored)
+        assert {w for (w,) in conn.execute("SELECT word FROM memory_words")} == stored
+
+        # deleting the site deletes its words
+        services.writer.run_sync(lambda c: auth.delete_site(c, "words"))
+        assert conn.execute("SELECT count(*) FROM memory_words").fetchone()[0] == 0
+    finally:
+        services.close()
+
+
+def test_query_words_missing_from_the_site_are_embedded_and_cached(embedder: Any) -> None:
+    words = WordVectors(embedder, query_cache_size=2)
+    found = words.for_query(1, "zebra migration")
+    assert set(found) == {"zebra", "migration"}
+    again = words.for_query(1, "zebra migration")
+    assert found["zebra"] is again["zebra"]  # from the cache, not embedded again
+    words.for_query(1, "kettle lamp")
+    assert set(words._query_words) == {"kettle", "lamp"}  # bounded: the oldest went
+
+
+async def test_patched_content_brings_its_new_words(live: Any) -> None:
+    from tests.test_rest import client, remember
+
+    async with client(live) as http:
+        ref = await remember(http, content="Weekly planning notes.")
+        response = await http.patch(f"/v1/memories/{ref}", json={"content": "The greenhouse tomatoes need water."})
+        assert response.status_code == 200, response.text
+    conn = sqlite3.connect(live.settings.db_path)
+    try:
+        words = {w for (w,) in conn.execute("SELECT word FROM memory_words")}
+    finally:
+        conn.close()
+    assert {"weekly", "planning", "notes", "greenhouse", "tomatoes", "water"} <= words

@@ -915,6 +915,20 @@ def run_round3(ex: Explorer) -> None:
         F = 0.6 * zscore(ex.dense(c, "production")) + 0.4 * zscore(lex + R.BIGRAM_WEIGHT * bigram[c])
         return blend(F + R.LENGTH_PRIOR_WEIGHT * lengths[c], R.NEIGHBOUR_SCORE_WEIGHTS)
 
+    section("round 3: score smoothing over each memory's k nearest memories in embedding space (dropped)")
+
+    def knn_smoothed(c: str, k: int, g: float) -> np.ndarray:
+        V = b.embed([render(t, "production") for t in b.convs[c]])
+        S = V @ V.T
+        np.fill_diagonal(S, -np.inf)
+        nearest = np.argsort(-S, axis=1)[:, :k]
+        F = production_matrix(ex, c)
+        return F + g * (F[:, nearest] * np.take_along_axis(S, nearest, 1)[None]).sum(2) / k
+
+    report(b, "round-2 ranking", lambda c: production_matrix(ex, c))
+    for k, g in ((3, 0.2), (5, 0.1), (5, 0.4), (10, 0.2)):
+        report(b, f"smoothed over {k} nearest, weight {g}", lambda c, k=k, g=g: knn_smoothed(c, k, g))
+
     section("round 3: semantic query-term expansion (min similarity, neighbours, weight)")
     report(b, "round-2 ranking (no expansion)", lambda c: production_matrix(ex, c))
     report(b, "expansion off (same formula, check)", lambda c: expanded(c, 2.0, 3, 0.0))

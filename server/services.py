@@ -6,7 +6,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from embeddings.base import Embedder
 from server import auth
@@ -109,28 +109,23 @@ class Services:
     def start_maintenance(self) -> None:
         """Background upkeep: index the backlog start-up left (see STARTUP_SYNC_LIMIT), drop orphaned index
         points once, then retry any backlog and build HNSW when enough points are unoptimised."""
+        def once(step: Callable[[], int], done: str, failed: str) -> None:
+            try:
+                count = step()
+                if count:
+                    log.info(done, count)
+            except Exception:
+                log.warning(failed, exc_info=True)
+
         def run() -> None:
             service = self.memory_service
             if service is None:
                 return
-            try:
-                if service.backlog():
-                    indexed = service.sync_index()
-                    log.info("indexed %d memories in the background", indexed)
-            except Exception:
-                log.warning("indexing the backlog failed; retrying later", exc_info=True)
-            try:
-                removed = service.reconcile()
-                if removed:
-                    log.info("removed %d index points with no SQLite row", removed)
-            except Exception:
-                log.warning("index reconciliation failed", exc_info=True)
-            try:
-                added = service.backfill_words()
-                if added:
-                    log.info("embedded %d words of earlier memories for query expansion", added)
-            except Exception:
-                log.warning("embedding the vocabulary of earlier memories failed", exc_info=True)
+            once(lambda: service.sync_index() if service.backlog() else 0,
+                 "indexed %d memories in the background", "indexing the backlog failed; retrying later")
+            once(service.reconcile, "removed %d index points with no SQLite row", "index reconciliation failed")
+            once(service.backfill_words, "embedded %d words of earlier memories for query expansion",
+                 "embedding the vocabulary of earlier memories failed")
             while not self._stop.wait(MAINTENANCE_INTERVAL_S):
                 try:
                     if service.backlog():

@@ -120,6 +120,11 @@ SCHEMA = [
         vector BLOB NOT NULL,                  -- float32 embedding of the word alone
         PRIMARY KEY (site_id, word)
     ) WITHOUT ROWID;
+    CREATE TABLE memory_words_backfill (       -- one row: memories up to through_id have words from model
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        model TEXT NOT NULL,
+        through_id INTEGER NOT NULL
+    );
     """,
 ]
 

@@ -294,12 +294,12 @@ class MemoryService:
         self.writer.run_sync(lambda c: c.execute("DELETE FROM index_deletions"))
         self._mark_all_unindexed()
         done = self.sync_index(progress=progress)
+        self.words.load(self.readers.get())  # reindex runs without check_model, which loads them otherwise
         self.backfill_words()
         return done
 
     def backfill_words(self) -> int:
         """Embed the words of memories saved without word vectors from this model (query expansion)."""
-        self.words.load(self.readers.get())
         return self.words.backfill(self.readers.get, self.writer.run_sync)
 
     # --- reads ------------------------------------------------------------------------------------

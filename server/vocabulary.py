@@ -112,8 +112,13 @@ class WordVectors:
     def backfill(self, read: Callable[[], Any], write: Callable[[Callable[[Any], Any]], Any],
                  *, chunk: int = 1000) -> int:
         """Embed the words of stored memories that have no vector from the current model (memories saved
-        before this table existed, or after a model change). Returns how many words were added."""
-        added, after = 0, 0
+        before this table existed, or after a model change). Returns how many words were added.
+
+        `memory_words_backfill` records how far a backfill for which model got: memories saved since then
+        carry their words already, so a restart reads only those, not the whole table again."""
+        model = self.embedder.name
+        done = read().execute("SELECT model, through_id FROM memory_words_backfill").fetchone()
+        added, after = 0, done[1] if done is not None and done[0] == model else 0
         while True:
             found = read().execute(
                 "SELECT id, site_id, content, occurred_at FROM memories WHERE id > ? ORDER BY id LIMIT ?",
@@ -125,12 +130,17 @@ class WordVectors:
             by_site: dict[int, list[str]] = {}
             for _, site_id, content, occurred_at in found:
                 by_site.setdefault(site_id, []).append(document_text(content, occurred_at))
-            for site_id, documents in by_site.items():
-                words = self.unseen(site_id, documents)
-                if not words:
-                    continue
-                vectors = self.embed(words)
-                write(lambda conn, s=site_id, w=words, v=vectors: self.store(conn, s, w, v, self.embedder.name))
+            new = [(site_id, words, self.embed(words)) for site_id, documents in by_site.items()
+                   if (words := self.unseen(site_id, documents))]
+
+            def save(conn: Any, new: list = new, through: int = after) -> None:
+                for site_id, words, vectors in new:
+                    self.store(conn, site_id, words, vectors, model)
+                conn.execute("INSERT OR REPLACE INTO memory_words_backfill (id, model, through_id) VALUES (1, ?, ?)",
+                             (model, through))
+
+            write(save)
+            for site_id, words, vectors in new:
                 self.add(site_id, words, vectors)
                 added += len(words)
 

@@ -143,6 +143,14 @@ def test_words_are_saved_with_memories_reloaded_and_backfilled(settings: Any, em
         assert fresh.backfill(services.readers.get, services.writer.run_sync) == len(stored)
         assert {w for (w,) in conn.execute("SELECT word FROM memory_words")} == stored
 
+        # the next start reads only memories saved since; another model's backfill starts over
+        top = conn.execute("SELECT max(id) FROM memories").fetchone()[0]
+        assert tuple(conn.execute("SELECT model, through_id FROM memory_words_backfill").fetchone()) == (embedder.name, top)
+        services.writer.run_sync(lambda c: c.execute("DELETE FROM memory_words"))
+        assert WordVectors(embedder).backfill(services.readers.get, services.writer.run_sync) == 0
+        services.writer.run_sync(lambda c: c.execute("UPDATE memory_words_backfill SET model = 'another-model'"))
+        assert WordVectors(embedder).backfill(services.readers.get, services.writer.run_sync) == len(stored)
+
         # deleting the site deletes its words
         services.writer.run_sync(lambda c: auth.delete_site(c, "words"))
         assert conn.execute("SELECT count(*) FROM memory_words").fetchone()[0] == 0

@@ -142,15 +142,6 @@ def test_a_query_equals_its_document_vector(onnx_embedder: OnnxEmbedder) -> None
     np.testing.assert_allclose(query, onnx_embedder.embed_documents(["where do I park my bike?"])[0], atol=1e-5)
 
 
-def test_concurrent_queries_agree_with_sequential(model_dir: Path) -> None:
-    engine = OnnxEmbedder(model_dir, query_cache_size=0)  # no cache: every call runs the session
-    texts = [f"memory number {i} about topic {i % 7}" for i in range(32)]
-    expected = engine.embed_documents(texts)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        got = list(pool.map(engine.embed_query, texts))
-    np.testing.assert_allclose(np.stack(got), expected, atol=1e-5)
-
-
 # --- the query cache -------------------------------------------------------------------------------------
 
 

@@ -49,6 +49,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     FASTMCP_SHOW_SERVER_BANNER=false \
+    ORT_DISABLE_TELEMETRY=1 \
     MEMORY_HOST=0.0.0.0 \
     MEMORY_PORT=8765 \
     MEMORY_DATA_DIR=/data \
@@ -57,7 +58,8 @@ ENV PATH=/opt/venv/bin:$PATH \
 RUN groupadd --system --gid 10001 memory \
     && useradd --system --uid 10001 --gid memory --home-dir /app --no-create-home --shell /usr/sbin/nologin memory \
     && mkdir -p /data \
-    && chown memory:memory /data
+    && chown memory:memory /data \
+    && chmod 700 /data
 
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /app/models /app/models

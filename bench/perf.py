@@ -374,7 +374,7 @@ def load_corpus(data: Path, embedder: Any, n: int) -> dict[str, Any]:
 
             def insert(conn: Any, memories: list = memories, chunk: range = chunk) -> list[int]:
                 return [rows.insert_memory(conn, site_id, m, document=document_text(m.content, m.occurred_at),
-                                           vector=vectors[i], model=embedder.name)[0] for m, i in zip(memories, chunk)]
+                                           vector=vectors[i], model=embedder.name).row_id for m, i in zip(memories, chunk)]
 
             ids = services.writer.run_sync(insert)
             service._index_ids([i for i in ids if i is not None])

@@ -7,3 +7,6 @@ import os
 # threads under load, 0.5 ms with one). Set before numpy is first imported; an operator's value wins.
 for _variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+# onnxruntime's telemetry would, at import, try to persist a device id under $HOME and, where HOME is not
+# writable (a container's non-root user), print an ANSI-coloured warning into the JSON logs.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 
 from embeddings.base import Embedder
 from server.auth import Principal
-from server.http import AuthMiddleware
+from server.http import AuthMiddleware, BrowserGuard, SignInGuard, is_loopback
 from server.log_tools import LogToolsFastPath, register_log_tools
 from server.memory_tools import register_memory_tools
 from server.metrics import Metrics, ToolMetricsMiddleware
@@ -61,6 +61,7 @@ def create_app(
     metrics = Metrics()
     metrics.attach(services)  # before the MCP tools and REST routes take hold of services.logs
     storage = StorageProbe(settings.db_path)
+    sign_in = SignInGuard(failures_per_minute=settings.sign_in_failures_per_minute)
     mcp = build_mcp(services)
     mcp_app = mcp.http_app(path="/mcp", stateless_http=True, json_response=True)
 
@@ -80,6 +81,7 @@ def create_app(
                 yield
             finally:
                 tasks.cancel_scope.cancel()
+                sign_in.close()
                 services.close()
 
     async def healthz(request: Request) -> JSONResponse:
@@ -99,8 +101,9 @@ def create_app(
                 Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=fast_path)],
         middleware=[
             Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response
+            Middleware(BrowserGuard, allowed_origins=settings.origins, loopback_only=is_loopback(settings.host)),
             Middleware(AuthMiddleware, authenticator=lambda: services.authenticator,
-                       max_body=settings.max_request_bytes)
+                       max_body=settings.max_request_bytes, sign_in=sign_in)
         ],
         lifespan=lifespan,
     )

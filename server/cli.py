@@ -7,10 +7,11 @@ Settings come from the environment (`MEMORY_*`) with flags taking precedence; th
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 
@@ -19,6 +20,7 @@ from server.errors import AppError
 from server.settings import Settings
 
 app = typer.Typer(help="memory-server: durable conversation logs and saved memories for AI agents.",
+                  pretty_exceptions_enable=False,
                   no_args_is_help=True, add_completion=False)
 site_app = typer.Typer(help="Manage sites (tenants) and their Basic credentials.", no_args_is_help=True)
 token_app = typer.Typer(help="Manage Bearer tokens.", no_args_is_help=True)
@@ -29,13 +31,40 @@ DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="Data direct
 DEFAULT_SITE = "default"
 
 
+INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of `PRAGMA quick_check` (see server.db.quick_check)
+
+
 def load_settings(**overrides: object) -> Settings:
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    """Settings from the environment and flags; a bad value is a one-line error naming it, never a traceback."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            name = ".".join(str(p) for p in err.get("loc", ()))
+            flag = f"--{name.replace('_', '-')}" if name in overrides and overrides[name] is not None else \
+                f"MEMORY_{name.upper()}"
+            problems.append(f"{flag}: {err.get('msg', 'invalid')} (got {err.get('input')!r})")
+        _fail(RuntimeError("; ".join(problems)))
+        raise  # not reached: _fail exits
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception) -> NoReturn:
     typer.echo(f"error: {error}", err=True)
     raise typer.Exit(1)
+
+
+def _announce(settings: Settings, message: str, **fields: str) -> None:
+    """A start-up line on stderr: plain text, or one JSON object when the log format is JSON (so every line
+    a container writes parses). Not through logging: the first-start secret must not reach log handlers."""
+    if settings.log_format == "json":
+        from server.logging_setup import json_line
+
+        typer.echo(json_line("memory_server.serve", message, **fields), err=True)
+        return
+    typer.echo("\n".join([message, *(f"  {name}: {value}" for name, value in fields.items())]), err=True)
 
 
 def _admin(data_dir: Path | None, work):  # type: ignore[no-untyped-def]
@@ -78,35 +107,65 @@ def serve(
 
 
 def _serve_http(settings: Settings) -> None:
-    import uvicorn
-
+    from server import serving
     from server.app import create_app
     from server.bootstrap import bootstrap_or_exit
-    from server.services import open_configured_index, open_services
 
-    # Open the index here, before the port: a second server on the same data directory, or an index built
-    # with another model, fails now with a clear message instead of after start-up.
+    # The port first, then the index, then the database: a port in use, a second server on the same data
+    # directory, an index built with another model or a damaged database fail before anything is created,
+    # each with its own message.
     try:
-        index = open_configured_index(settings)
-        _check_index_model(settings, index)
-    except Exception as exc:
+        sock = serving.bind(settings.host, settings.port)
+    except serving.PortInUse as exc:
         _fail(exc)
-    services = open_services(settings)
-    services.closers.append(index.close)
+    index = _open_index_for_serving(settings)
+    services = _open_services_for_serving(settings, index)
     bootstrap_or_exit(services)  # MEMORY_BOOTSTRAP_*: a pre-set site credential, before the first-start one
     site_id, secret = services.writer.run_sync(lambda conn: _first_site(conn))
-    url = f"http://{settings.host}:{settings.port}/mcp"
-    typer.echo(f"memory-server: MCP over streamable HTTP at {url}", err=True)
-    typer.echo(f"data directory: {settings.data_dir.resolve()}", err=True)
+    _announce(settings, f"memory-server: MCP over streamable HTTP at http://{settings.host}:{settings.port}/mcp",
+              data_directory=str(settings.data_dir.resolve()))
     if secret is not None:
-        typer.echo(
-            f"first start: created site '{DEFAULT_SITE}' with a Basic credential (shown once):\n"
-            f"  username: {DEFAULT_SITE}\n  secret: {secret}\n"
-            f"connect with the header  Authorization: Basic base64('{DEFAULT_SITE}:<secret>')",
-            err=True,
-        )
+        _announce(settings, f"first start: created site '{DEFAULT_SITE}' with a Basic credential (shown once); "
+                            f"connect with the header  Authorization: Basic base64('{DEFAULT_SITE}:<secret>')",
+                  username=DEFAULT_SITE, secret=secret)
     app = create_app(settings, services=services, index=index)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", lifespan="on")
+    serving.run(app, settings, sock)
+
+
+def _open_index_for_serving(settings: Settings) -> Any:
+    from server.services import open_configured_index
+
+    try:
+        index = open_configured_index(settings)
+    except Exception as exc:  # locked by another server, unreadable, unreachable: each says what to do
+        _fail(exc)
+    try:
+        _check_index_model(settings, index)
+    except Exception as exc:
+        index.close()
+        _fail(exc)
+    return index
+
+
+def _open_services_for_serving(settings: Settings, index: Any) -> Any:
+    """The services over a checked database (see open_database); warns about an exposed data directory."""
+    import logging
+
+    from server.db import DatabaseDamaged
+    from server.files import exposed
+    from server.services import open_services
+
+    try:
+        services = open_services(settings, integrity_budget_s=INTEGRITY_CHECK_BUDGET_S)
+    except (DatabaseDamaged, OSError, sqlite3.Error) as exc:
+        index.close()
+        _fail(exc)
+    services.closers.append(index.close)
+    if exposed(settings.data_dir):
+        logging.getLogger("memory_server").warning(
+            "the data directory %s can be read by other users of this machine; run: chmod 700 %s",
+            settings.data_dir, settings.data_dir)
+    return services
 
 
 def _check_index_model(settings: Settings, index) -> None:  # type: ignore[no-untyped-def]
@@ -135,9 +194,13 @@ def _first_site(conn):  # type: ignore[no-untyped-def]
 
 def _serve_stdio(settings: Settings) -> None:
     from server.app import build_mcp
+    from server.db import DatabaseDamaged
     from server.services import open_services
 
-    services = open_services(settings)
+    try:
+        services = open_services(settings, integrity_budget_s=INTEGRITY_CHECK_BUDGET_S)
+    except (DatabaseDamaged, OSError, sqlite3.Error) as exc:
+        _fail(exc)
     try:
         services.load_memory()
     except Exception as exc:
@@ -224,15 +287,19 @@ def reindex(data_dir: DataDir = None) -> None:
 
     from server.services import open_services
 
+    from server.index.base import IndexLocked
+    from server.services import open_configured_index
+
     settings = load_settings(data_dir=data_dir)
+    try:
+        index = open_configured_index(settings)
+    except IndexLocked as exc:
+        _fail(RuntimeError(f"a server is running on this data directory: stop the server (pid {exc.holder}), "
+                           "then run reindex again"))
+    except Exception as exc:
+        _fail(exc)
     services = open_services(settings)
     try:
-        from server.services import open_configured_index
-
-        try:
-            index = open_configured_index(settings)
-        except Exception as exc:
-            _fail(exc)
         services.closers.append(index.close)
         services.load_memory(index=index, repair=False)
         service = services.memory_service
@@ -264,7 +331,6 @@ def export_command(
     Lines: a header {"kind": "header", "version": 1, ...}, then {"kind": "memory", ...} records, then
     {"kind": "log_item", ...} records. Credentials and vectors are never exported.
     """
-    import os
     import tempfile
 
     from embeddings.factory import resolve_model_dir
@@ -272,10 +338,14 @@ def export_command(
     from server.services import PROJECT_ROOT
     from server.transfer import Export, write_export
 
+    from server.files import live_paths, refuse_live_target
+
     settings = load_settings(data_dir=data_dir)
     target = None if file == "-" else Path(file)
-    if target is not None and target.exists() and not force:
-        _fail(RuntimeError(f"{target} exists; pass --force to overwrite it"))
+    if target is not None:
+        refuse_live_target(target, live_paths(settings.db_path, settings.index_path))
+        if target.exists() and not force:
+            _fail(RuntimeError(f"{target} exists; pass --force to overwrite it"))
     try:
         export = Export(settings.db_path, site=site)
     except (AppError, sqlite3.Error, OSError) as exc:
@@ -292,10 +362,8 @@ def export_command(
             else:
                 # Written beside FILE and renamed once complete: FILE is never a truncated export.
                 target.parent.mkdir(parents=True, exist_ok=True)
+                # mkstemp creates it 0600: an export holds every memory and log, for its owner only.
                 fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-                umask = os.umask(0)
-                os.umask(umask)
-                os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would surprise: FILE gets the usual mode
                 with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out:
                     written = write_export(export, out, model=model, progress=advance)
                     out.flush()
@@ -457,11 +525,13 @@ def backup(
     The vector index is not copied: it is derived from SQLite. After restoring, run `memory-server reindex`
     (with the server backend, snapshot the Qdrant collection instead).
     """
+    from server.files import live_paths
     from server.transfer import backup_database
 
     settings = load_settings(data_dir=data_dir)
     try:
-        result = backup_database(settings.db_path, path, force=force)
+        result = backup_database(settings.db_path, path, force=force,
+                                 live=live_paths(settings.db_path, settings.index_path))
     except (AppError, FileExistsError, RuntimeError, sqlite3.Error, OSError) as exc:
         _fail(exc)
     typer.echo(f"backup: {result.path}\nsize: {result.size} bytes\nquick_check: ok\n"
@@ -475,4 +545,19 @@ def backup(
 
 
 def main() -> None:
-    app()
+    from server.db import DatabaseDamaged
+    from server.files import PRIVATE_UMASK
+    from server.index.base import IndexUnavailable
+
+    os.umask(PRIVATE_UMASK)  # every file this process writes (database, index, exports) is the owner's only
+    try:
+        app()
+    except (AppError, DatabaseDamaged, IndexUnavailable, sqlite3.Error, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # a bug: one line for the user; the traceback only when asked for
+        if os.environ.get("MEMORY_LOG_LEVEL", "").upper() == "DEBUG":
+            raise
+        typer.echo(f"error: unexpected failure ({type(exc).__name__}: {exc}); run with MEMORY_LOG_LEVEL=DEBUG "
+                   "to see where", err=True)
+        sys.exit(1)

@@ -10,6 +10,7 @@ import binascii
 import json
 
 from server.errors import InvalidParameters
+from server.text import json_is_unicode
 
 
 def invalid() -> InvalidParameters:
@@ -29,6 +30,7 @@ def decode(cursor: object, *, max_length: int, count: int) -> list[object]:
         fields = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError, binascii.Error):
         raise invalid() from None
-    if not isinstance(fields, list) or len(fields) != count:
+    # A forged cursor may carry a lone surrogate, which no query can bind.
+    if not isinstance(fields, list) or len(fields) != count or not json_is_unicode(fields):
         raise invalid()
     return fields

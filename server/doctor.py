@@ -1,6 +1,7 @@
 """`memory-server doctor`: check a data directory and say how to fix what is wrong.
 
-Each check gives ok, FAIL or skip, a detail, and for a failure the fix. A check that needs the vector
+Each check gives ok, WARN, FAIL or skip, a detail, and for a failure or warning the fix. A check that
+cannot run (a damaged file raising where a sound one answers) is a FAIL line too: doctor never crashes. A check that needs the vector
 index is skipped, not failed, when a running server holds the embedded index: that is the normal state
 of a serving data directory. Nothing here changes the data; the index, when free, is opened only to read.
 """
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from server.db import SCHEMA, connect
+from server.db import SCHEMA, connect, quick_check
+from server.files import exposed
 from server.settings import Settings
 
-OK, FAIL, SKIP = "ok", "FAIL", "skip"
+OK, WARN, FAIL, SKIP = "ok", "WARN", "FAIL", "skip"
 DOCTOR_BUSY_TIMEOUT_MS = 5_000
 
 
@@ -29,7 +31,7 @@ class Check:
 
     def render(self) -> str:
         line = f"{self.status:<4}  {self.name}: {self.detail}"
-        if self.status == FAIL and self.fix:
+        if self.status in (FAIL, WARN) and self.fix:
             line += f" -- fix: {self.fix}"
         return line
 
@@ -48,22 +50,46 @@ def run_checks(settings: Settings, *, project_root: Path,
     """Yield the checks one by one (the slow model load comes first, then the fast ones)."""
     state = _State()
     try:
-        yield _check_model(settings, state, project_root, load_embedder)
+        yield from _guarded("model", lambda: iter([_check_model(settings, state, project_root, load_embedder)]))
         data_dir = settings.data_dir
         if not data_dir.is_dir():
             yield Check("data directory", FAIL, f"{data_dir.resolve()} does not exist",
                         "start the server once (it creates it), or pass the right --data-dir")
             return
-        yield from _check_sqlite(settings, state)
+        yield from _guarded("permissions", lambda: _check_permissions(settings))
+        yield from _guarded("sqlite", lambda: _check_sqlite(settings, state))
         if state.conn is None:
             return
-        yield from _check_index(settings, state)
-        yield from _check_outbox(state)
+        yield from _guarded("index", lambda: _check_index(settings, state))
+        yield from _guarded("index backlog", lambda: _check_outbox(state))
     finally:
         if state.index is not None:
             state.index.close()
         if state.conn is not None:
             state.conn.close()
+
+
+def _guarded(name: str, checks: Callable[[], Iterator[Check]]) -> Iterator[Check]:
+    """The checks, and a FAIL line in place of whatever exception a damaged file raises in the middle."""
+    try:
+        yield from checks()
+    except Exception as exc:
+        yield Check(name, FAIL, f"could not be checked: {type(exc).__name__}: {exc}",
+                    "restore the latest `memory-server backup` into the data directory, then `memory-server reindex`")
+
+
+def _check_permissions(settings: Settings) -> Iterator[Check]:
+    """The data directory holds every memory, every log and the credential hashes: its owner's only."""
+    data_dir = settings.data_dir.resolve()
+    readable = [p for p in (data_dir, *sorted(data_dir.glob("memory.db*"))) if p.exists() and exposed(p)]
+    if not readable:
+        yield Check("permissions", OK, f"{data_dir} and its database files are private to their owner")
+        return
+    fix = f"chmod 700 {data_dir}"
+    if any(p != data_dir for p in readable):
+        fix += f" && chmod 600 {data_dir}/memory.db*"
+    yield Check("permissions", WARN, f"other users of this machine can read {', '.join(str(p) for p in readable)}",
+                fix)
 
 
 def _check_model(settings: Settings, state: _State, project_root: Path,
@@ -119,7 +145,7 @@ def _check_sqlite(settings: Settings, state: _State) -> Iterator[Check]:
                     "upgrade memory-server to the version that wrote this database")
 
     try:
-        problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+        problems = quick_check(conn) or []
     except sqlite3.Error as exc:
         problems = [str(exc)]
     if problems == ["ok"]:

@@ -7,6 +7,7 @@
     ├── Forbidden                forbidden                 403
     ├── NotFound                 not_found                 404
     ├── PayloadTooLarge          payload_too_large         413
+    ├── RateLimited              rate_limited              429 (retryable after Retry-After seconds)
     └── Unavailable              unavailable               503 (retryable)
 
 Only the edges (MCP tools, REST routes, the HTTP auth middleware) turn these into responses.
@@ -59,6 +60,18 @@ class NotFound(AppError):
 class PayloadTooLarge(AppError):
     code = "payload_too_large"
     status = 413
+
+
+class RateLimited(AppError):
+    """Too many failed sign-ins from one client address; answered without checking the credential."""
+
+    code = "rate_limited"
+    status = 429
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Unavailable(AppError):

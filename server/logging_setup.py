@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import threading
+import time
 from typing import TextIO
 
 from server.settings import Settings
@@ -26,6 +28,12 @@ class RequestIdFilter(logging.Filter):
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and becomes a JSON key.
 _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def json_line(logger: str, message: str, *, level: str = "INFO", **fields: object) -> str:
+    """One log line in the JsonFormatter's shape, for lines written without logging."""
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "level": level, "logger": logger, "message": message}
+    return json.dumps({**entry, **fields}, ensure_ascii=False, default=str)
 
 
 class JsonFormatter(logging.Formatter):
@@ -54,3 +62,31 @@ def configure_logging(settings: Settings, *, stream: TextIO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level.upper())
+    logging.captureWarnings(True)  # a library's warnings.warn() becomes a log line in the chosen format
+
+
+class Throttle:
+    """Logs a recurring failure at most once per `interval` seconds, saying how many were not logged.
+
+    A full disk or a dead index fails every write; a traceback per failure would fill the log (and the
+    disk) within seconds, while one line a minute says the same."""
+
+    def __init__(self, logger: logging.Logger, *, interval: float = 60.0) -> None:
+        self._logger = logger
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def log(self, level: int, key: str, message: str, *args: object, exc_info: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self._interval:
+                self._suppressed[key] = self._suppressed.get(key, 0) + 1
+                return
+            self._last[key] = now
+            suppressed = self._suppressed.pop(key, 0)
+        if suppressed:
+            message += f" ({suppressed} more since the last report)"
+        self._logger.log(level, message, *args, exc_info=exc_info)

@@ -19,6 +19,7 @@ from server import cursors
 from server.auth import now_rfc3339
 from server.db import Readers, Writer
 from server.errors import InvalidParameters, PayloadTooLarge
+from server.text import check_unicode
 
 CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 MAX_ITEMS = 1000
@@ -79,7 +80,7 @@ def serialize_items(items: object, limits: LogLimits) -> list[str]:
             text = json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (ValueError, TypeError) as exc:
             raise InvalidParameters(f"items[{position}] is not valid JSON: {exc}") from None
-        size = len(text.encode("utf-8"))
+        size = len(check_unicode(f"items[{position}]", text).encode("utf-8"))
         if size > limits.max_payload_bytes:
             raise PayloadTooLarge(
                 f"items[{position}] is {size} bytes serialized; the limit is {limits.max_payload_bytes}"
@@ -96,7 +97,7 @@ def check_idempotency_key(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= 128:
         raise InvalidParameters("idempotency_key must be a string of 1-128 characters")
-    return value
+    return check_unicode("idempotency_key", value)
 
 
 # (seq, recorded_at, payload JSON text as stored: always `serialize_items` output)

@@ -25,6 +25,7 @@ from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.index.base import Condition, IndexFilter
 from server.lexical import analyzed_text
 from server.logs import MAX_DEPTH, _depth_ok
+from server.text import check_json_unicode, check_unicode
 
 SHORT_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 LOCATION = re.compile(r"^[^\x00-\x1f]{1,512}$")
@@ -150,7 +151,7 @@ def check_query(query: object) -> str:
         raise InvalidParameters("query must be a non-empty string")
     if len(query) > 4096:
         raise InvalidParameters("query must be at most 4096 characters")
-    return query
+    return check_unicode("query", query)
 
 
 def check_word(name: str, value: object, *, optional: bool = True) -> str | None:
@@ -178,6 +179,7 @@ def check_object(name: str, value: object) -> dict[str, Any]:
     if not _depth_ok(value):
         # Deeper values were stored once and then broke every response carrying them (serializers cap depth).
         raise InvalidParameters(f"{name} is nested deeper than {MAX_DEPTH} levels")
+    check_json_unicode(name, value)
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
     except (ValueError, TypeError, RecursionError):
@@ -197,6 +199,11 @@ def parse_timestamp(name: str, value: object) -> datetime:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp, e.g. 2024-05-08T13:56:00Z") from None
     if parsed.tzinfo is None:
         raise InvalidParameters(f"{name} must carry a timezone (e.g. Z or +02:00)")
+    try:
+        # 0001-01-01T00:00:00+01:00 is a valid RFC3339 text whose UTC instant lies before year 1.
+        parsed.astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidParameters(f"{name} must lie between years 1 and 9999 in UTC") from None
     return parsed
 
 
@@ -224,11 +231,14 @@ def validate_new(
 ) -> NewMemory:
     if not isinstance(content, str) or not content.strip():
         raise InvalidParameters("content must be a non-empty string")
-    size = len(content.encode("utf-8", errors="surrogatepass"))
+    check_unicode("content", content)
+    size = len(content.encode("utf-8"))
     if size > max_content_bytes:
         raise PayloadTooLarge(f"content is {size} bytes; the limit is {max_content_bytes}")
     if location is not None and (not isinstance(location, str) or not LOCATION.fullmatch(location)):
         raise InvalidParameters("location must be a path-like string of 1-512 characters")
+    if location is not None:
+        check_unicode("location", location)
     return NewMemory(
         content=content,
         type=check_word("type", type) or DEFAULT_TYPE,
@@ -253,6 +263,56 @@ def find_duplicate(conn: sqlite3.Connection, site_id: int, memory: NewMemory) ->
     return row[0] if row else None
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What an import keeps from its file instead of minting it: the reference and the timestamps."""
+
+    reference: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+CREATED, DUPLICATE, PRESENT, CONFLICT = "created", "duplicate", "present", "conflict"
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """The outcome of inserting one memory.
+
+    created: a new row (`row_id`); duplicate: the same content and filing exists as `reference`;
+    present: the kept reference already holds this memory; conflict: the kept reference holds another
+    memory (`detail` says which way), nothing is written.
+    """
+
+    row_id: int | None
+    reference: str
+    outcome: str
+    detail: str = ""
+
+    @property
+    def created(self) -> bool:
+        return self.outcome == CREATED
+
+
+def decided_by_stored(conn: sqlite3.Connection, site_id: int, memory: NewMemory,
+                      kept: Kept | None = None) -> Inserted | None:
+    """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
+    if kept is not None and kept.reference is not None:
+        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = ?",
+                           (kept.reference,)).fetchone()
+        if row is not None:
+            if int(row[0]) != site_id:
+                return Inserted(None, kept.reference, CONFLICT,
+                                f"conflict: reference {kept.reference} belongs to a memory of another site")
+            if row[1] != memory.dedup_key:
+                return Inserted(None, kept.reference, CONFLICT,
+                                f"conflict: reference {kept.reference} already holds a memory with other content "
+                                "or filing (type, location, project, team, bucket)")
+            return Inserted(None, kept.reference, PRESENT)
+    existing = find_duplicate(conn, site_id, memory)
+    return Inserted(None, existing, DUPLICATE) if existing is not None else None
+
+
 def insert_memory(
     conn: sqlite3.Connection,
     site_id: int,
@@ -261,18 +321,15 @@ def insert_memory(
     document: str,
     vector: np.ndarray,
     model: str,
-    reference: str | None = None,
-    created_at: str | None = None,
-) -> tuple[int | None, str, bool]:
-    """Insert inside the caller's write transaction; return (row id, reference, created).
-
-    A duplicate (same content and filing) returns the existing reference with created=False and no id.
-    """
-    existing = find_duplicate(conn, site_id, memory)
-    if existing is not None:
-        return None, existing, False
-    reference = reference or f"mem_{uuid.uuid4().hex}"
-    now = created_at or now_rfc3339()
+    kept: Kept | None = None,
+) -> Inserted:
+    """Insert inside the caller's write transaction, unless stored rows decide otherwise (see Inserted)."""
+    decided = decided_by_stored(conn, site_id, memory, kept)
+    if decided is not None:
+        return decided
+    kept = kept or Kept()
+    reference = kept.reference or f"mem_{uuid.uuid4().hex}"
+    created_at = kept.created_at or now_rfc3339()
     conversation_id, conversation_seq = _conversation_position(memory.provenance)
     cur = conn.execute(
         "INSERT INTO memories (reference, site_id, content, type, location, project, team, bucket, tags,"
@@ -282,14 +339,14 @@ def insert_memory(
             reference, site_id, memory.content, memory.type, memory.location, memory.project, memory.team,
             memory.bucket, json.dumps(list(memory.tags), ensure_ascii=False),
             json.dumps(memory.metadata, ensure_ascii=False), json.dumps(memory.provenance, ensure_ascii=False),
-            memory.occurred_at, now, now, memory.dedup_key, conversation_id, conversation_seq,
-            vector.astype(np.float32).tobytes(), model,
+            memory.occurred_at, created_at, kept.updated_at or created_at, memory.dedup_key, conversation_id,
+            conversation_seq, vector.astype(np.float32).tobytes(), model,
         ),
     )
     row_id = int(cur.lastrowid)  # type: ignore[arg-type]
     conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, analyzed_text(document)))
     conn.execute("DELETE FROM index_deletions WHERE id = ?", (row_id,))
-    return row_id, reference, True
+    return Inserted(row_id, reference, CREATED)
 
 
 def _conversation_position(provenance: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -308,10 +365,6 @@ def delete_memory(conn: sqlite3.Connection, scope: Scope, reference: str) -> int
         return None
     conn.execute("DELETE FROM memories WHERE id = ?", (found[0],))
     return int(found[0])
-
-
-def mark_indexed(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-    conn.executemany("UPDATE memories SET indexed = 1 WHERE id = ?", [(i,) for i in ids])
 
 
 def clear_deletions(conn: sqlite3.Connection, ids: Sequence[int]) -> None:

@@ -139,37 +139,47 @@ class MemoryService:
         site_id = principal.site_id
         vectors, words = await anyio.to_thread.run_sync(self._embed, site_id, [document])
 
-        def insert(conn: Any) -> tuple[int | None, str, bool]:
+        def insert(conn: Any) -> rows.Inserted:
             inserted = rows.insert_memory(conn, site_id, memory, document=document, vector=vectors[0],
                                           model=self.embedder.name)
             self._store_words(conn, site_id, words)
             return inserted
 
-        row_id, reference, created = await self.writer.run(insert)
+        inserted = await self.writer.run(insert)
         self.words.add(site_id, *words)
-        if row_id is not None:
-            await anyio.to_thread.run_sync(self._index_ids, [row_id])
-        return {"reference": reference, "created": created}
+        if inserted.row_id is not None:
+            await anyio.to_thread.run_sync(self._index_ids, [inserted.row_id])
+        return {"reference": inserted.reference, "created": inserted.created}
 
-    def remember_many(self, site_id: int, memories: Sequence[NewMemory]) -> list[tuple[str, bool]]:
-        """Bulk import (blocking): embed in batches, one transaction per batch, then index."""
-        results: list[tuple[str, bool]] = []
-        for batch in batched(memories, EMBED_BATCH):
-            documents = [document_text(m.content, m.occurred_at) for m in batch]
-            vectors, words = self._embed(site_id, documents)
-
-            def insert(conn: Any) -> list[tuple[int | None, str, bool]]:
-                self._store_words(conn, site_id, words)
-                return [
-                    rows.insert_memory(conn, site_id, m, document=d, vector=v, model=self.embedder.name)
-                    for m, d, v in zip(batch, documents, vectors)
-                ]
-
-            inserted = self.writer.run_sync(insert)
-            self.words.add(site_id, *words)
-            self._index_ids([row_id for row_id, _, _ in inserted if row_id is not None])
-            results += [(reference, created) for _, reference, created in inserted]
+    def remember_many(self, site_id: int, memories: Sequence[NewMemory],
+                      kept: Sequence[rows.Kept | None] | None = None) -> list[rows.Inserted]:
+        """Bulk remember (blocking), the path of imports too: memories decided by stored rows (duplicates,
+        references already present) are settled first without model time; the rest are embedded EMBED_BATCH at
+        a time, committed one transaction per batch with their words, then indexed. `kept`: per memory, the
+        reference and timestamps an import keeps."""
+        keeps = list(kept) if kept is not None else [None] * len(memories)
+        results: list[rows.Inserted] = []
+        for batch in batched(list(zip(memories, keeps)), EMBED_BATCH):
+            conn = self.readers.get()
+            decided = [rows.decided_by_stored(conn, site_id, m, k) for m, k in batch]
+            todo = [pair for pair, outcome in zip(batch, decided) if outcome is None]
+            inserted = iter(self._insert_batch(site_id, todo) if todo else [])
+            results += [outcome if outcome is not None else next(inserted) for outcome in decided]
         return results
+
+    def _insert_batch(self, site_id: int, batch: Sequence[tuple[NewMemory, rows.Kept | None]]) -> list[rows.Inserted]:
+        documents = [document_text(m.content, m.occurred_at) for m, _ in batch]
+        vectors, words = self._embed(site_id, documents)
+
+        def insert(conn: Any) -> list[rows.Inserted]:
+            self._store_words(conn, site_id, words)
+            return [rows.insert_memory(conn, site_id, m, document=d, vector=v, model=self.embedder.name, kept=k)
+                    for (m, k), d, v in zip(batch, documents, vectors)]
+
+        inserted = self.writer.run_sync(insert)
+        self.words.add(site_id, *words)
+        self._index_ids([i.row_id for i in inserted if i.row_id is not None])
+        return inserted
 
     def _embed(self, site_id: int, documents: Sequence[str]) -> tuple[np.ndarray, tuple[list[str], np.ndarray]]:
         """The documents' vectors, and the site's new words with their vectors (saved with the memory)."""

@@ -225,10 +225,10 @@ class InstrumentedMemoryService(_Delegate):
         self._metrics.observe_remember(bool(result.get("created")))
         return result
 
-    def remember_many(self, *args: Any, **kwargs: Any) -> list[tuple[str, bool]]:
+    def remember_many(self, *args: Any, **kwargs: Any) -> list[Any]:
         results = self._inner.remember_many(*args, **kwargs)
-        for _, created in results:
-            self._metrics.observe_remember(bool(created))
+        for inserted in results:
+            self._metrics.observe_remember(inserted.created)
         return results
 
 

@@ -269,7 +269,8 @@ def _identity(path: Path) -> tuple[int, int] | None:
 def readiness(services: Any, storage: StorageProbe | None = None) -> list[str]:
     """Why the server cannot serve every tool right now (empty when ready). Blocking: run it in a thread.
 
-    - SQLite: a read on a reader connection; the file is still the one opened and writable; the writer
+    - SQLite: a read on a reader connection; the file is still the one opened and writable; no write failed
+      for lack of disk space since the last one that succeeded, and no damaged page was met; the writer
       thread takes and releases the write lock (an empty BEGIN IMMEDIATE … COMMIT) within a short timeout.
     - The model and the index are loaded; the index answers a count; for the embedded index, its
       directory, its info file and its live shard directory can be read on disk (Qdrant Edge serves counts
@@ -282,6 +283,7 @@ def readiness(services: Any, storage: StorageProbe | None = None) -> list[str]:
         reasons.append(f"sqlite: {exc}")
     if storage is not None:
         reasons += storage.problems()
+    reasons += services.writer.health.problems()  # a full disk, a damaged page met while serving
     reasons += _writer_problems(services)
     if services.memory_service is None:
         reasons.append(f"model/index: {services.memory_error or 'loading'}")

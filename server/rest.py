@@ -38,7 +38,9 @@ from server.errors import (
     Unavailable,
     UnprocessableParameters,
 )
+from server.db import storage_failure
 from server.http import CHALLENGE
+from server.logging_setup import Throttle
 from server.log_tools import AppendResult, ConversationsResult, ItemsResult
 from server.logs import CONVERSATION_ID, check_bound, check_conversation_id, decode_cursor
 from server.memories import LOCATION, MAX_TAGS, SHORT_WORD, check_query
@@ -47,6 +49,7 @@ from server.memory_tools import ContextPack, Forgotten, MemoryFields, Remembered
 from server.services import Services
 
 log = logging.getLogger("memory_server.rest")
+_storage_log = Throttle(log)
 
 PREFIX = "/v1"
 HANDLED = "_memory_server_rest_handled"
@@ -85,9 +88,9 @@ class Strict(BaseModel):
 
 class ErrorDetail(BaseModel):
     code: Literal["invalid_parameters", "unprocessable_parameters", "unauthorized", "forbidden", "not_found",
-                  "payload_too_large", "unavailable"]
+                  "payload_too_large", "rate_limited", "unavailable"]
     message: str = Field(description="`code: human explanation` without the code; never a stack trace.")
-    retryable: bool = Field(description="True only for `unavailable`: safe to retry later.")
+    retryable: bool = Field(description="True only for `unavailable` and `rate_limited`: safe to retry later.")
 
 
 class ErrorBody(BaseModel):
@@ -183,6 +186,7 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         404: "not_found",
         413: "payload_too_large: item, batch, content or request over the configured limits",
         422: "invalid_parameters, or unprocessable_parameters (a Bearer caller on a Basic-only route)",
+        429: "rate_limited: too many failed sign-ins from this client address; retry after Retry-After seconds",
         503: "unavailable: storage busy, model loading, index down, shutting down; safe to retry",
     }
     out: dict[int | str, dict[str, Any]] = {
@@ -190,10 +194,12 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
     if 401 in out:
         out[401]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "The challenge."}}
+    if 429 in out:
+        out[429]["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}
     return out
 
 
-COMMON = (401, 403, 413, 422, 503)
+COMMON = (401, 403, 413, 422, 429, 503)
 
 
 class _DocumentedBasic(HTTPBasic):
@@ -330,6 +336,11 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     exc.__dict__[HANDLED] = True
     if isinstance(exc, RecursionError):
         return error_response(InvalidParameters("the request is nested too deeply"))
+    failure = storage_failure(exc)
+    if failure is not None:  # a damaged page met by a read (writes are translated by the writer itself)
+        request.app.state.health.saw(failure)
+        _storage_log.log(logging.ERROR, failure.message, "REST %s failed: %s", request.url.path, failure.message)
+        return error_response(failure)
     log.error("REST %s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
     return error_response(Unavailable("internal error; it has been logged, retry later"))
 
@@ -570,6 +581,7 @@ class RestApp:
         for router in routers:
             api.include_router(router)
         api.state.route_table = [route for router in routers for route in router.routes]  # for 405's Allow
+        api.state.health = services.writer.health
         api.add_exception_handler(AppError, _app_error)
         api.add_exception_handler(RequestValidationError, _validation_error)
         api.add_exception_handler(StarletteHTTPException, _http_error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import Any, Callable
 
 from embeddings.base import Embedder
 from server import auth
-from server.db import Readers, Writer, connect, migrate
+from server.db import DatabaseDamaged, Readers, Writer, connect, damaged_message, error_code, migrate, quick_check
 from server.errors import Unavailable
+from server.files import private_dir, private_file
 from server.logs import LogLimits, LogStore
 from server.settings import Settings
 
@@ -35,6 +37,7 @@ class Services:
     memory_service: Any = None  # MemoryService once the model and index are loaded
     tokens: Any = None  # TokenCounter
     memory_error: str | None = None
+    integrity_unchecked: bool = False  # start-up's bounded quick_check ran out of time: maintenance runs it whole
     startup_sync_limit: int = STARTUP_SYNC_LIMIT
     metrics: Any = None  # server.metrics.Metrics while an app serves these services
     closers: list = field(default_factory=list)
@@ -106,6 +109,19 @@ class Services:
         self.tokens = tokens
         self.memory_service = instrument_memory_service(service, self.metrics)
 
+    def _check_integrity(self) -> int:
+        """The whole `PRAGMA quick_check` that start-up cut short; damage is reported by /readyz."""
+        conn = connect(self.settings.db_path, readonly=True)
+        try:
+            findings = quick_check(conn)
+        finally:
+            conn.close()
+        self.integrity_unchecked = False
+        if findings != ["ok"]:
+            self.writer.health.damage = damaged_message(self.settings.db_path, "; ".join((findings or [])[:3]))
+            log.error("%s", self.writer.health.damage)
+        return 0
+
     def start_maintenance(self) -> None:
         """Background upkeep: index the backlog start-up left (see STARTUP_SYNC_LIMIT), drop orphaned index
         points once, then retry any backlog and build HNSW when enough points are unoptimised."""
@@ -118,6 +134,8 @@ class Services:
                 log.warning(failed, exc_info=True)
 
         def run() -> None:
+            if self.integrity_unchecked:
+                once(self._check_integrity, "", "the full integrity check of the database failed to run")
             service = self.memory_service
             if service is None:
                 return
@@ -145,18 +163,38 @@ def open_configured_index(settings: Settings) -> Any:
                       api_key=settings.qdrant_api_key, collection=settings.qdrant_collection)
 
 
-def open_database(settings: Settings) -> None:
-    """Create the data directory and bring the schema up to date."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    conn = connect(settings.db_path)
+def open_database(settings: Settings, *, integrity_budget_s: float | None = None) -> bool:
+    """Create the data directory (0700) and the database (0600), and bring the schema up to date.
+
+    With `integrity_budget_s`, first check the file (PRAGMA quick_check) for at most that long; returns
+    whether the check finished (False: it ran out of time, the file was not found damaged so far). A damaged
+    file, or one that is not a database at all, raises DatabaseDamaged naming it, before anything is written.
+    """
+    private_dir(settings.data_dir)
+    private_file(settings.db_path)
     try:
+        conn = connect(settings.db_path)
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseDamaged(damaged_message(settings.db_path, str(exc))) from exc
+    try:
+        finished = True
+        if integrity_budget_s is not None:
+            findings = quick_check(conn, budget_s=integrity_budget_s)
+            finished = findings is not None
+            if findings is not None and findings != ["ok"]:
+                raise DatabaseDamaged(damaged_message(settings.db_path, "; ".join(findings[:3])))
         migrate(conn)
+        return finished
+    except sqlite3.DatabaseError as exc:
+        if error_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            raise DatabaseDamaged(damaged_message(settings.db_path, str(exc))) from exc
+        raise
     finally:
         conn.close()
 
 
-def open_services(settings: Settings) -> Services:
-    open_database(settings)
+def open_services(settings: Settings, *, integrity_budget_s: float | None = None) -> Services:
+    checked = open_database(settings, integrity_budget_s=integrity_budget_s)
     writer = Writer(settings.db_path)
     readers = Readers(settings.db_path)
     services = Services(
@@ -167,4 +205,5 @@ def open_services(settings: Settings) -> Services:
         authenticator=auth.Authenticator(readers.get),
     )
     services.closers += [writer.close, readers.close]
+    services.integrity_unchecked = not checked
     return services

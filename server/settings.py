@@ -31,6 +31,19 @@ class Settings(BaseSettings):
         8 * 1024 * 1024, ge=1024, description="Largest HTTP request body; larger bodies get 413."
     )
 
+    allowed_origins: str = Field(
+        "", description="Comma-separated web origins (https://app.example.com) whose pages may call /mcp and /v1; "
+        "a request with any other Origin header gets 403. Requests without Origin (non-browser clients) are "
+        "not affected.")
+    max_connections: int = Field(1000, ge=1, description="Open HTTP connections at most (capped below the "
+                                 "descriptor limit); at the cap the longest-idle connection is closed.")
+    header_timeout_s: float = Field(10.0, gt=0, description="Seconds a connection may take to send a request "
+                                    "head (from connecting, or from the previous response).")
+    body_timeout_s: float = Field(60.0, gt=0, description="Seconds a request may take to send its body.")
+    keep_alive_s: int = Field(5, ge=1, description="Seconds an idle keep-alive connection stays open.")
+    sign_in_failures_per_minute: int = Field(
+        10, ge=1, description="Failed sign-ins per client address per minute before 429 with Retry-After.")
+
     index_backend: Literal["embedded", "server"] = Field("embedded", description="Vector index backend.")
     qdrant_url: str | None = Field(None, description="Qdrant server URL for the server backend.")
     qdrant_api_key: str | None = Field(None, description="Qdrant API key for the server backend.")
@@ -52,6 +65,10 @@ class Settings(BaseSettings):
 
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: str = Field("INFO", description="Log level.")
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return frozenset(o.strip().lower().rstrip("/") for o in self.allowed_origins.split(",") if o.strip())
 
     @property
     def db_path(self) -> Path:

@@ -29,15 +29,16 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Sequence, TextIO, TypeVar
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO, TypeVar
 
 from server import auth
 from server.db import connect
 from server.errors import AppError, InvalidParameters, NotFound
+from server.files import private_file, refuse_live_target
 from server.logs import MAX_ITEMS, MAX_SQLITE_INT, LogLimits, append_batch, check_bound, check_conversation_id, \
     serialize_items
-from server.memories import NewMemory, insert_memory, parse_timestamp, validate_new
-from server.retrieval import document_text
+from server.memories import CREATED, DUPLICATE, PRESENT, Inserted, Kept, NewMemory, parse_timestamp, validate_new
+from server.memory_service import EMBED_BATCH
 
 T = TypeVar("T")
 
@@ -45,8 +46,8 @@ FORMAT_VERSION = 1
 MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project", "team", "bucket", "tags",
                            "metadata", "provenance", "occurred_at", "created_at", "updated_at"})
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
-REFERENCE = re.compile(r"^[^\x00-\x1f\x7f]{1,128}$")
-MEMORY_BATCH = 64  # memories embedded together and committed in one transaction
+# A reference must be addressable as one REST path segment (/v1/memories/{reference}) without escaping.
+REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,127}$")
 
 
 def _dumps(value: object) -> str:
@@ -255,7 +256,8 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
         _check_fields(record, kind, MEMORY_FIELDS, ("content",))
         reference = record.get("reference")
         if reference is not None and (not isinstance(reference, str) or not REFERENCE.fullmatch(reference)):
-            raise InvalidParameters("reference must be a string of 1-128 characters")
+            raise InvalidParameters("reference must be 1-128 characters of [A-Za-z0-9_.~:-], starting alphanumeric "
+                                    "(it has to fit in a URL path)")
         created_at, updated_at = record.get("created_at"), record.get("updated_at")
         memory = validate_new(
             **{name: record.get(name) for name in ("content", "type", "location", "project", "team", "bucket",
@@ -487,101 +489,50 @@ class Importer:
             else:
                 self._error(record.line, outcome)
 
-    # -- memories: embedded and committed MEMORY_BATCH at a time --
+    # -- memories: through the bulk write path of the API (same batches, same word vectors) --
 
     def _add_memory(self, record: MemoryRecord) -> None:
         if self._memory is None:
             raise ImportAborted(f"line {record.line}: memory records need the model and the vector index")
         self._memories.append((self.site_id(record.site), record))
-        if len(self._memories) >= MEMORY_BATCH:
+        if len(self._memories) >= EMBED_BATCH:
             self._flush_memories()
 
     def _flush_memories(self) -> None:
-        if not self._memories:
-            return
         batch, self._memories = self._memories, []
-        # Skip what is already there before embedding: a repeated import costs no model time.
-        conn = self._read()
-        todo = []
+        by_site: dict[int, list[MemoryRecord]] = {}
         for site_id, record in batch:
-            outcome = _memory_precheck(conn, site_id, record)
-            if outcome is None:
-                todo.append((site_id, record))
-            else:
+            by_site.setdefault(site_id, []).append(record)
+        for site_id, records in by_site.items():
+            kept = [Kept(r.reference, r.created_at, r.updated_at) for r in records]
+            try:
+                outcomes = self._memory.remember_many(site_id, [r.memory for r in records], kept)
+            except (sqlite3.Error, AppError) as exc:
+                raise ImportAborted(f"storage error: {exc}") from exc
+            except Exception as exc:  # the model or the index failed: nothing more can be imported
+                raise ImportAborted(f"saving memories failed: {exc}") from exc
+            for record, outcome in zip(records, outcomes):
                 self._memory_outcome(record, outcome)
-        if not todo:
-            return
-        service = self._memory
-        documents = [document_text(r.memory.content, r.memory.occurred_at) for _, r in todo]
-        try:
-            vectors = service.embedder.embed_documents(documents)
-        except Exception as exc:
-            raise ImportAborted(f"embedding failed: {exc}") from exc
-        model = service.embedder.name
 
-        def insert(conn: sqlite3.Connection) -> list[tuple[str, str]]:
-            return [insert_imported_memory(conn, site_id, record, document=document, vector=vector, model=model)
-                    for (site_id, record), document, vector in zip(todo, documents, vectors)]
-
-        outcomes = self._run(insert)
-        for (_, record), outcome in zip(todo, outcomes):
-            self._memory_outcome(record, outcome)
-        try:
-            service.sync_index()  # rows left unindexed (index down) stay in the backlog for the server
-        except Exception as exc:
-            raise ImportAborted(f"the vector index failed: {exc}") from exc
-
-    def _memory_outcome(self, record: MemoryRecord, outcome: tuple[str, str]) -> None:
-        status, detail = outcome
-        if status == "created":
+    def _memory_outcome(self, record: MemoryRecord, outcome: Inserted) -> None:
+        if outcome.outcome == CREATED:
             self.report.memories_created += 1
-        elif status == "present":
+        elif outcome.outcome == PRESENT:
             self.report.memories_present += 1
-        elif status == "duplicate":
+        elif outcome.outcome == DUPLICATE:
             self.report.memories_duplicate += 1
             self.report.duplicates.append(
-                (record.line, f"duplicate of {detail} (same content, type, location, project, team and bucket)")
+                (record.line, f"duplicate of {outcome.reference} (same content, type, location, project, team and "
+                              "bucket)")
             )
         else:
-            self._error(record.line, detail)
+            self._error(record.line, outcome.detail)
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         try:
             return self._write(work)
         except (sqlite3.Error, AppError) as exc:
             raise ImportAborted(f"storage error: {exc}") from exc
-
-
-def _memory_precheck(conn: sqlite3.Connection, site_id: int, record: MemoryRecord) -> tuple[str, str] | None:
-    """The outcome of importing `record` if it is decided by what is stored already, else None."""
-    if record.reference is not None:
-        row = conn.execute("SELECT site_id FROM memories WHERE reference = ?", (record.reference,)).fetchone()
-        if row is not None:
-            if int(row[0]) == site_id:
-                return "present", record.reference
-            return "error", f"conflict: reference {record.reference} belongs to a memory of another site"
-    row = conn.execute(
-        "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ?", (site_id, record.memory.dedup_key)
-    ).fetchone()
-    if row is not None:
-        return "duplicate", row[0]
-    return None
-
-
-def insert_imported_memory(conn: sqlite3.Connection, site_id: int, record: MemoryRecord, *, document: str,
-                           vector: Any, model: str) -> tuple[str, str]:
-    """Insert inside the caller's write transaction, keeping reference and timestamps; (status, detail)."""
-    decided = _memory_precheck(conn, site_id, record)  # again: another writer may have been first
-    if decided is not None:
-        return decided
-    row_id, reference, created = insert_memory(conn, site_id, record.memory, document=document, vector=vector,
-                                               model=model, reference=record.reference,
-                                               created_at=record.created_at)
-    if not created:  # the same content earlier in this very batch
-        return "duplicate", reference
-    if record.updated_at is not None:
-        conn.execute("UPDATE memories SET updated_at = ? WHERE id = ?", (record.updated_at, row_id))
-    return "created", reference
 
 
 def import_stream(stream: BinaryIO, importer: Importer, *,
@@ -594,6 +545,8 @@ def import_stream(stream: BinaryIO, importer: Importer, *,
                                 mapped=mapped)
         except AppError as exc:
             importer.report.errors.append((number, str(exc)))
+        except Exception as exc:  # a line must never stop the import: whatever is wrong with it, report it
+            importer.report.errors.append((number, f"invalid_parameters: the line cannot be read ({exc!r})"))
         else:
             importer.add(record)
         if progress is not None:
@@ -615,24 +568,25 @@ class BackupResult:
 BACKUP_COUNTED = ("sites", "tokens", "memories", "conversations", "log_items")
 
 
-def backup_database(source: Path, dest: Path, *, force: bool = False) -> BackupResult:
+def backup_database(source: Path, dest: Path, *, force: bool = False,
+                    live: Mapping[Path, str] | None = None) -> BackupResult:
     """Copy the live database to `dest` with SQLite's online backup API, then verify the copy.
 
     The copy is made in one backup step, under one read transaction: a consistent snapshot that holds
     every transaction committed before it began, while writers go on (WAL). It is written beside `dest`
     and renamed into place only once it passes `PRAGMA quick_check`, so `dest` is never a partial file.
+    `live`: the paths a running server writes (see server.files.live_paths), never a target; the copy is 0600.
     """
     if not source.is_file():
         raise NotFound(f"no database at {source}: is --data-dir right?")
     if dest.is_dir():
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         dest = dest / f"memory-{stamp}.db"
-    if dest.resolve() == source.resolve():
-        raise InvalidParameters("the backup cannot overwrite the live database")
+    refuse_live_target(dest, {source: "the live database", **(live or {})})
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; pass --force to overwrite it")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    tmp = private_file(dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp"))
     src = connect(source, readonly=True)
     try:
         target = sqlite3.connect(tmp, isolation_level=None)

@@ -81,8 +81,11 @@ def b64(text: str | bytes) -> str:
 
 @pytest.fixture(scope="module")
 def edge(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
-    """One server for the many read-mostly checks below (each writes nothing, or only to its own ids)."""
-    with serve(make_settings(tmp_path_factory.mktemp("edge") / "data"), embedder) as server:
+    """One server for the many read-mostly checks below (each writes nothing, or only to its own ids). They
+    send dozens of bad credentials on purpose, so failed sign-ins are not limited here (tests/test_sign_in.py
+    covers the limit)."""
+    settings = make_settings(tmp_path_factory.mktemp("edge") / "data", sign_in_failures_per_minute=100_000)
+    with serve(settings, embedder) as server:
         yield server
 
 

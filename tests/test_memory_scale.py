@@ -57,7 +57,7 @@ def fill(services: Services) -> tuple[int, dict[str, str]]:
     ]
     memories.append(service.validate(content="A zebra crossing was painted outside the office.", bucket="eng"))
     refs = service.remember_many(principal.site_id, memories)
-    return principal.site_id, {m.content: ref for m, (ref, _) in zip(memories, refs)}
+    return principal.site_id, {m.content: inserted.reference for m, inserted in zip(memories, refs)}
 
 
 QUERIES = ["what happened at the budget review?", "zebra crossing", "coffee machine item 7 approved",

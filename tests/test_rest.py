@@ -709,7 +709,16 @@ ALL_ROUTES = [
 LOG_ROUTES = [route for route in ALL_ROUTES if "/conversations" in route[1]]
 
 
-async def test_bad_credentials_get_401_with_a_challenge_on_every_route(live: LiveServer) -> None:
+@pytest.fixture
+def many_failures(tmp_path: Path, embedder: Any) -> Iterator[LiveServer]:
+    """A server that does not limit failed sign-ins: the test below fails dozens on purpose (the limit has
+    its own tests in tests/test_sign_in.py)."""
+    with serve(make_settings(tmp_path / "data", sign_in_failures_per_minute=100_000), embedder) as server:
+        yield server
+
+
+async def test_bad_credentials_get_401_with_a_challenge_on_every_route(many_failures: LiveServer) -> None:
+    live = many_failures
     for authorization in (None, live.basic_header(secret="wrong"), live.basic_header(site="nobody"),
                           "Bearer mst_not-a-real-token", "Bearer", "Digest abc", "Basic !!!"):
         async with client(live, authorization) as http:

@@ -20,7 +20,11 @@ class IndexUnavailable(Exception):
 
 
 class IndexLocked(IndexUnavailable):
-    """Another process holds the embedded index directory."""
+    """Another process holds the embedded index directory; `holder` is its pid when known."""
+
+    def __init__(self, message: str, *, holder: str = "unknown") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class IndexDimensionError(ValueError):

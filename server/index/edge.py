@@ -382,7 +382,7 @@ def _acquire_lock(path: Path) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise IndexLocked(_locked_message(path, holder)) from None
+        raise IndexLocked(_locked_message(path, holder), holder=holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)  # only for the message a second process gets
     return fd

@@ -162,7 +162,10 @@ class QdrantServerIndex:
         try:
             yield
         except ResponseHandlingException as exc:  # connection refused, timeout, TLS, DNS
-            raise IndexUnavailable(f"cannot reach {self._where}: {exc}") from exc
+            raise IndexUnavailable(
+                f"cannot reach {self._where}: {exc}. Check MEMORY_QDRANT_URL, and that the Qdrant server is "
+                "running and reachable from this machine (e.g. curl $MEMORY_QDRANT_URL/readyz)"
+            ) from exc
         except UnexpectedResponse as exc:
             status = exc.status_code
             if status in (401, 403):

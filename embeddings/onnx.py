@@ -143,6 +143,8 @@ class OnnxEmbedder:
 
 
 def _open_session(model_dir: Path, graph: Path, *, threads: int) -> onnxruntime.InferenceSession:
+    # Read when onnxruntime is imported: no telemetry, and no device id written to (or warned about under) $HOME.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     import onnxruntime
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 

@@ -5,12 +5,16 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 MODEL_DIR := models/all-MiniLM-L6-v2
 MODEL := $(MODEL_DIR)/model.safetensors
+# The MCP TypeScript SDKs tests/test_ts_clients.py drives (installed from the committed lock file).
+TS_HARNESS := tests/ts
+TS_INSTALLED := $(TS_HARNESS)/node_modules/.package-lock.json
+NPM := $(shell command -v npm 2>/dev/null)
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export FASTMCP_SHOW_SERVER_BANNER := false
 
-.PHONY: install models run test bench bench-quality bench-perf clean
+.PHONY: install models ts-clients run test bench bench-quality bench-perf clean
 
 install: $(INSTALLED)
 
@@ -32,10 +36,17 @@ $(MODEL): $(INSTALLED)
 $(MODEL_DIR)/onnx/model.onnx: $(MODEL) embeddings/onnx_export.py
 	$(BIN)/python -m embeddings.onnx_export $(MODEL_DIR)
 
+# Without npm (no node on the machine) there is nothing to install and those tests skip.
+ts-clients: $(if $(NPM),$(TS_INSTALLED))
+
+$(TS_INSTALLED): $(TS_HARNESS)/package.json $(TS_HARNESS)/package-lock.json
+	$(NPM) ci --prefix $(TS_HARNESS) --no-audit --no-fund
+	touch $@
+
 run: install models
 	$(BIN)/memory-server serve
 
-test: install models
+test: install models ts-clients
 	$(BIN)/python -m pytest
 
 bench: bench-quality bench-perf
@@ -48,4 +59,4 @@ bench-perf: install models
 	$(BIN)/python bench/perf.py
 
 clean:
-	rm -rf $(VENV) $(MODEL_DIR) data
+	rm -rf $(VENV) $(MODEL_DIR) data $(TS_HARNESS)/node_modules

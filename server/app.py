@@ -25,24 +25,32 @@ from server.rest import build_rest_app
 from server.services import Services, open_services
 from server.settings import Settings
 from server.tools import ErrorMiddleware, principal_resolver, quiet_expected_errors
+from server.version import __version__
 
 log = logging.getLogger("memory_server")
 
-INSTRUCTIONS = (
-    "memory-server keeps two kinds of memory. Conversation logs: append_memory, recall_memory, "
-    "replay_memory, list_conversations (durable, ordered, per conversation_id). Saved memories: remember, "
-    "recall, search_memory, recall_context, forget."
-)
+INSTRUCTIONS = "\n".join((
+    "Conversation logs (append_memory, recall_memory, replay_memory, list_conversations; the site's Basic "
+    "credential only): each conversation's own durable, ordered record; never searched.",
+    "Saved memories (remember, recall, search_memory, recall_context, forget; Bearer tokens with "
+    "memory:read/memory:write work): facts, decisions and preferences found again by meaning.",
+    "To look up: recall for a quick best-effort answer; search_memory when only a strict match will do (empty "
+    "means nothing passed min_score); recall_context for a token-bounded pack at the start of a task.",
+    "To keep: append_memory for what was said in this conversation; remember for a fact worth finding later. "
+    "forget takes the reference that remember returned and every hit carries.",
+    "Errors start with their code. unavailable is safe to retry (buffer the batch meanwhile; duplicates from "
+    "retries are tolerated); every other code is permanent: fix the call instead.",
+))
 
 
 def build_mcp(services: Services, *, local: Callable[[], Principal] | None = None) -> FastMCP:
-    mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, mask_error_details=True)
+    mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, version=__version__, mask_error_details=True)
     if services.metrics is not None:  # outside ErrorMiddleware, so it sees each call's final outcome
         mcp.add_middleware(ToolMetricsMiddleware(services.metrics, mcp))
     mcp.add_middleware(ErrorMiddleware())
     quiet_expected_errors()
     current = principal_resolver(local)
-    register_log_tools(mcp, services.logs, current)
+    register_log_tools(mcp, services.logs, current, settings=services.settings)
     register_memory_tools(mcp, services.memory, current, services.settings, services.token_counter)
     return mcp
 

@@ -8,7 +8,8 @@ items/s on 2 cores; the fast path does the same work in a fraction of that and w
 response the SDK would (tests/test_log_fast_path.py sends every kind of call through both and compares).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: parameter descriptions are built from the settings when the
+# tools are registered, so the annotations must be evaluated then, where those values are in scope.
 
 import json
 import logging
@@ -20,7 +21,6 @@ from typing import Annotated, Any, Awaitable, Callable
 import anyio
 import pydantic_core
 from fastmcp import FastMCP
-from fastmcp.tools.base import ToolResult
 from mcp.server.streamable_http import check_accept_headers
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
@@ -28,24 +28,38 @@ from pydantic import BaseModel, Field
 from server.auth import Principal
 from server.errors import AppError, UnprocessableParameters, Unavailable
 from server.logs import MAX_SQLITE_INT, LogStore, RawItem, check_bound, check_conversation_id, decode_cursor
-from server.tools import ok_result
+from server.settings import Settings
+from server.tools import NULL_IS_DEFAULT, WHOLE_NUMBER, ok_result, tool
 
 log = logging.getLogger("memory_server.tools")
 
 ConversationId = Annotated[
     str,
     Field(
+        strict=True,
         description="The pseudonymous handle of the conversation, minted by the client: 8-64 characters from "
-        "[A-Za-z0-9_-], stable for one conversation, never derived from personal data. A malformed id is "
-        "rejected; an unknown one reads as empty."
+        "[A-Za-z0-9_-] (UUIDs and nanoids fit), stable for one conversation, never derived from personal "
+        "data such as names, e-mail addresses or account ids. A malformed id is rejected outright "
+        "(invalid_parameters); an unknown one reads as an empty list.",
     ),
 ]
 
+# What every log tool's description ends with: who may call it and what to do when a call fails.
+BASIC_ONLY = ("Needs the site's Basic credential: a Bearer token gets unprocessable_parameters "
+              "(saved memories take tokens; conversation logs do not).")
+CLIENT_RULE = ("Memory calls must never block the conversation. Validation errors (invalid_parameters, "
+               "payload_too_large, unprocessable_parameters) are permanent: fix the call, do not retry it. "
+               "Other failures (unavailable) are safe to retry after buffering the batch; duplicates from "
+               "retries are tolerated.")
+
 
 class McpMemoryItem(BaseModel):
-    seq: int = Field(ge=0, description="Per conversation, 0-based, gapless, in append order.")
-    recorded_at: str = Field(description="Commit time of the item's batch (RFC3339); shared by the batch.")
-    payload: dict[str, Any] = Field(description="The JSON object exactly as it was appended.")
+    seq: int = Field(ge=0, description="Sequence number of the item: per conversation, 0-based, gapless, in "
+                     "append order.")
+    recorded_at: str = Field(description="Server-side commit time of the item's batch, as an RFC3339 "
+                             "timestamp; all items appended in one batch share it.")
+    payload: dict[str, Any] = Field(description="The JSON object exactly as it was appended: stored verbatim, "
+                                    "never interpreted.")
 
 
 class AppendResult(BaseModel):
@@ -78,34 +92,63 @@ def _require_basic(principal: Principal) -> None:
         raise UnprocessableParameters("this tool requires the site's Basic authentication")
 
 
-def register_log_tools(mcp: FastMCP, logs: LogStore, current: Callable[[], Principal]) -> None:
-    @mcp.tool(annotations={"destructiveHint": False, "idempotentHint": False})
+def size_text(size: int) -> str:
+    """262144 -> "256 KiB": a configured byte limit as a person reads it."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+def register_log_tools(mcp: FastMCP, logs: LogStore, current: Callable[[], Principal], *,
+                       settings: Settings) -> None:
+    payload_limit, batch_limit = size_text(settings.max_payload_bytes), size_text(settings.max_batch_bytes)
+
+    @tool(mcp, annotations={"destructiveHint": False, "idempotentHint": False}, description=(
+        "Append items to this conversation's own log: durable, ordered, append-only, one log per "
+        "conversation_id. Use it to record the conversation itself (turns, tool calls, events) so that "
+        "recall_memory and replay_memory can bring it back later. Log items are never searched: a fact, "
+        "decision or preference worth finding later by meaning belongs in remember instead. "
+        "The acknowledgement means durable (the items survive a crash); a batch is all-or-nothing. "
+        "Returns {conversation_id, first_seq, last_seq, count, recorded_at, duplicate}. "
+        f"{BASIC_ONLY} {CLIENT_RULE} Pass an idempotency_key to make a retry append nothing."))
     async def append_memory(
         conversation_id: ConversationId,
         items: Annotated[
             list[dict[str, Any]],
-            Field(description="1-1000 JSON objects, appended in order as one all-or-nothing batch."),
+            Field(strict=True, description=f"1-1000 JSON objects, appended in order as one all-or-nothing "
+                  f"batch (each at most {payload_limit} serialized, the batch at most {batch_limit}; larger "
+                  "is payload_too_large). Each payload is stored verbatim and comes back unchanged."),
         ],
         idempotency_key: Annotated[
             str | None,
-            Field(description="Optional 1-128 chars: a retry with the same key appends nothing and returns "
-                  "the original acknowledgement with duplicate=true."),
+            Field(strict=True, description="Optional, 1-128 characters. A retry of the batch with the same "
+                  "key on the same conversation appends nothing and returns the original acknowledgement "
+                  "with duplicate=true. Without a key a retry appends again."),
         ] = None,
     ) -> AppendResult:
-        """Append items to a conversation's durable, ordered log. The acknowledgement means durable."""
         principal = current()
         _require_basic(principal)
         cid, payloads, key = logs.prepare_append(conversation_id, items, idempotency_key)
         return ok_result(await logs.append(principal.site_id, cid, payloads, key))  # type: ignore[return-value]
 
-    @mcp.tool(annotations={"readOnlyHint": True})
+    @tool(mcp, annotations={"readOnlyHint": True}, description=(
+        "Return the last `count` items of a conversation's log in ascending sequence order (the oldest of "
+        "the tail first): the everyday way to rehydrate recent context at the start of a session or after a "
+        "gap. Fewer items if the log holds fewer; a conversation with no items, including one never "
+        "appended to, reads as an empty list, not an error, so a fresh conversation_id needs no special "
+        "handling. To read the whole log or from a position, use replay_memory; to find conversations, "
+        "list_conversations. Saved memories (remember) are not here: use recall, search_memory or "
+        f"recall_context for them. Returns {{items: [{{seq, recorded_at, payload}}]}}. {BASIC_ONLY} "
+        f"{CLIENT_RULE}"))
     async def recall_memory(
         conversation_id: ConversationId,
         count: Annotated[
-            int, Field(ge=0, le=1000, strict=True, description="How many items from the end (default 50).")
+            int, Field(ge=0, le=1000, strict=True, description="How many items to return, counted from the "
+                       "end of the log: the last count items in ascending sequence order, fewer if the log "
+                       "holds fewer, none for 0. Default 50, maximum 1000."), WHOLE_NUMBER, NULL_IS_DEFAULT,
         ] = 50,
     ) -> ItemsResult:
-        """Return the last `count` items of a conversation's log, in ascending sequence order."""
         principal = current()
         _require_basic(principal)
         cid = check_conversation_id(conversation_id)
@@ -113,19 +156,28 @@ def register_log_tools(mcp: FastMCP, logs: LogStore, current: Callable[[], Princ
         items = await anyio.to_thread.run_sync(logs.recall, principal.site_id, cid, count)
         return ok_result({"items": items})  # type: ignore[return-value]
 
-    @mcp.tool(annotations={"readOnlyHint": True})
+    @tool(mcp, annotations={"readOnlyHint": True}, description=(
+        "Positional read of a conversation's log: up to `limit` items starting at sequence number "
+        "`offset`, ascending. To restore a whole conversation, start at offset 0; after each page set "
+        "offset to the last returned item's seq + 1; stop when a page is shorter than limit (including an "
+        "empty one): that is the end of the log. Sequence numbers are per conversation, 0-based and "
+        "gapless, so offset is a position; there is no cursor. An unknown conversation or an offset past "
+        "the end yields an empty list, not an error. For only the latest items use recall_memory. "
+        f"Returns {{items: [{{seq, recorded_at, payload}}]}}. {BASIC_ONLY} {CLIENT_RULE}"))
     async def replay_memory(
         conversation_id: ConversationId,
         limit: Annotated[
             int,
-            Field(ge=0, le=1000, strict=True, description="Maximum items to return, max 1000. A shorter page "
-                  "(including an empty one) means the end of the log."),
+            Field(ge=0, le=1000, strict=True, description="Maximum number of items to return (0-1000, "
+                  "required), in ascending sequence order starting at offset. A page shorter than limit, "
+                  "including an empty one, means the end of the log was reached."), WHOLE_NUMBER,
         ],
         offset: Annotated[
-            int, Field(ge=0, strict=True, description="Sequence number to start from (default 0).")
+            int, Field(ge=0, strict=True, description="Sequence number to start reading from (>= 0, default "
+                       "0); sequence numbers are per conversation, 0-based and gapless, so this is also the "
+                       "position in the log."), WHOLE_NUMBER, NULL_IS_DEFAULT,
         ] = 0,
     ) -> ItemsResult:
-        """Read a conversation's log from `offset`, ascending. Page with offset = last seq + 1."""
         principal = current()
         _require_basic(principal)
         cid = check_conversation_id(conversation_id)
@@ -134,14 +186,19 @@ def register_log_tools(mcp: FastMCP, logs: LogStore, current: Callable[[], Princ
         items = await anyio.to_thread.run_sync(logs.replay, principal.site_id, cid, offset, limit)
         return ok_result({"items": items})  # type: ignore[return-value]
 
-    @mcp.tool(annotations={"readOnlyHint": True})
+    @tool(mcp, annotations={"readOnlyHint": True}, description=(
+        "List the site's conversations, newest activity first, each with its item_count and first and "
+        "last recorded_at. Page with next_cursor: pass it back as cursor; it is null on the last page. "
+        "Read one conversation with recall_memory or replay_memory. "
+        f"Returns {{conversations, next_cursor}}. {BASIC_ONLY} {CLIENT_RULE}"))
     async def list_conversations(
-        limit: Annotated[int, Field(ge=1, le=1000, strict=True, description="Page size (default 100).")] = 100,
+        limit: Annotated[int, Field(ge=1, le=1000, strict=True, description="Page size: 1-1000, default 100."),
+                         WHOLE_NUMBER, NULL_IS_DEFAULT] = 100,
         cursor: Annotated[
-            str | None, Field(description="Opaque cursor from a previous page's next_cursor.")
+            str | None, Field(strict=True, description="Opaque: the next_cursor of the previous page. Leave "
+                              "it out for the first page.")
         ] = None,
     ) -> ConversationsResult:
-        """List the site's conversations, newest activity first."""
         principal = current()
         _require_basic(principal)
         limit = check_bound("limit", limit, 1, 1000)
@@ -199,6 +256,7 @@ class LogToolsFastPath:
             return
         request_id, tool, work = planned
         start = time.perf_counter()
+        structured: bytes | None
         try:
             text, structured = await work()
             is_error, outcome = False, "ok"
@@ -207,7 +265,7 @@ class LogToolsFastPath:
             if error is None:
                 log.exception("tool failed unexpectedly")
                 error = Unavailable("internal error; it has been logged, retry later")
-            text, structured = str(error), pydantic_core.to_json(error.to_dict())
+            text, structured = str(error), None  # as server.tools.error_result: the text only
             is_error, outcome = True, error.code
         if self._metrics is not None:
             self._metrics.observe_tool(tool, outcome, time.perf_counter() - start)
@@ -283,6 +341,16 @@ def _is_int(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+def _whole(value: object, low: int, high: int, *, default: int | None = None) -> int | None:
+    """An integer argument as the tools read it, if within bounds: 5.0 is 5 (server.tools.WHOLE_NUMBER) and
+    null is the default, if there is one (NULL_IS_DEFAULT)."""
+    if value is None and default is not None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if _is_int(value, low, high) else None  # type: ignore[return-value]
+
+
 def _conversation(arguments: dict) -> str | None:
     value = arguments.get("conversation_id")
     return check_conversation_id(value) if isinstance(value, str) else None
@@ -303,9 +371,9 @@ def _append_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
 
 
 def _recall_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
-    count = arguments.get("count", 50)
+    count = _whole(arguments.get("count"), 0, 1000, default=50)
     cid = _conversation(arguments)
-    if cid is None or not _is_int(count, 0, 1000):
+    if cid is None or count is None:
         return None
 
     async def work() -> tuple[str, bytes]:
@@ -315,9 +383,10 @@ def _recall_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
 
 
 def _replay_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
-    limit, offset = arguments.get("limit"), arguments.get("offset", 0)
+    limit = _whole(arguments.get("limit"), 0, 1000)
+    offset = _whole(arguments.get("offset"), 0, MAX_SQLITE_INT, default=0)
     cid = _conversation(arguments)
-    if cid is None or not _is_int(limit, 0, 1000) or not _is_int(offset, 0, MAX_SQLITE_INT):
+    if cid is None or limit is None or offset is None:
         return None
 
     async def work() -> tuple[str, bytes]:
@@ -327,8 +396,8 @@ def _replay_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
 
 
 def _list_work(logs: LogStore, site_id: int, arguments: dict) -> Work | None:
-    limit, cursor = arguments.get("limit", 100), arguments.get("cursor")
-    if not _is_int(limit, 1, 1000) or not (cursor is None or isinstance(cursor, str)):
+    limit, cursor = _whole(arguments.get("limit"), 1, 1000, default=100), arguments.get("cursor")
+    if limit is None or not (cursor is None or isinstance(cursor, str)):
         return None
     if cursor is not None:
         decode_cursor(cursor)
@@ -378,13 +447,14 @@ def _render_items(rows: list[RawItem]) -> tuple[str, bytes]:
     return text, ('{"items":[' + ",".join(texts) + "]}").encode()
 
 
-def _tool_response(request_id: Any, text: str, structured: bytes, is_error: bool) -> bytes:
-    """The JSON-RPC response body the SDK writes for a CallToolResult with one text content."""
+def _tool_response(request_id: Any, text: str, structured: bytes | None, is_error: bool) -> bytes:
+    """The JSON-RPC response body the SDK writes for a CallToolResult with one text content (and structured
+    content unless it is None: the SDK leaves out fields that are None)."""
     return b"".join((
         b'{"jsonrpc":"2.0","id":', pydantic_core.to_json(request_id),
         b',"result":{"content":[{"text":', pydantic_core.to_json(text),
         b',"type":"text"}],"isError":', b"true" if is_error else b"false",
-        b',"structuredContent":', structured, b"}}",
+        *((b',"structuredContent":', structured) if structured is not None else ()), b"}}",
     ))
 
 

@@ -187,11 +187,13 @@ class ToolMetricsMiddleware(Middleware):
 
 
 def tool_outcome(result: Any) -> str:
+    """`ok`, or the SPEC code an error result starts its text with (`code: message`; error results carry
+    no structured content, see server.tools)."""
     if not getattr(result, "is_error", False):
         return "ok"
-    structured = getattr(result, "structured_content", None) or {}
-    error = structured.get("error") if isinstance(structured, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
+    content = getattr(result, "content", None) or []
+    text = getattr(content[0], "text", None) if content else None
+    code = text.split(":", 1)[0] if isinstance(text, str) else None
     return code if code in ERROR_CODES else "error"
 
 

@@ -165,6 +165,16 @@ def test_reads_answer_alike(both: Both) -> None:
               headers={"mcp-protocol-version": "2099-01-01"})
     both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 2}, request_id="7"),
               fast_answers=True)
+    # A number with no fractional part is an integer (server.tools): both paths read 5.0 as 5.
+    both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 5.0}), fast_answers=True)
+    both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 3.0, "offset": 2.0}),
+              fast_answers=True)
+    both.same(call("list_conversations", {"limit": 1e0}), fast_answers=True)
+    # null for a parameter with a default is the default, on both paths.
+    both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": None}), fast_answers=True)
+    both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 4, "offset": None}),
+              fast_answers=True)
+    both.same(call("list_conversations", {"limit": None, "cursor": None}), fast_answers=True)
 
 
 BAD_APPENDS = [
@@ -190,7 +200,17 @@ BAD_READS = [
     call("recall_memory", {"conversation_id": CONV, "count": -1}),
     call("recall_memory", {"conversation_id": CONV, "count": True}),
     call("recall_memory", {"conversation_id": CONV, "count": "5"}),
-    call("recall_memory", {"conversation_id": CONV, "count": 5.0}),
+    call("recall_memory", {"conversation_id": CONV, "count": 5.5}),
+    call("recall_memory", {"conversation_id": CONV, "count": 1001.0}),
+    call("replay_memory", {"conversation_id": CONV, "limit": "10"}),
+    call("replay_memory", {"conversation_id": CONV, "limit": None}),
+    call("recall_memory", {"conversation_id": None}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": 0.5}),
+    call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": 1e19}),
+    call("list_conversations", {"limit": "5"}),
+    call("list_conversations", {"limit": False}),
+    call("list_conversations", {"cursor": ["a"]}),
+    call("append_memory", {"conversation_id": CONV, "items": "[{}]"}),
     call("recall_memory", {"conversation_id": "bad id!"}),
     call("recall_memory", {}),
     call("recall_memory", None),
@@ -230,8 +250,15 @@ ODD_MESSAGES = [
 def test_errors_answer_alike(both: Both) -> None:
     for arguments in BAD_APPENDS:
         both.same_append(arguments)
+    error_results = 0
     for message in BAD_READS + ODD_MESSAGES:
-        both.same(message)
+        answer = json.loads(both.same(message) or b"null")
+        result = answer.get("result") if isinstance(answer, dict) else None
+        if result and result.get("isError"):  # an error result is `code: message` alone
+            assert "structuredContent" not in result, (message, answer)
+            assert result["content"][0]["text"].startswith("invalid_parameters: "), (message, answer)
+            error_results += 1
+    assert error_results >= 20
     both.same(call("append_memory", {"conversation_id": CONV, "items": [{}]}), who="bearer")  # unprocessable
     both.same(call("recall_memory", {"conversation_id": CONV}), who="bearer")
 
@@ -263,6 +290,7 @@ def test_storage_failures_answer_alike(both: Both) -> None:
     try:
         body = both.same(call("replay_memory", {"conversation_id": CONV, "limit": 5}), fast_answers=True)
         assert b'"isError":true' in body and b"unavailable" in body
+        assert b"structuredContent" not in body  # an error is its text only, on both paths
         both.same(call("recall_memory", {"conversation_id": CONV}), fast_answers=True)
         both.same(call("list_conversations", {}), fast_answers=True)
     finally:
@@ -312,3 +340,4 @@ def test_shutting_down_answers_alike(both: Both) -> None:
     both.app.state.services.writer.close()
     body = both.same_append({"conversation_id": CONV, "items": [{}]}, fast_answers=True)
     assert b'"isError":true' in body and b"shutting down" in body
+    assert b"structuredContent" not in body

@@ -24,8 +24,9 @@ async def call(client: Any, tool: str, **args: Any) -> Any:
 
 def error_code(result: Any) -> str:
     assert result.is_error, result
-    code = result.structured_content["error"]["code"]
-    assert result.content[0].text.startswith(f"{code}: ")
+    assert result.structured_content is None  # an error result is its `code: message` text alone
+    code, message = result.content[0].text.split(": ", 1)
+    assert message
     return code
 
 

@@ -47,7 +47,7 @@ def build_mcp(services: Services, *, local: Callable[[], Principal] | None = Non
     mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, version=__version__, mask_error_details=True)
     if services.metrics is not None:  # outside ErrorMiddleware, so it sees each call's final outcome
         mcp.add_middleware(ToolMetricsMiddleware(services.metrics, mcp))
-    mcp.add_middleware(ErrorMiddleware())
+    mcp.add_middleware(ErrorMiddleware(services.writer.health))
     quiet_expected_errors()
     current = principal_resolver(local)
     register_log_tools(mcp, services.logs, current, settings=services.settings)
@@ -103,7 +103,7 @@ def create_app(
 
     rest = build_rest_app(services)  # REST under /v1 (before the MCP catch-all); OpenAPI at /openapi.json
     # Plain log-tool calls are answered without the SDK's per-request machinery (see server.log_tools).
-    fast_path = LogToolsFastPath(mcp_app, logs=services.logs, metrics=metrics)
+    fast_path = LogToolsFastPath(mcp_app, logs=services.logs, metrics=metrics, health=services.writer.health)
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
                 Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=fast_path)],

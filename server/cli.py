@@ -149,7 +149,6 @@ def _open_index_for_serving(settings: Settings) -> Any:
 
 def _open_services_for_serving(settings: Settings, index: Any) -> Any:
     """The services over a checked database (see open_database); warns about an exposed data directory."""
-    import logging
 
     from server.db import DatabaseDamaged
     from server.files import exposed

@@ -26,7 +26,9 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 from server.auth import Principal
-from server.errors import AppError, UnprocessableParameters, Unavailable
+from server.db import StorageHealth
+from server.errors import AppError, UnprocessableParameters
+from server.failures import unexpected
 from server.logs import MAX_SQLITE_INT, LogStore, RawItem, check_bound, check_conversation_id, decode_cursor
 from server.settings import Settings
 from server.tools import NULL_IS_DEFAULT, WHOLE_NUMBER, ok_result, tool
@@ -238,10 +240,11 @@ class LogToolsFastPath:
     SDK's own. Failures while running (storage unavailable) are rendered as ErrorMiddleware renders them.
     """
 
-    def __init__(self, app: Any, *, logs: LogStore, metrics: Any = None) -> None:
+    def __init__(self, app: Any, *, logs: LogStore, metrics: Any = None, health: StorageHealth | None = None) -> None:
         self.app = app
         self._logs = logs
         self._metrics = metrics
+        self._health = health
         self.enabled = True  # tests switch it off to compare with the SDK path
 
     async def __call__(self, scope: dict, receive: Any, send: Send) -> None:
@@ -261,10 +264,7 @@ class LogToolsFastPath:
             text, structured = await work()
             is_error, outcome = False, "ok"
         except Exception as exc:
-            error = exc if isinstance(exc, AppError) else None
-            if error is None:
-                log.exception("tool failed unexpectedly")
-                error = Unavailable("internal error; it has been logged, retry later")
+            error = exc if isinstance(exc, AppError) else unexpected(exc, health=self._health, where=f"tool {tool!r}")
             text, structured = str(error), None  # as server.tools.error_result: the text only
             is_error, outcome = True, error.code
         if self._metrics is not None:

@@ -7,7 +7,6 @@ crash or an index outage left behind, and runs at start-up and in the background
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from embeddings.base import Embedder
 from server import memories as rows
 from server.auth import READ, WRITE, Principal
 from server.db import Readers, Writer
-from server.errors import AppError, InvalidParameters, NotFound, Unavailable
+from server.errors import InvalidParameters, NotFound, Unavailable
 from server.expansion import expansion_terms
 from server.index.base import IndexInfo, IndexPoint, VectorIndex, batched
 from server.lexical import BM25Corpus, analyze, fts_phrase, prefetch_terms

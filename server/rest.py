@@ -38,9 +38,8 @@ from server.errors import (
     Unavailable,
     UnprocessableParameters,
 )
-from server.db import storage_failure
+from server.failures import unexpected
 from server.http import CHALLENGE
-from server.logging_setup import Throttle
 from server.log_tools import AppendResult, ConversationsResult, ItemsResult
 from server.logs import CONVERSATION_ID, check_bound, check_conversation_id, decode_cursor
 from server.memories import LOCATION, MAX_TAGS, SHORT_WORD, check_query
@@ -49,7 +48,6 @@ from server.memory_tools import ContextPack, Forgotten, MemoryFields, Remembered
 from server.services import Services
 
 log = logging.getLogger("memory_server.rest")
-_storage_log = Throttle(log)
 
 PREFIX = "/v1"
 HANDLED = "_memory_server_rest_handled"
@@ -336,13 +334,8 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     exc.__dict__[HANDLED] = True
     if isinstance(exc, RecursionError):
         return error_response(InvalidParameters("the request is nested too deeply"))
-    failure = storage_failure(exc)
-    if failure is not None:  # a damaged page met by a read (writes are translated by the writer itself)
-        request.app.state.health.saw(failure)
-        _storage_log.log(logging.ERROR, failure.message, "REST %s failed: %s", request.url.path, failure.message)
-        return error_response(failure)
-    log.error("REST %s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
-    return error_response(Unavailable("internal error; it has been logged, retry later"))
+    return error_response(unexpected(exc, health=request.app.state.health,
+                                     where=f"REST {request.method} {request.url.path}"))
 
 
 # --- routes ---------------------------------------------------------------------------------------------

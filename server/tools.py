@@ -33,7 +33,9 @@ from mcp_types import ToolAnnotations
 from pydantic_core import PydanticUseDefault
 
 from server.auth import Principal
-from server.errors import AppError, InvalidParameters, Unauthorized, Unavailable
+from server.db import StorageHealth
+from server.errors import AppError, InvalidParameters, Unauthorized
+from server.failures import unexpected
 
 log = logging.getLogger("memory_server.tools")
 
@@ -176,6 +178,9 @@ def quiet_expected_errors() -> None:
 
 
 class ErrorMiddleware(Middleware):
+    def __init__(self, health: StorageHealth | None = None) -> None:
+        self._health = health
+
     async def on_call_tool(self, context: MiddlewareContext, call_next: Any) -> Any:
         try:
             return await call_next(context)
@@ -193,5 +198,4 @@ class ErrorMiddleware(Middleware):
                 return error_result(InvalidParameters(_validation_message(cause)))
             if isinstance(cause, RecursionError):
                 return error_result(InvalidParameters("arguments are nested too deeply"))
-            log.exception("tool failed unexpectedly")
-            return error_result(Unavailable("internal error; it has been logged, retry later"))
+            return error_result(unexpected(exc, health=self._health, where=f"tool {context.message.name!r}"))

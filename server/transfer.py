@@ -37,7 +37,8 @@ from server.errors import AppError, InvalidParameters, NotFound
 from server.files import private_file, refuse_live_target
 from server.logs import MAX_ITEMS, MAX_SQLITE_INT, LogLimits, append_batch, check_bound, check_conversation_id, \
     serialize_items
-from server.memories import CREATED, DUPLICATE, PRESENT, Inserted, Kept, NewMemory, parse_timestamp, validate_new
+from server import memories
+from server.memories import Inserted, Kept, NewMemory, parse_timestamp, validate_new
 from server.memory_service import EMBED_BATCH
 
 T = TypeVar("T")
@@ -515,11 +516,11 @@ class Importer:
                 self._memory_outcome(record, outcome)
 
     def _memory_outcome(self, record: MemoryRecord, outcome: Inserted) -> None:
-        if outcome.outcome == CREATED:
+        if outcome.outcome == memories.CREATED:
             self.report.memories_created += 1
-        elif outcome.outcome == PRESENT:
+        elif outcome.outcome == memories.PRESENT:
             self.report.memories_present += 1
-        elif outcome.outcome == DUPLICATE:
+        elif outcome.outcome == memories.DUPLICATE:
             self.report.memories_duplicate += 1
             self.report.duplicates.append(
                 (record.line, f"duplicate of {outcome.reference} (same content, type, location, project, team and "

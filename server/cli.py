@@ -28,6 +28,22 @@ app.add_typer(site_app, name="site")
 app.add_typer(token_app, name="token")
 
 DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="Data directory (MEMORY_DATA_DIR).")]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from server.version import __version__
+
+        typer.echo(f"memory-server {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    pass
 DEFAULT_SITE = "default"
 
 

@@ -22,7 +22,8 @@ from server.auth import READ, WRITE, Principal
 from server.db import Readers, Writer
 from server.errors import InvalidParameters, NotFound, Unavailable
 from server.expansion import expansion_terms
-from server.index.base import IndexInfo, IndexPoint, VectorIndex, batched
+from server.index.base import IndexInfo, IndexPoint, IndexUnavailable, VectorIndex, batched
+from server.logging_setup import Throttle
 from server.lexical import BM25Corpus, analyze, fts_phrase, prefetch_terms
 from server.memories import NewMemory, Scope, scope_for
 from server.retrieval import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text, rank
@@ -93,6 +94,7 @@ class MemoryService:
         self.full_scan_limit = full_scan_limit
         self.lexical_postings = lexical_postings
         self._index_lock = threading.Lock()  # index writes from request threads and the repair loop
+        self._throttle = Throttle(log)
         self._mapped = threading.local()  # the reader connection of this thread that maps the file
         # id -> (updated_at, Candidate) of rows ranked recently; see _load_candidates.
         self._candidate_cache: dict[int, tuple[str, Candidate]] = {}
@@ -225,9 +227,13 @@ class MemoryService:
                 # Marked indexed only once the index has it on disk: a point lost to a power cut after
                 # the mark would never be repaired.
                 self.index.flush()
+            except IndexUnavailable as exc:  # a full disk, an unreachable server: expected, said once a minute
+                self._throttle.log(logging.WARNING, "index write", "vector index write failed; %d memories stay "
+                                   "in the backlog: %s", len(points), exc)
+                return
             except Exception:
-                log.warning("vector index write failed; %d memories stay in the backlog", len(points),
-                            exc_info=True)
+                self._throttle.log(logging.WARNING, "index write", "vector index write failed; %d memories stay "
+                                   "in the backlog", len(points), exc_info=True)
                 return
         # Only rows still as they were read: one updated meanwhile stays in the backlog for its updater.
         self.writer.run_sync(lambda c: rows.mark_indexed_versions(c, versions))
@@ -252,8 +258,9 @@ class MemoryService:
         try:
             with self._index_lock:
                 self.index.delete(list(ids))
-        except Exception:
-            log.warning("vector index delete failed; %d deletions stay queued", len(ids), exc_info=True)
+        except Exception as exc:
+            self._throttle.log(logging.WARNING, "index delete", "vector index delete failed; %d deletions stay "
+                               "queued: %s", len(ids), exc, exc_info=not isinstance(exc, IndexUnavailable))
             return
         self.writer.run_sync(lambda c: rows.clear_deletions(c, ids))
 

@@ -14,6 +14,8 @@ from server import auth
 from server.db import DatabaseDamaged, Readers, Writer, connect, damaged_message, error_code, migrate, quick_check
 from server.errors import Unavailable
 from server.files import private_dir, private_file
+from server.index.base import IndexUnavailable
+from server.logging_setup import Throttle
 from server.logs import LogLimits, LogStore
 from server.settings import Settings
 
@@ -133,6 +135,8 @@ class Services:
             except Exception:
                 log.warning(failed, exc_info=True)
 
+        throttle = Throttle(log)
+
         def run() -> None:
             if self.integrity_unchecked:
                 once(self._check_integrity, "", "the full integrity check of the database failed to run")
@@ -150,8 +154,11 @@ class Services:
                         service.sync_index()
                     # Builds HNSW in a child process once enough points are unoptimised; a no-op otherwise.
                     service.index.optimize()
+                except IndexUnavailable as exc:  # a full disk, an unreachable server: say so once a minute
+                    throttle.log(logging.WARNING, "maintenance", "index maintenance waits: %s", exc)
                 except Exception:
-                    log.warning("index maintenance failed; retrying later", exc_info=True)
+                    throttle.log(logging.WARNING, "maintenance", "index maintenance failed; retrying later",
+                                 exc_info=True)
 
         threading.Thread(target=run, name="index-maintenance", daemon=True).start()
 

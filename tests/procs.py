@@ -70,13 +70,15 @@ class ServerProcess:
     """One `memory-server serve` child process on 127.0.0.1:<port>."""
 
     def __init__(self, data_dir: Path, *, port: int | None = None, log_path: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, preexec: Any = None, host: str = "127.0.0.1") -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.host = host
+        self.base = f"http://{host}:{self.port}"
         self.url = f"{self.base}/mcp"
         self.log_path = log_path or data_dir.parent / f"server-{self.port}.log"
         self._env = env or server_env()
+        self._preexec = preexec  # e.g. resource limits, applied in the child before exec
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "ServerProcess":
@@ -84,9 +86,10 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server", "serve", "--port", str(self.port),
+                [sys.executable, "-m", "server", "serve", "--port", str(self.port), "--host", self.host,
                  "--data-dir", str(self.data_dir)],
                 cwd=REPO_ROOT, env=self._env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                preexec_fn=self._preexec,
             )
         finally:
             log.close()

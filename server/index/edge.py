@@ -19,6 +19,10 @@ Engine facts this module is built around (qdrant-edge-py 0.9.0, measured):
   journaled and replayed into the copy before it replaces the live shard.
 - A shard copied without its WAL loads fine but silently ignores later updates to existing points
   (operation numbers restart below the stored versions): copies always include the WAL.
+- Edge writes its WAL and segments through memory maps of files it sizes up front: on a full disk the
+  write lands on a page the filesystem cannot back, and the kernel kills the whole process with SIGBUS.
+  So every write first checks that the disk has MIN_FREE_BYTES left, and refuses (IndexUnavailable:
+  the memory stays in the SQLite outbox, indexed once there is space) rather than crash.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ SCROLL_PAGE = 1_000
 UPSERT_BATCH = 512
 # Edge's own default, set explicitly so optimize() can tell when the engine would have nothing to build.
 INDEXING_THRESHOLD_KB = 10_000
+# Free space an index write needs: a WAL segment Edge may map and fill (32 MiB) with room to spare.
+MIN_FREE_BYTES = 64 * 1024 * 1024
 
 # Runs in the child process; `nice` so the server's request threads keep the CPU first. The fsync
 # walk makes the whole copy durable (copytree does not sync) before index_info.json may point at it.
@@ -167,6 +173,7 @@ class EdgeIndex:
         if info.dimension <= 0:
             raise ValueError(f"index dimension must be positive, got {info.dimension}")
         new_dir = self._path / f"{SHARD_PREFIX}{uuid.uuid4().hex}"
+        self._check_space()
         with self._rw.exclusive():
             self._check_open()
             self._generation += 1
@@ -250,6 +257,8 @@ class EdgeIndex:
             # Below the engine's indexing threshold optimize() builds nothing; skip the copy.
             if stats.points_count - stats.indexed_vectors_count < self._threshold_kb * 1024 // (4 * dimension):
                 return
+            # The copy, the graph built over it, and room for writes meanwhile.
+            self._check_space(2 * _disk_usage(self._live_dir()) + MIN_FREE_BYTES)
             build_dir = self._path / f"{SHARD_PREFIX}{uuid.uuid4().hex}"
             # Writers wait while the shard is copied (a consistent copy, and the journal starts
             # exactly where it ends); searches go on.
@@ -322,7 +331,16 @@ class EdgeIndex:
             raise IndexUnavailable(f"the embedded index at {self._path} has no shard directory")
         return self._shard_dir
 
+    def _check_space(self, needed: int = MIN_FREE_BYTES) -> None:
+        stats = os.statvfs(self._path)
+        if stats.f_bavail * stats.f_frsize < needed:
+            raise IndexUnavailable(
+                f"the disk holding the embedded index at {self._path} has less than {needed // 2**20} MiB free; "
+                "index writes wait until there is space (the memories are safe in SQLite meanwhile)"
+            )
+
     def _apply(self, operation: UpdateOperation) -> None:
+        self._check_space()
         # Lock order everywhere: _write_mutex before _rw, or a swap waiting for readers to drain
         # could wait on a writer that waits on the swap.
         with self._write_mutex, self._rw.shared():
@@ -373,6 +391,10 @@ class EdgeIndex:
             old.close()  # no search can hold it: the exclusive section drained them all
         if old_dir is not None:
             shutil.rmtree(old_dir, ignore_errors=True)
+
+
+def _disk_usage(directory: Path) -> int:
+    return sum(entry.stat().st_blocks * 512 for entry in directory.rglob("*") if entry.is_file())
 
 
 def _acquire_lock(path: Path) -> int:

@@ -1,0 +1,186 @@
+"""Data safety against a real server process: backups and exports never land on live files, every file the
+server or CLI writes is private, a damaged database is refused at start-up, and doctor never crashes."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Iterator
+
+import httpx2
+import pytest
+
+from procs import ServerProcess, parse_fields, run_cli
+
+CONVERSATION = "conv-safety-0001"
+
+
+def create_site(data: Path, name: str = "acme") -> str:
+    created = run_cli("site", "create", name, data_dir=data)
+    assert created.returncode == 0, created.stderr
+    return parse_fields(created.stdout)["secret"]
+
+
+def append(server: ServerProcess, secret: str, n: int) -> None:
+    response = httpx2.post(f"{server.base}/v1/conversations/{CONVERSATION}/items", auth=("acme", secret),
+                           json={"items": [{"n": i} for i in range(n)]}, timeout=30)
+    assert response.status_code == 201, response.text
+
+
+def items(server: ServerProcess, secret: str) -> list[int]:
+    response = httpx2.get(f"{server.base}/v1/conversations/{CONVERSATION}/items", auth=("acme", secret),
+                          params={"offset": 0, "limit": 1000}, timeout=30)
+    assert response.status_code == 200, response.text
+    return [item["payload"]["n"] for item in response.json()["items"]]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[tuple[ServerProcess, str, Path]]:
+    data = tmp_path / "data"
+    secret = create_site(data)
+    server = ServerProcess(data)
+    server.start()
+    try:
+        append(server, secret, 29)
+        yield server, secret, data
+    finally:
+        server.kill()
+
+
+def test_backup_and_export_refuse_every_live_file_even_through_links(running: tuple[ServerProcess, str, Path],
+                                                                     tmp_path: Path) -> None:
+    server, secret, data = running
+    link = tmp_path / "innocent.db"
+    link.symlink_to(data / "memory.db-wal")
+    hard = tmp_path / "hard.db"
+    os.link(data / "memory.db", hard)
+    targets = [data / "memory.db-wal", data / "memory.db-shm", data / "memory.db-journal", data / "memory.db",
+               data / "index" / "copy.db", link, hard, data / "." / "memory.db-wal"]
+    for target in targets:
+        for command in (("backup", str(target), "--force"), ("export", str(target), "--force")):
+            refused = run_cli(*command, data_dir=data)
+            assert refused.returncode == 1, (command, refused.stdout)
+            assert "which the server writes to" in refused.stderr and "Traceback" not in refused.stderr
+    assert os.readlink(link) == str(data / "memory.db-wal")  # the link itself was not replaced either
+    # Every acknowledged item is still there after a restart (the WAL was never touched).
+    server.stop()
+    server.start()
+    assert items(server, secret) == list(range(29))
+
+
+def test_every_file_written_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    previous = os.umask(0o022)  # the usual umask, inherited by the processes below: it leaked 0755/0644 files
+    try:
+        check_private_files(data, tmp_path)
+    finally:
+        os.umask(previous)
+
+
+def check_private_files(data: Path, tmp_path: Path) -> None:
+    secret = create_site(data)
+    with ServerProcess(data) as server:
+        append(server, secret, 3)
+        httpx2.post(f"{server.base}/v1/memories", auth=("acme", secret), json={"content": "A private fact."},
+                    timeout=60)
+        backup = run_cli("backup", str(tmp_path / "backup.db"), data_dir=data)
+        assert backup.returncode == 0, backup.stderr
+        export = run_cli("export", str(tmp_path / "export.jsonl"), data_dir=data)
+        assert export.returncode == 0, export.stderr
+        assert mode(data) == 0o700
+        written = [p for p in data.rglob("*") if p.is_file()]
+        assert {p.name for p in written} >= {"memory.db", "memory.db-wal", "memory.db-shm"}
+        assert {oct(mode(p)) for p in written} == {oct(0o600)}, {p: oct(mode(p)) for p in written}
+        assert {p.name: oct(mode(p)) for p in data.rglob("*") if p.is_dir()} == {
+            p.name: oct(0o700) for p in data.rglob("*") if p.is_dir()}
+        assert mode(tmp_path / "backup.db") == 0o600
+        assert mode(tmp_path / "export.jsonl") == 0o600
+
+
+def test_doctor_warns_about_a_readable_data_directory_with_the_fix(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    create_site(data)
+    os.chmod(data, 0o755)
+    os.chmod(data / "memory.db", 0o644)
+    report = run_cli("doctor", data_dir=data)
+    line = next(line for line in report.stdout.splitlines() if "permissions" in line)
+    assert line.startswith("WARN") and f"chmod 700 {data.resolve()}" in line and "chmod 600" in line, line
+    os.chmod(data, 0o700)
+    os.chmod(data / "memory.db", 0o600)
+    report = run_cli("doctor", data_dir=data)
+    assert next(line for line in report.stdout.splitlines() if "permissions" in line).startswith("ok")
+
+
+def damage(db: Path) -> None:
+    """Flip the page-type byte of a leaf page of the log, in the middle of it (one flipped byte)."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    leaves = [row[0] for row in conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 'log_items' AND pagetype = 'leaf' ORDER BY pageno")]
+    conn.close()
+    with open(db, "r+b") as file:
+        file.seek((leaves[len(leaves) // 2] - 1) * page_size)
+        byte = file.read(1)
+        file.seek(-1, os.SEEK_CUR)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_a_damaged_database_is_refused_at_start_up_and_doctor_reports_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    secret = create_site(data)
+    with ServerProcess(data) as server:
+        for _ in range(40):
+            append(server, secret, 200)
+        server.stop()
+    damage(data / "memory.db")
+    serve = run_cli("serve", "--port", "0", data_dir=data)
+    assert serve.returncode == 1
+    assert f"the database {data / 'memory.db'} is damaged" in serve.stderr
+    assert "memory-server backup" in serve.stderr and "memory-server doctor" in serve.stderr
+    assert "Traceback" not in serve.stderr and "secret" not in serve.stderr
+    report = run_cli("doctor", data_dir=data)
+    assert report.returncode == 1 and "Traceback" not in report.stdout + report.stderr
+    assert any(line.startswith("FAIL  sqlite integrity") for line in report.stdout.splitlines()), report.stdout
+
+
+@pytest.mark.parametrize("content", [b"this is not a database at all" * 100, b"\x00" * 4096, b"SQLite format 3\x00"])
+def test_a_file_that_is_not_a_database_gets_the_same_clean_message(tmp_path: Path, content: bytes) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    (data / "memory.db").write_bytes(content)
+    for command in (("serve", "--port", "0"), ("site", "list"), ("export", "-"), ("token", "list", "--site", "x")):
+        outcome = run_cli(*command, data_dir=data)
+        assert outcome.returncode == 1, (command, outcome.stdout)
+        assert "Traceback" not in outcome.stderr, (command, outcome.stderr)
+        assert outcome.stderr.startswith("error: "), (command, outcome.stderr)
+    report = run_cli("doctor", data_dir=data)
+    assert report.returncode == 1 and "Traceback" not in report.stdout + report.stderr
+    assert "FAIL" in report.stdout
+
+
+def test_a_damaged_page_met_while_serving_is_reported_by_readyz(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    secret = create_site(data)
+    with ServerProcess(data) as server:
+        for _ in range(40):
+            append(server, secret, 200)
+        server.stop()
+    # Damage it after the start-up check would pass: start, then damage the file under the running server.
+    with ServerProcess(data) as server:
+        damage(data / "memory.db")
+        for offset in range(0, 8000, 1000):  # replaying the whole log reads the damaged page
+            response = httpx2.get(f"{server.base}/v1/conversations/{CONVERSATION}/items", auth=("acme", secret),
+                                  params={"offset": offset, "limit": 1000}, timeout=30)
+            if response.status_code != 200:
+                break
+        assert response.status_code == 503, response.status_code
+        assert "is damaged" in response.json()["error"]["message"], response.text[:500]
+        ready = httpx2.get(f"{server.base}/readyz", timeout=30)
+        assert ready.status_code == 503 and any("is damaged" in r for r in ready.json()["reasons"])

@@ -14,16 +14,17 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export FASTMCP_SHOW_SERVER_BANNER := false
 
-.PHONY: install models ts-clients run test bench bench-quality bench-perf clean
+.PHONY: install models ts-clients run test bench bench-quality bench-perf bench-client clean
 
 install: $(INSTALLED)
 
 # torch is pinned and installed first: the pinned CPU build; anything unpinned pulls a CUDA build.
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e client
 	touch $@
 
 models: $(MODEL) $(MODEL_DIR)/onnx/model.onnx
@@ -49,7 +50,7 @@ run: install models
 test: install models ts-clients
 	$(BIN)/python -m pytest
 
-bench: bench-quality bench-perf
+bench: bench-quality bench-perf bench-client
 
 bench-quality: install models
 	$(BIN)/python bench/locomo.py --json bench/results/locomo.json
@@ -57,6 +58,9 @@ bench-quality: install models
 
 bench-perf: install models
 	$(BIN)/python bench/perf.py
+
+bench-client: install models
+	$(BIN)/python bench/client.py --json bench/results/client.json
 
 clean:
 	rm -rf $(VENV) $(MODEL_DIR) data $(TS_HARNESS)/node_modules

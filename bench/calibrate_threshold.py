@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from bench.locomo import DEFAULT_DATA, load  # noqa: E402
 from embeddings.factory import load_embedder, resolve_model_dir  # noqa: E402
-from server.retrieval import document_text  # noqa: E402
+from server.ranking.fusion import document_text  # noqa: E402
 from server.services import PROJECT_ROOT  # noqa: E402
 
 THRESHOLDS = [round(t, 2) for t in np.arange(0.20, 0.71, 0.05)]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastmcp import Client  # noqa: E402
 
-from server.app import build_mcp  # noqa: E402
+from server.api.app import build_mcp  # noqa: E402
 from server.services import open_services  # noqa: E402
 from server.settings import Settings  # noqa: E402
 

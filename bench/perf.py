@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 
 from server import auth  # noqa: E402
 from server import memories as rows  # noqa: E402
-from server.db import connect, transaction  # noqa: E402
-from server.logs import append_batch  # noqa: E402
+from server.storage.sqlite.db import connect, transaction  # noqa: E402
+from server.logs.store import append_batch  # noqa: E402
 from server.services import open_database, open_services  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
@@ -131,7 +131,7 @@ class Caller:
     def __init__(self, server: Server, client: httpx2.AsyncClient) -> None:
         self.server = server
         self.client = client
-        self.headers = {"authorization": server.auth, "content-type": "application/json",
+        self.headers = {"authorization": server.auth.core, "content-type": "application/json",
                         "accept": "application/json, text/event-stream"}
 
     async def __call__(self, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -251,7 +251,7 @@ class RawConnection:
 
     def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.head = (f"host: 127.0.0.1:{server.port}\r\nauthorization: {server.auth}\r\n"
+        self.head = (f"host: 127.0.0.1:{server.port}\r\nauthorization: {server.auth.core}\r\n"
                      "content-type: application/json\r\naccept: application/json, text/event-stream\r\n")
 
     @classmethod
@@ -340,7 +340,7 @@ def corpus_text(i: int) -> str:
 
 def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
     """Vectors of corpus_text(0..n-1) through document_text; cached between runs."""
-    from server.retrieval import document_text
+    from server.ranking.fusion import document_text
 
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"corpus-{embedder.name}-{n}.npy"
@@ -359,7 +359,7 @@ def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
 def load_corpus(data: Path, embedder: Any, n: int) -> dict[str, Any]:
     """Fill a data directory with n memories in BUCKETS buckets, reusing cached vectors."""
     vectors, cached = corpus_vectors(embedder, n)
-    from server.retrieval import document_text
+    from server.ranking.fusion import document_text
 
     services = open_services(Settings(data_dir=data))
     try:

@@ -1,6 +1,6 @@
 """`python -m server` is the `memory-server` command."""
 
-from server.cli import main
+from server.admin.cli import main
 
 if __name__ == "__main__":
     main()

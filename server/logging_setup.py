@@ -11,7 +11,7 @@ from typing import TextIO
 
 from server.settings import Settings
 
-# The id of the HTTP request being served (set by server.observability's middleware).
+# The id of the HTTP request being served (set by server.api.observability's middleware).
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 

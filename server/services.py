@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from embeddings.base import Embedder
-from server import auth
-from server.db import DatabaseDamaged, Readers, Writer, connect, damaged_message, error_code, migrate, quick_check
+from server.auth import core as auth
+from server.storage.sqlite.db import DatabaseDamaged, Readers, Writer, connect, damaged_message, error_code, migrate, quick_check
 from server.errors import Unavailable
-from server.files import private_dir, private_file
+from server.storage.files import private_dir, private_file
 from server.index.base import IndexUnavailable
 from server.logging_setup import Throttle
-from server.logs import LogLimits, LogStore
+from server.logs.store import LogLimits, LogStore
 from server.settings import Settings
 
 log = logging.getLogger("memory_server")
@@ -41,7 +41,7 @@ class Services:
     memory_error: str | None = None
     integrity_unchecked: bool = False  # start-up's bounded quick_check ran out of time: maintenance runs it whole
     startup_sync_limit: int = STARTUP_SYNC_LIMIT
-    metrics: Any = None  # server.metrics.Metrics while an app serves these services
+    metrics: Any = None  # server.api.metrics.Metrics while an app serves these services
     closers: list = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -78,8 +78,8 @@ class Services:
         Errors are kept for /readyz."""
         from embeddings.factory import load_embedder, resolve_model_dir
         from embeddings.tokens import TokenCounter
-        from server.memory_service import MemoryService
-        from server.metrics import instrument_embedder, instrument_memory_service
+        from server.memories.service import MemoryService
+        from server.api.metrics import instrument_embedder, instrument_memory_service
 
         settings = self.settings
         try:

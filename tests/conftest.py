@@ -16,9 +16,9 @@ import pytest
 import uvicorn
 from fastmcp import Client
 
-from server import auth
-from server.app import create_app
-from server.db import connect, transaction
+from server.auth import core as auth
+from server.api.app import create_app
+from server.storage.sqlite.db import connect, transaction
 from server.services import open_database
 from server.settings import Settings
 

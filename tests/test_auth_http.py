@@ -19,7 +19,7 @@ from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings, serve
 from procs import parse_fields, run_cli
-from server import auth
+from server.auth import core as auth
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 LOG_TOOLS = ["append_memory", "recall_memory", "replay_memory", "list_conversations"]

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import make_settings
 from procs import parse_fields, run_cli, server_env
-from server.auth import Authenticator, Principal
-from server.db import connect
+from server.auth.core import Authenticator, Principal
+from server.storage.sqlite.db import connect
 from server.errors import Unauthorized
 from server.services import open_database
 

@@ -18,7 +18,7 @@ from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings
 from procs import read_all, REPO_ROOT, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
-from server import auth
+from server.auth import core as auth
 from server.services import open_database, open_services
 
 CONVERSATION = "conv-contended-0001"
@@ -98,8 +98,8 @@ async def test_two_server_processes_one_database(tmp_path: Path, server_processe
 APPENDER = """
 import json, random, sys
 from pathlib import Path
-from server.db import connect, transaction
-from server.logs import append_batch
+from server.storage.sqlite.db import connect, transaction
+from server.logs.store import append_batch
 
 db_path, site_id, writer, batches, conversation = sys.argv[1:]
 site_id, writer, batches = int(site_id), int(writer), int(batches)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server.db import Writer, connect
+from server.storage.sqlite.db import Writer, connect
 
 
 def make_table(path: Path) -> None:

@@ -26,8 +26,8 @@ import jsonschema
 import pytest
 import yaml
 
-from server import auth
-from server.bootstrap import (
+from server.auth import core as auth
+from server.auth.bootstrap import (
     BootstrapError,
     BootstrapSettings,
     apply_bootstrap,
@@ -346,11 +346,6 @@ def test_bootstrap_refuses_bad_settings_without_echoing_the_secret(
     assert services.readers.get().execute("SELECT count(*) FROM sites").fetchone()[0] == 0
 
 
-def _serve_calls_bootstrap() -> bool:
-    return "bootstrap_or_exit(" in (ROOT / "server" / "cli.py").read_text()
-
-
-@pytest.mark.skipif(not _serve_calls_bootstrap(), reason="server/cli.py `_serve_http` does not call bootstrap yet")
 def test_serve_creates_the_preset_site_instead_of_printing_one(tmp_path: Path) -> None:
     import httpx2
     from procs import ServerProcess, server_env
@@ -370,7 +365,6 @@ def test_serve_creates_the_preset_site_instead_of_printing_one(tmp_path: Path) -
     assert "first start" not in log and secret not in log
 
 
-@pytest.mark.skipif(not _serve_calls_bootstrap(), reason="server/cli.py `_serve_http` does not call bootstrap yet")
 def test_serve_refuses_a_bad_preset_secret(tmp_path: Path) -> None:
     from procs import server_env
 

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import LiveServer, make_settings, serve
 from procs import REPO_ROOT, run_cli
-from server.db import connect, transaction
-from server.doctor import FAIL, OK, SKIP, Check, run_checks
+from server.storage.sqlite.db import connect, transaction
+from server.admin.doctor import FAIL, OK, SKIP, Check, run_checks
 from server.index.base import IndexInfo
 from server.index.edge import EdgeIndex
 from server.services import open_database

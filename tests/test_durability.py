@@ -18,7 +18,7 @@ from fastmcp import Client
 
 from conftest import admin, make_settings
 from procs import read_all, ServerProcess, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
-from server import auth
+from server.auth import core as auth
 
 SITE = "acme"
 WRITERS = 6

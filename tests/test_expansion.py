@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server import auth
-from server.expansion import expansion_terms, vocabulary_words
-from server.lexical import analyze, bm25_scores
-from server.retrieval import Candidate, document_text, rank
-from server.memories import Scope
+from server.auth import core as auth
+from server.ranking.expansion import expansion_terms, vocabulary_words
+from server.ranking.lexical import analyze, bm25_scores
+from server.ranking.fusion import Candidate, document_text, rank
+from server.memories.rows import Scope
 from server.services import open_services
-from server.vocabulary import WordVectors
+from server.ranking.vocabulary import WordVectors
 
 
 def unit(*xs: float) -> np.ndarray:
@@ -45,7 +45,7 @@ VECTORS = {
 
 
 def pool_of(words: list[str]) -> tuple[list[str], np.ndarray]:
-    from server.lexical import _stem
+    from server.ranking.lexical import _stem
 
     return [_stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from server.lexical import STOP_WORDS, BM25Corpus, analyze, analyzed_text, term_weights
+from server.ranking.lexical import STOP_WORDS, BM25Corpus, analyze, analyzed_text, term_weights
 
 
 def test_lowercases_and_drops_stop_words():
@@ -58,7 +58,7 @@ def test_bm25_weighted_documents():
 
 
 def test_bm25_scores_matches_corpus_with_context():
-    from server.lexical import bm25_scores
+    from server.ranking.lexical import bm25_scores
 
     texts = ["went hiking in the mountains", "amazing view", "bought a new bike", "bike ride to the lake", "ok"]
     docs = [analyze(t) for t in texts]
@@ -76,7 +76,7 @@ def test_bm25_scores_matches_corpus_with_context():
 
 
 def test_bm25_plus_delta_gives_matching_documents_a_floor():
-    from server.lexical import bm25_scores
+    from server.ranking.lexical import bm25_scores
 
     docs = [["paint"], ["paint"] + ["x%d" % i for i in range(40)], ["sunset"], ["lake"]]
     plain = BM25Corpus(docs, b=1.0)
@@ -90,14 +90,14 @@ def test_bm25_plus_delta_gives_matching_documents_a_floor():
 
 
 def test_bigrams_skip_stop_words():
-    from server.lexical import bigrams
+    from server.ranking.lexical import bigrams
 
     assert bigrams(analyze("joined a support group")) == [("join", "support"), ("support", "group")]
     assert bigrams(["a"]) == [] and bigrams([]) == []
 
 
 def test_bigram_scores_prefer_the_phrase():
-    from server.lexical import bigram_bm25_scores
+    from server.ranking.lexical import bigram_bm25_scores
 
     docs = [analyze(t) for t in ["the support group met", "the group needed support", "support", "cooking dinner"]]
     s = bigram_bm25_scores(analyze("support group"), docs)
@@ -106,7 +106,7 @@ def test_bigram_scores_prefer_the_phrase():
 
 
 def test_bigram_scores_match_bm25_over_bigram_documents_with_context():
-    from server.lexical import bigram_bm25_scores, bigrams, bm25_scores
+    from server.ranking.lexical import bigram_bm25_scores, bigrams, bm25_scores
 
     texts = ["support group on friday", "group support", "the support group again", "painting class", "support group"]
     docs = [analyze(t) for t in texts]

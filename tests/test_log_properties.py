@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import make_settings, serve
-from server.app import build_mcp
+from server.api.app import build_mcp
 from server.services import open_services
 
 # JSON values as a client might send them: unicode keys and strings, big and small numbers, nesting.

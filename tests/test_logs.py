@@ -19,8 +19,8 @@ import pytest
 from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings, serve
-from server import auth
-from server.app import build_mcp
+from server.auth import core as auth
+from server.api.app import build_mcp
 from server.services import open_services
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
@@ -408,7 +408,7 @@ for bad in BAD_IDS:
 BAD_CALLS += [("append_memory", {"conversation_id": 12345678, "items": [{"a": 1}]}, "invalid_parameters")]
 for bad in BAD_COUNTS:
     BAD_CALLS += [("replay_memory", {"conversation_id": GOOD, "limit": bad}, "invalid_parameters")]
-    if bad is None:  # null for a parameter with a default means the default (server.tools); limit has none
+    if bad is None:  # null for a parameter with a default means the default (server.api.mcp.tools); limit has none
         continue
     BAD_CALLS += [
         ("recall_memory", {"conversation_id": GOOD, "count": bad}, "invalid_parameters"),

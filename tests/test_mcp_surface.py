@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
 from procs import REPO_ROOT, server_env
-from server import auth
-from server.app import INSTRUCTIONS, create_app
+from server.auth import core as auth
+from server.api.app import INSTRUCTIONS, create_app
 from server.version import __version__
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

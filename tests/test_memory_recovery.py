@@ -14,7 +14,7 @@ import pytest
 
 from server.index.base import IndexInfo
 from server.index.edge import EdgeIndex
-from server.memory_service import IndexMismatch
+from server.memories.service import IndexMismatch
 from server.services import open_services
 from tests.conftest import make_settings, serve
 
@@ -25,8 +25,8 @@ CRASH_AFTER_COMMIT = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from server import memories as rows
-    from server.retrieval import document_text
+    from server.memories import rows
+    from server.ranking.fusion import document_text
     from server.services import open_services
     from server.settings import Settings
 
@@ -83,7 +83,7 @@ def test_crash_between_commit_and_index_write_is_repaired(tmp_path: Path, embedd
 
 
 def _no_filters() -> Any:
-    from server.memory_service import Filters
+    from server.memories.service import Filters
 
     return Filters()
 

@@ -10,11 +10,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from server import auth
-from server import memories as rows
-from server.lexical import fts_phrase, prefetch_terms
-from server.memory_service import PREFETCH, Filters, MemoryService
-from server.retrieval import document_text
+from server.auth import core as auth
+from server.memories import rows
+from server.ranking.lexical import fts_phrase, prefetch_terms
+from server.memories.service import PREFETCH, Filters, MemoryService
+from server.ranking.fusion import document_text
 from server.services import Services, open_services
 from tests.conftest import make_settings
 

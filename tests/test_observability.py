@@ -16,11 +16,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from server import auth
-from server.app import create_app
+from server.auth import core as auth
+from server.api.app import create_app
 from server.logging_setup import JsonFormatter
-from server.metrics import InstrumentedEmbedder
-from server.observability import StorageProbe, readiness, route_template
+from server.api.metrics import InstrumentedEmbedder
+from server.api.observability import StorageProbe, readiness, route_template
 from server.services import open_services
 from server.settings import Settings
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, wait_ready

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from server.bootstrap import BootstrapSettings
+from server.auth.bootstrap import BootstrapSettings
 from server.settings import Settings
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
@@ -34,7 +34,7 @@ async def test_every_tool_named_exists(live: Any) -> None:
 def test_every_command_named_exists() -> None:
     from typer.main import get_command
 
-    from server.cli import app
+    from server.admin.cli import app
 
     root = get_command(app)
     named = set(re.findall(r"^memory-server ([a-z]+)(?: ([a-z]+))?", README, re.M))

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
-from server import auth
-from server.app import create_app
-from server.retrieval import document_text
+from server.auth import core as auth
+from server.api.app import create_app
+from server.ranking.fusion import document_text
 
 PAYLOAD_LIMIT = 256 * 1024
 

@@ -1,7 +1,7 @@
 import numpy as np
 
-from server import retrieval
-from server.retrieval import Candidate, document_text, format_date, rank
+from server.ranking import fusion as retrieval
+from server.ranking.fusion import Candidate, document_text, format_date, rank
 
 
 def unit(*xs):
@@ -105,7 +105,7 @@ def test_neighbour_blend_needs_same_conversation():
 
 
 def test_works_without_provenance_and_with_pre_analysed_terms():
-    from server.lexical import analyze
+    from server.ranking.lexical import analyze
 
     cands = [cand(1, "salsa dancing lessons", (0, 1, 0, 0)), cand(2, "stamp collecting", (0, 0, 1, 0))]
     cands += fillers(10)

@@ -11,9 +11,9 @@ from fastmcp.client.transports import StdioTransport
 
 from conftest import admin, make_settings
 from procs import REPO_ROOT, server_env
-from server import auth
-from server.db import connect
-from server.logs import append_batch
+from server.auth import core as auth
+from server.storage.sqlite.db import connect
+from server.logs.store import append_batch
 
 
 def stdio_client(data_dir: Path, **env: str) -> Client:

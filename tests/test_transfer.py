@@ -21,11 +21,11 @@ from fastmcp import Client
 
 from conftest import LiveServer, make_settings, serve
 from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
-from server import auth
-from server.db import connect, transaction
-from server.logs import append_batch
+from server.auth import core as auth
+from server.storage.sqlite.db import connect, transaction
+from server.logs.store import append_batch
 from server.services import open_database
-from server.transfer import APPENDED, PRESENT, import_log_items
+from server.admin.transfer import APPENDED, PRESENT, import_log_items
 
 SITE = "acme"
 

@@ -27,7 +27,7 @@ from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
-from server.auth import Authenticator, Principal
+from server.auth.core import Authenticator, Principal
 from server.errors import AppError, Forbidden, PayloadTooLarge, RateLimited, Unauthorized, Unavailable
 
 log = logging.getLogger("memory_server.http")

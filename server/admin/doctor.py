@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from server.db import SCHEMA, connect, quick_check
-from server.files import exposed
+from server.storage.sqlite.db import SCHEMA, connect, quick_check
+from server.storage.files import exposed
 from server.settings import Settings
 
 OK, WARN, FAIL, SKIP = "ok", "WARN", "FAIL", "skip"

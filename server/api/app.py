@@ -15,16 +15,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from embeddings.base import Embedder
-from server.auth import Principal
-from server.http import AuthMiddleware, BrowserGuard, SignInGuard, is_loopback
-from server.log_tools import LogToolsFastPath, register_log_tools
-from server.memory_tools import register_memory_tools
-from server.metrics import Metrics, ToolMetricsMiddleware
-from server.observability import RequestObservabilityMiddleware, StorageProbe, metrics_endpoint, readiness
-from server.rest import build_rest_app
+from server.auth.core import Principal
+from server.api.middleware import AuthMiddleware, BrowserGuard, SignInGuard, is_loopback
+from server.api.mcp.log_tools import LogToolsFastPath, register_log_tools
+from server.api.mcp.memory_tools import register_memory_tools
+from server.api.metrics import Metrics, ToolMetricsMiddleware
+from server.api.observability import RequestObservabilityMiddleware, StorageProbe, metrics_endpoint, readiness
+from server.api.rest.app import build_rest_app
 from server.services import Services, open_services
 from server.settings import Settings
-from server.tools import ErrorMiddleware, principal_resolver, quiet_expected_errors
+from server.api.mcp.tools import ErrorMiddleware, principal_resolver, quiet_expected_errors
 from server.version import __version__
 
 log = logging.getLogger("memory_server")
@@ -102,7 +102,7 @@ def create_app(
         return JSONResponse({"status": "ready"})
 
     rest = build_rest_app(services)  # REST under /v1 (before the MCP catch-all); OpenAPI at /openapi.json
-    # Plain log-tool calls are answered without the SDK's per-request machinery (see server.log_tools).
+    # Plain log-tool calls are answered without the SDK's per-request machinery (see server.api.mcp.log_tools).
     fast_path = LogToolsFastPath(mcp_app, logs=services.logs, metrics=metrics, health=services.writer.health)
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),

@@ -27,8 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import Receive, Scope, Send
 
-from server import context
-from server.auth import Principal
+from server.ranking import context
+from server.auth.core import Principal
 from server.errors import (
     AppError,
     InvalidParameters,
@@ -38,13 +38,13 @@ from server.errors import (
     Unavailable,
     UnprocessableParameters,
 )
-from server.failures import unexpected
-from server.http import CHALLENGE
-from server.log_tools import AppendResult, ConversationsResult, ItemsResult
-from server.logs import CONVERSATION_ID, check_bound, check_conversation_id, decode_cursor
-from server.memories import LOCATION, MAX_TAGS, SHORT_WORD, check_query
-from server.memory_service import Filters
-from server.memory_tools import ContextPack, Forgotten, MemoryFields, Remembered, Results, _filter_dict, filters
+from server.api.failures import unexpected
+from server.api.middleware import CHALLENGE
+from server.api.mcp.log_tools import AppendResult, ConversationsResult, ItemsResult
+from server.logs.store import CONVERSATION_ID, check_bound, check_conversation_id, decode_cursor
+from server.memories.rows import LOCATION, MAX_TAGS, SHORT_WORD, check_query
+from server.memories.service import Filters
+from server.api.mcp.memory_tools import ContextPack, Forgotten, MemoryFields, Remembered, Results, _filter_dict, filters
 from server.services import Services
 
 log = logging.getLogger("memory_server.rest")

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 
-from server import auth
+from server.auth import core as auth
 from server.errors import AppError
 from server.settings import Settings
 
@@ -47,7 +47,7 @@ def _options(
 DEFAULT_SITE = "default"
 
 
-INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of `PRAGMA quick_check` (see server.db.quick_check)
+INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of `PRAGMA quick_check` (see server.storage.sqlite.db.quick_check)
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -85,7 +85,7 @@ def _announce(settings: Settings, message: str, **fields: str) -> None:
 
 def _admin(data_dir: Path | None, work):  # type: ignore[no-untyped-def]
     """Run one administrative change in a write transaction on the data directory's SQLite file."""
-    from server.db import connect, transaction
+    from server.storage.sqlite.db import connect, transaction
     from server.services import open_database
 
     settings = load_settings(data_dir=data_dir)
@@ -123,9 +123,9 @@ def serve(
 
 
 def _serve_http(settings: Settings) -> None:
-    from server import serving
-    from server.app import create_app
-    from server.bootstrap import bootstrap_or_exit
+    from server.api import serving
+    from server.api.app import create_app
+    from server.auth.bootstrap import bootstrap_or_exit
 
     # The port first, then the index, then the database: a port in use, a second server on the same data
     # directory, an index built with another model or a damaged database fail before anything is created,
@@ -166,8 +166,8 @@ def _open_index_for_serving(settings: Settings) -> Any:
 def _open_services_for_serving(settings: Settings, index: Any) -> Any:
     """The services over a checked database (see open_database); warns about an exposed data directory."""
 
-    from server.db import DatabaseDamaged
-    from server.files import exposed
+    from server.storage.sqlite.db import DatabaseDamaged
+    from server.storage.files import exposed
     from server.services import open_services
 
     try:
@@ -187,7 +187,7 @@ def _check_index_model(settings: Settings, index) -> None:  # type: ignore[no-un
     """Compare the index's recorded model with the configured one without loading the model."""
     from embeddings.factory import resolve_model_dir
     from embeddings.sentence import model_name
-    from server.memory_service import IndexMismatch
+    from server.memories.service import IndexMismatch
     from server.services import PROJECT_ROOT
 
     info = index.info()
@@ -208,8 +208,8 @@ def _first_site(conn):  # type: ignore[no-untyped-def]
 
 
 def _serve_stdio(settings: Settings) -> None:
-    from server.app import build_mcp
-    from server.db import DatabaseDamaged
+    from server.api.app import build_mcp
+    from server.storage.sqlite.db import DatabaseDamaged
     from server.services import open_services
 
     try:
@@ -351,9 +351,9 @@ def export_command(
     from embeddings.factory import resolve_model_dir
     from embeddings.sentence import model_name
     from server.services import PROJECT_ROOT
-    from server.transfer import Export, write_export
+    from server.admin.transfer import Export, write_export
 
-    from server.files import live_paths, refuse_live_target
+    from server.storage.files import live_paths, refuse_live_target
 
     settings = load_settings(data_dir=data_dir)
     target = None if file == "-" else Path(file)
@@ -426,9 +426,9 @@ def import_command(
     import tempfile
 
     from server.index.base import IndexLocked
-    from server.logs import LogLimits
+    from server.logs.store import LogLimits
     from server.services import open_configured_index, open_services
-    from server.transfer import ImportAborted, Importer, has_memory_records, import_stream
+    from server.admin.transfer import ImportAborted, Importer, has_memory_records, import_stream
 
     settings = load_settings(data_dir=data_dir)
     if site is not None and not auth.SITE_NAME.fullmatch(site):
@@ -515,7 +515,7 @@ def doctor(data_dir: DataDir = None) -> None:
 
     Exit code 0 when every check is ok (or skipped because a running server holds the index), 1 otherwise.
     """
-    from server.doctor import FAIL, run_checks
+    from server.admin.doctor import FAIL, run_checks
     from server.services import PROJECT_ROOT
 
     settings = load_settings(data_dir=data_dir)
@@ -540,8 +540,8 @@ def backup(
     The vector index is not copied: it is derived from SQLite. After restoring, run `memory-server reindex`
     (with the server backend, snapshot the Qdrant collection instead).
     """
-    from server.files import live_paths
-    from server.transfer import backup_database
+    from server.storage.files import live_paths
+    from server.admin.transfer import backup_database
 
     settings = load_settings(data_dir=data_dir)
     try:
@@ -560,8 +560,8 @@ def backup(
 
 
 def main() -> None:
-    from server.db import DatabaseDamaged
-    from server.files import PRIVATE_UMASK
+    from server.storage.sqlite.db import DatabaseDamaged
+    from server.storage.files import PRIVATE_UMASK
     from server.index.base import IndexUnavailable
 
     os.umask(PRIVATE_UMASK)  # every file this process writes (database, index, exports) is the owner's only

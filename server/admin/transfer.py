@@ -31,15 +31,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping, Sequence, TextIO, TypeVar
 
-from server import auth
-from server.db import connect
+from server.auth import core as auth
+from server.storage.sqlite.db import connect
 from server.errors import AppError, InvalidParameters, NotFound
-from server.files import private_file, refuse_live_target
-from server.logs import MAX_ITEMS, MAX_SQLITE_INT, LogLimits, append_batch, check_bound, check_conversation_id, \
+from server.storage.files import private_file, refuse_live_target
+from server.logs.store import MAX_ITEMS, MAX_SQLITE_INT, LogLimits, append_batch, check_bound, check_conversation_id, \
     serialize_items
-from server import memories
-from server.memories import Inserted, Kept, NewMemory, parse_timestamp, validate_new
-from server.memory_service import EMBED_BATCH
+from server.memories import rows as memories
+from server.memories.rows import Inserted, Kept, NewMemory, parse_timestamp, validate_new
+from server.memories.service import EMBED_BATCH
 
 T = TypeVar("T")
 
@@ -576,7 +576,7 @@ def backup_database(source: Path, dest: Path, *, force: bool = False,
     The copy is made in one backup step, under one read transaction: a consistent snapshot that holds
     every transaction committed before it began, while writers go on (WAL). It is written beside `dest`
     and renamed into place only once it passes `PRAGMA quick_check`, so `dest` is never a partial file.
-    `live`: the paths a running server writes (see server.files.live_paths), never a target; the copy is 0600.
+    `live`: the paths a running server writes (see server.storage.files.live_paths), never a target; the copy is 0600.
     """
     if not source.is_file():
         raise NotFound(f"no database at {source}: is --data-dir right?")

@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from server.connections import ConnectionLimits, connection_budget, guarded_protocol
+from server.api.connections import ConnectionLimits, connection_budget, guarded_protocol
 from server.settings import Settings
 
 
@@ -70,7 +70,7 @@ def port_holder(port: int) -> str | None:
 
 
 def run(app: Any, settings: Settings, sock: socket.socket) -> None:
-    """Serve `app` on the bound socket until stopped, with the connection guards of server.connections."""
+    """Serve `app` on the bound socket until stopped, with the connection guards of server.api.connections."""
     limits = ConnectionLimits(max_connections=connection_budget(settings.max_connections),
                               header_timeout=settings.header_timeout_s, body_timeout=settings.body_timeout_s)
     config = uvicorn.Config(

@@ -19,12 +19,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from server import cursors
-from server.auth import Principal, now_rfc3339
+from server.storage import cursors
+from server.auth.core import Principal, now_rfc3339
 from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.index.base import Condition, IndexFilter
-from server.lexical import analyzed_text
-from server.logs import MAX_DEPTH, _depth_ok
+from server.ranking.lexical import analyzed_text
+from server.logs.store import MAX_DEPTH, _depth_ok
 from server.text import check_json_unicode, check_unicode
 
 SHORT_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")

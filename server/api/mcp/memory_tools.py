@@ -14,14 +14,14 @@ from typing import Annotated, Any, Callable
 from fastmcp import FastMCP
 from pydantic import BaseModel, Field
 
-from server import context
-from server.auth import Principal
-from server.log_tools import size_text
-from server.memories import MAX_TAGS, check_query, check_tags, check_word
-from server.memory_service import Filters, MemoryService
-from server.logs import check_bound
+from server.ranking import context
+from server.auth.core import Principal
+from server.api.mcp.log_tools import size_text
+from server.memories.rows import MAX_TAGS, check_query, check_tags, check_word
+from server.memories.service import Filters, MemoryService
+from server.logs.store import check_bound
 from server.settings import Settings
-from server.tools import NULL_IS_DEFAULT, WHOLE_NUMBER, ok_result, text_result, tool
+from server.api.mcp.tools import NULL_IS_DEFAULT, WHOLE_NUMBER, ok_result, text_result, tool
 
 WORD_RULE = "1-64 characters of [A-Za-z0-9_.:-], starting with a letter or digit"
 Query = Annotated[str, Field(strict=True, description="Natural-language question or topic (not empty or "

@@ -19,9 +19,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from embeddings.base import Embedder
-from server.expansion import vocabulary_words
-from server.lexical import _stem
-from server.retrieval import document_text
+from server.ranking.expansion import vocabulary_words
+from server.ranking.lexical import _stem
+from server.ranking.fusion import document_text
 
 # Embedding batch for words: single words are a few tokens, so a large batch stays cheap.
 WORD_BATCH = 256

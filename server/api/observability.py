@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Mount, compile_path
 
 from server.logging_setup import current_request_id
-from server.metrics import CONTENT_TYPE, Metrics
+from server.api.metrics import CONTENT_TYPE, Metrics
 
 access_log = logging.getLogger("memory_server.access")
 

@@ -25,7 +25,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from server.lexical import STOP_WORDS, _stem
+from server.ranking.lexical import STOP_WORDS, _stem
 
 # Cosine between single-word embeddings above which a candidate word counts as a near-synonym.
 EXPANSION_MIN_SIMILARITY = 0.6

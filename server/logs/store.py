@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from server import cursors
-from server.auth import now_rfc3339
-from server.db import Readers, Writer
+from server.storage import cursors
+from server.auth.core import now_rfc3339
+from server.storage.sqlite.db import Readers, Writer
 from server.errors import InvalidParameters, PayloadTooLarge
 from server.text import check_unicode
 
@@ -139,7 +139,7 @@ class LogStore:
         return [_item(row) for row in self.replay_rows(site_id, conversation_id, offset, limit)]
 
     # The *_rows forms keep each payload as its stored JSON text, for callers that write it out again
-    # without needing the parsed value (the MCP fast path in server.log_tools).
+    # without needing the parsed value (the MCP fast path in server.api.mcp.log_tools).
 
     def recall_rows(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
         rows = self._tuples().execute(

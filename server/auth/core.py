@@ -240,7 +240,7 @@ class Authenticator:
         try:
             conn = getattr(self._nowait, "conn", None)
             if conn is None:
-                from server.db import connect
+                from server.storage.sqlite.db import connect
 
                 conn = self._nowait.conn = connect(self._nowait_path, readonly=True)
                 conn.execute("PRAGMA busy_timeout = 0")  # SQLITE_BUSY at once rather than block the loop
@@ -318,7 +318,7 @@ def _bound(raw: str | None) -> frozenset[str] | None:
 
 def delete_site(conn: sqlite3.Connection, name: str) -> None:
     """Delete a site, its tokens and all its data (the index drops orphaned points at start-up)."""
-    from server.db import SITE_TABLES
+    from server.storage.sqlite.db import SITE_TABLES
 
     sid = site_id(conn, name)
     for table in SITE_TABLES:

@@ -25,13 +25,13 @@ from mcp.server.streamable_http import check_accept_headers
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
-from server.auth import Principal
-from server.db import StorageHealth
+from server.auth.core import Principal
+from server.storage.sqlite.db import StorageHealth
 from server.errors import AppError, UnprocessableParameters
-from server.failures import unexpected
-from server.logs import MAX_SQLITE_INT, LogStore, RawItem, check_bound, check_conversation_id, decode_cursor
+from server.api.failures import unexpected
+from server.logs.store import MAX_SQLITE_INT, LogStore, RawItem, check_bound, check_conversation_id, decode_cursor
 from server.settings import Settings
-from server.tools import NULL_IS_DEFAULT, WHOLE_NUMBER, ok_result, tool
+from server.api.mcp.tools import NULL_IS_DEFAULT, WHOLE_NUMBER, ok_result, tool
 
 log = logging.getLogger("memory_server.tools")
 
@@ -265,7 +265,7 @@ class LogToolsFastPath:
             is_error, outcome = False, "ok"
         except Exception as exc:
             error = exc if isinstance(exc, AppError) else unexpected(exc, health=self._health, where=f"tool {tool!r}")
-            text, structured = str(error), None  # as server.tools.error_result: the text only
+            text, structured = str(error), None  # as server.api.mcp.tools.error_result: the text only
             is_error, outcome = True, error.code
         if self._metrics is not None:
             self._metrics.observe_tool(tool, outcome, time.perf_counter() - start)
@@ -342,7 +342,7 @@ def _is_int(value: object, low: int, high: int) -> bool:
 
 
 def _whole(value: object, low: int, high: int, *, default: int | None = None) -> int | None:
-    """An integer argument as the tools read it, if within bounds: 5.0 is 5 (server.tools.WHOLE_NUMBER) and
+    """An integer argument as the tools read it, if within bounds: 5.0 is 5 (server.api.mcp.tools.WHOLE_NUMBER) and
     null is the default, if there is one (NULL_IS_DEFAULT)."""
     if value is None and default is not None:
         return default

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from server import auth
+from server.auth import core as auth
 from server.errors import InvalidParameters
 
 log = logging.getLogger("memory_server.bootstrap")

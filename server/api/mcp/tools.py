@@ -32,10 +32,10 @@ from fastmcp.utilities.types import NotSet, NotSetT
 from mcp_types import ToolAnnotations
 from pydantic_core import PydanticUseDefault
 
-from server.auth import Principal
-from server.db import StorageHealth
+from server.auth.core import Principal
+from server.storage.sqlite.db import StorageHealth
 from server.errors import AppError, InvalidParameters, Unauthorized
-from server.failures import unexpected
+from server.api.failures import unexpected
 
 log = logging.getLogger("memory_server.tools")
 

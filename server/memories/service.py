@@ -17,17 +17,17 @@ import anyio
 import numpy as np
 
 from embeddings.base import Embedder
-from server import memories as rows
-from server.auth import READ, WRITE, Principal
-from server.db import Readers, Writer
+from server.memories import rows
+from server.auth.core import READ, WRITE, Principal
+from server.storage.sqlite.db import Readers, Writer
 from server.errors import InvalidParameters, NotFound, Unavailable
-from server.expansion import expansion_terms
+from server.ranking.expansion import expansion_terms
 from server.index.base import IndexInfo, IndexPoint, IndexUnavailable, VectorIndex, batched
 from server.logging_setup import Throttle
-from server.lexical import BM25Corpus, analyze, fts_phrase, prefetch_terms
-from server.memories import NewMemory, Scope, scope_for
-from server.retrieval import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text, rank
-from server.vocabulary import WordVectors
+from server.ranking.lexical import BM25Corpus, analyze, fts_phrase, prefetch_terms
+from server.memories.rows import NewMemory, Scope, scope_for
+from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text, rank
+from server.ranking.vocabulary import WordVectors
 
 log = logging.getLogger("memory_server.memories")
 

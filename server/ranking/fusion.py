@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from server.lexical import analyze, bigram_bm25_scores, bm25_scores
+from server.ranking.lexical import analyze, bigram_bm25_scores, bm25_scores
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
 # bench/locomo_explore.py, see the report there; figures before the 'round 2' block are from round 1,

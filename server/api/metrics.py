@@ -5,7 +5,7 @@ What is measured, and where:
 - MCP tool calls: count and latency per tool and outcome (`ok` or the SPEC error code), by
   `ToolMetricsMiddleware`, a fastmcp middleware placed outside `ErrorMiddleware` so it sees the final result.
 - HTTP requests: count and latency per method, route template and status, by the request middleware in
-  `server.observability` (route templates, never raw paths: ids in paths would explode the series count).
+  `server.api.observability` (route templates, never raw paths: ids in paths would explode the series count).
 - Appended log items and remembered memories (created vs duplicate), by thin delegating wrappers around the
   `LogStore` and the `MemoryService`, so MCP, REST and imports in this process all count.
 - Embedding time per call, by `InstrumentedEmbedder` (the Embedder protocol, by delegation).
@@ -188,7 +188,7 @@ class ToolMetricsMiddleware(Middleware):
 
 def tool_outcome(result: Any) -> str:
     """`ok`, or the SPEC code an error result starts its text with (`code: message`; error results carry
-    no structured content, see server.tools)."""
+    no structured content, see server.api.mcp.tools)."""
     if not getattr(result, "is_error", False):
         return "ok"
     content = getattr(result, "content", None) or []

@@ -106,7 +106,7 @@ def recorder_run(server: Server, tmp: Path, cid: str, items: list[dict[str, Any]
 
 def baseline_run(server: Server, cid: str, items: list[dict[str, Any]], batch: int) -> float:
     """A plain loop of appends, each waiting on its acknowledgement, over one keep-alive connection."""
-    with httpx.Client(base_url=server.url, headers={"authorization": server.auth.core}, timeout=60) as http:
+    with httpx.Client(base_url=server.url, headers={"authorization": server.auth}, timeout=60) as http:
         start = time.perf_counter()
         for at in range(0, len(items), batch):
             response = http.post(f"/v1/conversations/{cid}/items",

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastmcp import Client  # noqa: E402
 
-from server.api.app import build_mcp  # noqa: E402
+from server.api.mcp.server import build_mcp  # noqa: E402
 from server.services import open_services  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
@@ -133,7 +133,7 @@ async def run(args: argparse.Namespace) -> dict:
         settings = Settings(data_dir=Path(tmp), embedding_threads=args.threads)
         services = open_services(settings)
         try:
-            services.load_memory()
+            memories = services.load_memories()
             principal = services.local_principal("bench")
             mcp = build_mcp(services, local=lambda: principal)
             async with Client(mcp) as client:
@@ -141,8 +141,8 @@ async def run(args: argparse.Namespace) -> dict:
                 report = {"data": str(args.data), "memories": len(memories), "questions": len(questions),
                           "store_seconds": round(store_seconds, 1), "modes": {}}
                 for mode in (MODES if args.mode == "all" else (args.mode,)):
-                    services.memory_service.ranking = mode
-                    services.memory_service.embedder.clear_cache()  # each mode pays for its query embeddings
+                    memories.retrieval.ranking = mode
+                    memories.embedder.clear_cache()  # each mode pays for its query embeddings
                     start = time.perf_counter()
                     found, latencies = await ask(client, questions, args.limit)
                     report["modes"][mode] = {

@@ -33,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server import lexical, retrieval  # noqa: E402
+from server.ranking import fusion as retrieval  # noqa: E402
+from server.ranking import lexical  # noqa: E402
 from server.ranking.lexical import BM25Corpus, analyze  # noqa: E402
 
 DATA = Path("/work/shared/data/locomo/locomo_dev.json")

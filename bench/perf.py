@@ -36,12 +36,13 @@ sys.path.insert(0, str(ROOT))
 import httpx2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from server import auth  # noqa: E402
-from server import memories as rows  # noqa: E402
-from server.storage.sqlite.db import connect, transaction  # noqa: E402
-from server.logs.store import append_batch  # noqa: E402
-from server.services import open_database, open_services  # noqa: E402
+from server.auth import admin as auth  # noqa: E402
+from server.ranking.fusion import document_text  # noqa: E402
+from server.ranking.lexical import analyzed_text  # noqa: E402
+from server.services import open_services  # noqa: E402
 from server.settings import Settings  # noqa: E402
+from server.storage.factory import open_storage  # noqa: E402
+from server.storage.records import Document, Words  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
 QUERIES = 200
@@ -67,16 +68,12 @@ def summary(samples: list[float]) -> dict[str, float]:
 class Server:
     def __init__(self, data: Path) -> None:
         self.data = data
-        settings = Settings(data_dir=data)
-        open_database(settings)
-        conn = connect(settings.db_path)
+        storage = open_storage(Settings(data_dir=data))
         try:
-            if conn.execute("SELECT 1 FROM sites WHERE name = 'bench'").fetchone():
-                self.secret = transaction(conn, lambda c: auth.rotate_site(c, "bench"))
-            else:
-                self.secret = transaction(conn, lambda c: auth.create_site(c, "bench"))
+            exists = storage.sites.site_id("bench") is not None
+            self.secret = (auth.rotate_site if exists else auth.create_site)(storage.sites, "bench")
         finally:
-            conn.close()
+            storage.close()
         with socket_port() as port:
             self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
@@ -131,7 +128,7 @@ class Caller:
     def __init__(self, server: Server, client: httpx2.AsyncClient) -> None:
         self.server = server
         self.client = client
-        self.headers = {"authorization": server.auth.core, "content-type": "application/json",
+        self.headers = {"authorization": server.auth, "content-type": "application/json",
                         "accept": "application/json, text/event-stream"}
 
     async def __call__(self, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -199,7 +196,7 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
                         "client": round((after.ru_utime + after.ru_stime - client_cpu.ru_utime - client_cpu.ru_stime)
                                         * 1000 / requests, 3)}
             # Every acknowledged item is in the database, each conversation gapless from seq 0.
-            conn = connect(Settings(data_dir=server.data).db_path)
+            conn = sqlite3.connect(Settings(data_dir=server.data).db_path)
             try:
                 stored, gapless = conn.execute(
                     "SELECT sum(n), min(n = top + 1) FROM (SELECT count(*) AS n, max(seq) AS top"
@@ -251,7 +248,7 @@ class RawConnection:
 
     def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.head = (f"host: 127.0.0.1:{server.port}\r\nauthorization: {server.auth.core}\r\n"
+        self.head = (f"host: 127.0.0.1:{server.port}\r\nauthorization: {server.auth}\r\n"
                      "content-type: application/json\r\naccept: application/json, text/event-stream\r\n")
 
     @classmethod
@@ -290,17 +287,21 @@ def raw_sqlite_appends(path: Path, duration: float) -> int:
 
 
 async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any]:
-    settings = Settings(data_dir=server.data)
-    conn = connect(settings.db_path)
-    site_id = conn.execute("SELECT id FROM sites WHERE name = 'bench'").fetchone()[0]
-    texts = [json.dumps(item, separators=(",", ":")) for item in batch(1000, 7)]
-    for _ in range(items // 1000):
-        transaction(conn, lambda c: append_batch(c, site_id, "long-conversation", texts, None))
+    storage = open_storage(Settings(data_dir=server.data))  # beside the server, as a second writer
+    try:
+        site_id = storage.sites.site_id("bench")
+        assert site_id is not None
+        texts = [json.dumps(item, separators=(",", ":")) for item in batch(1000, 7)]
+        for _ in range(items // 1000):
+            await storage.logs.append(site_id, "long-conversation", texts, None)
+    finally:
+        storage.close()
     tail = await timed(200, lambda i: call("recall_memory", conversation_id="long-conversation", count=50))
     pages = items // 1000
     replay = await timed(pages, lambda i: call("replay_memory", conversation_id="long-conversation",
                                                 limit=1000, offset=i * 1000))
     raw = []
+    conn = sqlite3.connect(Settings(data_dir=server.data).db_path)  # the baseline: raw sqlite3 reads
     for i in range(pages):
         start = time.perf_counter()
         fetched = conn.execute("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND"
@@ -340,7 +341,6 @@ def corpus_text(i: int) -> str:
 
 def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
     """Vectors of corpus_text(0..n-1) through document_text; cached between runs."""
-    from server.ranking.fusion import document_text
 
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"corpus-{embedder.name}-{n}.npy"
@@ -359,33 +359,29 @@ def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
 def load_corpus(data: Path, embedder: Any, n: int) -> dict[str, Any]:
     """Fill a data directory with n memories in BUCKETS buckets, reusing cached vectors."""
     vectors, cached = corpus_vectors(embedder, n)
-    from server.ranking.fusion import document_text
-
     services = open_services(Settings(data_dir=data))
     try:
-        services.load_memory(embedder=embedder)
-        site_id, _ = services.writer.run_sync(lambda c: auth.ensure_site(c, "bench"))
-        service = services.memory_service
+        memories = services.load_memories(embedder=embedder)
+        site_id, _ = auth.ensure_site(services.storage.sites, "bench")
         start = time.perf_counter()
         for offset in range(0, n, 1000):
             chunk = range(offset, min(n, offset + 1000))
-            memories = [service.validate(content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}",
-                                         occurred_at="2024-01-01T00:00:00Z") for i in chunk]
-
-            def insert(conn: Any, memories: list = memories, chunk: range = chunk) -> list[int]:
-                return [rows.insert_memory(conn, site_id, m, document=document_text(m.content, m.occurred_at),
-                                           vector=vectors[i], model=embedder.name).row_id for m, i in zip(memories, chunk)]
-
-            ids = services.writer.run_sync(insert)
-            service._index_ids([i for i in ids if i is not None])
+            batch = []
+            for i in chunk:
+                memory = memories.writes.validate(content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}",
+                                                  occurred_at="2024-01-01T00:00:00Z")
+                terms = analyzed_text(document_text(memory.content, memory.occurred_at))
+                batch.append((memory, Document(vector=vectors[i], model=embedder.name, terms=terms), None))
+            # The cached vectors go in as remember would store them; words are backfilled below.
+            inserted = services.storage.memories.insert(site_id, batch, Words())
+            memories.outbox.index_ids([i.row_id for i in inserted if i.row_id is not None])
         seconds = time.perf_counter() - start
-        if hasattr(service, "backfill_words"):  # what the server's first start would do in the background
-            service.backfill_words()
+        memories.backfill_words()  # what the server's first start would do in the background
         optimize_start = time.perf_counter()
-        service.index.optimize()
+        memories.index.optimize()
         optimize_seconds = time.perf_counter() - optimize_start
         # The server reopens this shard: its points must all be under HNSW, or search is a full scan.
-        index_stats = service.index.stats() if hasattr(service.index, "stats") else None
+        index_stats = memories.index.stats() if hasattr(memories.index, "stats") else None
     finally:
         services.close()
     return {"memories": n, "vectors_cached": cached, "load_seconds": round(seconds, 1),
@@ -403,12 +399,11 @@ async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) ->
         server.stop()
     services = open_services(Settings(data_dir=tmp / "bulk"))
     try:
-        services.load_memory(embedder=embedder)
-        site_id, _ = services.writer.run_sync(lambda c: auth.ensure_site(c, "bench"))
-        service = services.memory_service
-        memories = [service.validate(content=corpus_text(20_000_000 + i)) for i in range(bulk)]
+        writes = services.load_memories(embedder=embedder).writes
+        site_id, _ = auth.ensure_site(services.storage.sites, "bench")
+        memories = [writes.validate(content=corpus_text(20_000_000 + i)) for i in range(bulk)]
         start = time.perf_counter()
-        service.remember_many(site_id, memories)
+        writes.remember_many(site_id, memories)
         bulk_seconds = time.perf_counter() - start
     finally:
         services.close()

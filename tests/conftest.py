@@ -16,11 +16,10 @@ import pytest
 import uvicorn
 from fastmcp import Client
 
-from server.auth import core as auth
 from server.api.app import create_app
-from server.storage.sqlite.db import connect, transaction
-from server.services import open_database
+from server.auth import admin as auth
 from server.settings import Settings
+from server.storage.factory import open_storage
 
 pytest_plugins = ["tests.conftest_embeddings"]
 
@@ -32,12 +31,12 @@ def free_port() -> int:
 
 
 def admin(settings: Settings, work: Any) -> Any:
-    open_database(settings)
-    conn = connect(settings.db_path)
+    """Run `work(sites)` on the settings' store, as the CLI's site and token commands do."""
+    storage = open_storage(settings)
     try:
-        return transaction(conn, work)
+        return work(storage.sites)
     finally:
-        conn.close()
+        storage.close()
 
 
 @dataclass
@@ -60,11 +59,11 @@ class LiveServer:
         return Client(self.url, auth=auth if auth is not None else self.basic)
 
     def create_site(self, name: str) -> str:
-        return admin(self.settings, lambda conn: auth.create_site(conn, name))
+        return admin(self.settings, lambda sites: auth.create_site(sites, name))
 
     def create_token(self, *, scopes: list[str], site: str | None = None, **bounds: Any) -> tuple[str, str]:
         return admin(
-            self.settings, lambda conn: auth.create_token(conn, site or self.site, scopes=scopes, **bounds)
+            self.settings, lambda sites: auth.create_token(sites, site or self.site, scopes=scopes, **bounds)
         )
 
 
@@ -113,7 +112,7 @@ def wait_ready(base: str, timeout: float = 60) -> None:
 @contextlib.contextmanager
 def serve(settings: Settings, embedder: Any, *, index: Any = None, site: str = "acme") -> Iterator[LiveServer]:
     """The real app on a real port, with the session's embedder; yields once /readyz says ready."""
-    secret = admin(settings, lambda conn: auth.create_site(conn, site))
+    secret = admin(settings, lambda sites: auth.create_site(sites, site))
     port = free_port()
     app = create_app(settings, embedder=embedder, index=index)
     with ThreadedServer(app, port):

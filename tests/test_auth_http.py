@@ -19,7 +19,8 @@ from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings, serve
 from procs import parse_fields, run_cli
-from server.auth import core as auth
+from server.auth import admin as auth
+from server.auth.principal import READ, WRITE
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 LOG_TOOLS = ["append_memory", "recall_memory", "replay_memory", "list_conversations"]
@@ -167,8 +168,8 @@ async def test_every_mcp_method_needs_credentials(edge: LiveServer) -> None:
 
 @pytest.mark.parametrize(
     "scopes, bounds",
-    [([auth.READ], {}), ([auth.WRITE], {}), ([auth.READ, auth.WRITE], {}),
-     ([auth.READ, auth.WRITE], {"teams": ["t1"], "projects": ["p1"], "buckets": ["b1"]})],
+    [([READ], {}), ([WRITE], {}), ([READ, WRITE], {}),
+     ([READ, WRITE], {"teams": ["t1"], "projects": ["p1"], "buckets": ["b1"]})],
     ids=["read", "write", "read+write", "read+write bounded"],
 )
 async def test_bearer_token_on_log_tools_gets_unprocessable_parameters(
@@ -184,13 +185,13 @@ async def test_bearer_token_on_log_tools_gets_unprocessable_parameters(
             assert result.is_error and text.startswith("unprocessable_parameters: "), text
             assert "Basic" in text
             assert result.structured_content is None  # an error result is its `code: message` text alone
-            assert text.split(": ", 1)[1] == "this tool requires the site's Basic authentication"
+            assert text.split(": ", 1)[1] == "this operation requires the site's Basic authentication (conversation logs take no tokens)"
     async with live.client() as basic:
         assert [i["payload"] for i in await items_of(basic, "conv-basic-02")] == [{"a": 1}]
 
 
 async def test_revoked_token_is_rejected_by_the_running_server(live: LiveServer) -> None:
-    created = run_cli("token", "create", "--site", live.site, "--scope", auth.READ, "--scope", auth.WRITE,
+    created = run_cli("token", "create", "--site", live.site, "--scope", READ, "--scope", WRITE,
                       data_dir=live.settings.data_dir)
     assert created.returncode == 0, created.stderr
     fields = parse_fields(created.stdout)
@@ -259,7 +260,7 @@ async def test_site_delete_removes_its_data(live: LiveServer) -> None:
         await a.call_tool("append_memory", {"conversation_id": "conv-doomed-01", "items": [{"n": 3}],
                                             "idempotency_key": "key-1"})
         await b.call_tool("append_memory", {"conversation_id": "conv-survivor", "items": [{"n": 1}]})
-    old_id = admin(live.settings, lambda conn: auth.site_id(conn, live.site))
+    old_id = admin(live.settings, lambda sites: sites.site_id(live.site))
 
     deleted = run_cli("site", "delete", live.site, data_dir=live.settings.data_dir)
     assert deleted.returncode == 0, deleted.stderr

@@ -10,10 +10,11 @@ import pytest
 
 from conftest import make_settings
 from procs import parse_fields, run_cli, server_env
-from server.auth.core import Authenticator, Principal
-from server.storage.sqlite.db import connect
+from server.auth.authenticator import Authenticator
+from server.auth.principal import Principal
 from server.errors import Unauthorized
-from server.services import open_database
+from server.storage.factory import open_storage
+from server.storage.sqlite.connection import connect
 
 
 def ok(*args: str, data_dir: Path) -> str:
@@ -34,11 +35,11 @@ def fails(*args: str, data_dir: Path | None, says: str) -> str:
 
 def authenticate(data_dir: Path, header: str) -> Principal:
     """The server's own credential check, against the CLI-written SQLite file."""
-    conn = connect(make_settings(data_dir).db_path)
+    storage = open_storage(make_settings(data_dir))
     try:
-        return Authenticator(lambda: conn).authenticate(header)
+        return Authenticator(storage.sites).authenticate(header)
     finally:
-        conn.close()
+        storage.close()
 
 
 def basic(site: str, secret: str) -> str:
@@ -183,7 +184,7 @@ def test_data_dir_from_environment_and_flag_wins(tmp_path: Path) -> None:
 def test_cli_changes_while_the_database_is_in_use(data_dir: Path) -> None:
     """Site and token commands touch only SQLite: they work while another connection holds the database."""
     settings = make_settings(data_dir)
-    open_database(settings)
+    open_storage(settings).close()
     holder = connect(settings.db_path)
     try:
         holder.execute("BEGIN")

@@ -18,8 +18,8 @@ from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings
 from procs import read_all, REPO_ROOT, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
-from server.auth import core as auth
-from server.services import open_database, open_services
+from server.auth import admin as auth
+from server.storage.factory import open_storage
 
 CONVERSATION = "conv-contended-0001"
 
@@ -67,7 +67,7 @@ async def test_two_server_processes_one_database(tmp_path: Path, server_processe
     directory, so the second server gets a data directory of its own whose memory.db is a symlink to the
     first's: SQLite resolves the link, so both share one database, one WAL and one lock."""
     data_dir, second_dir = tmp_path / "data", tmp_path / "data-2"
-    secret = admin(make_settings(data_dir), lambda conn: auth.create_site(conn, "acme"))
+    secret = admin(make_settings(data_dir), lambda sites: auth.create_site(sites, "acme"))
     second_dir.mkdir()
     (second_dir / "memory.db").symlink_to(data_dir / "memory.db")
     first = server_processes.start(data_dir)
@@ -93,36 +93,40 @@ async def test_two_server_processes_one_database(tmp_path: Path, server_processe
     assert (data_dir / "memory.db-wal").exists() and not (second_dir / "memory.db-wal").exists()
 
 
-# A child process: its own SQLite connection, each batch in its own BEGIN IMMEDIATE transaction; prints the
-# acknowledgements as JSON. Plain subprocesses keep start-up cheap (no test-module imports in the child).
+# A child process: its own storage (its own writer on the same SQLite file); prints the acknowledgements as
+# JSON. Plain subprocesses keep start-up cheap (no test-module imports in the child).
 APPENDER = """
-import json, random, sys
+import asyncio, json, random, sys
 from pathlib import Path
-from server.storage.sqlite.db import connect, transaction
-from server.logs.store import append_batch
+from server.settings import Settings
+from server.storage.factory import open_storage
 
-db_path, site_id, writer, batches, conversation = sys.argv[1:]
+data_dir, site_id, writer, batches, conversation = sys.argv[1:]
 site_id, writer, batches = int(site_id), int(writer), int(batches)
 rng = random.Random(writer)
-conn = connect(Path(db_path))
-acks = []
-for batch in range(batches):
-    size = rng.randint(1, 20)
-    texts = [json.dumps({"writer": writer, "batch": batch, "pos": pos, "size": size}) for pos in range(size)]
-    acks.append([batch, transaction(conn, lambda c: append_batch(c, site_id, conversation, texts, None))])
-conn.close()
+storage = open_storage(Settings(data_dir=Path(data_dir)))
+
+async def main():
+    acks = []
+    for batch in range(batches):
+        size = rng.randint(1, 20)
+        texts = [json.dumps({"writer": writer, "batch": batch, "pos": pos, "size": size}) for pos in range(size)]
+        acks.append([batch, dict(await storage.logs.append(site_id, conversation, texts, None))])
+    return acks
+
+acks = asyncio.run(main())
+storage.close()
 print(json.dumps(acks))
 """
 
 
 async def test_processes_appending_through_sqlite(tmp_path: Path) -> None:
     settings = make_settings(tmp_path / "data")
-    open_database(settings)
-    admin(settings, lambda conn: auth.create_site(conn, "acme"))
-    site_id = admin(settings, lambda conn: auth.site_id(conn, "acme"))
+    admin(settings, lambda sites: auth.create_site(sites, "acme"))
+    site_id = admin(settings, lambda sites: sites.site_id("acme"))
     writers, batches = 6, 25
     children = [
-        subprocess.Popen([sys.executable, "-c", APPENDER, str(settings.db_path), str(site_id), str(w),
+        subprocess.Popen([sys.executable, "-c", APPENDER, str(settings.data_dir), str(site_id), str(w),
                           str(batches), CONVERSATION], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
         for w in range(writers)
@@ -140,9 +144,10 @@ async def test_processes_appending_through_sqlite(tmp_path: Path) -> None:
                 child.wait()
     assert len(acks) == writers * batches
 
-    services = open_services(settings)  # read back straight from SQLite: HTTP is not the point here
+    storage = open_storage(settings)  # read back straight from storage: HTTP is not the point here
     try:
-        items = services.logs.replay(site_id, CONVERSATION, 0, 10_000)
+        rows = storage.logs.replay(site_id, CONVERSATION, 0, 10_000)
     finally:
-        services.close()
+        storage.close()
+    items = [{"seq": seq, "recorded_at": at, "payload": json.loads(payload)} for seq, at, payload in rows]
     assert_exactly_once(items, acks)

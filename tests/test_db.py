@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from server.storage.sqlite.db import Writer, connect
+from server.storage.sqlite.connection import connect
+from server.storage.sqlite.writer import Writer
 
 
 def make_table(path: Path) -> None:

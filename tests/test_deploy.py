@@ -26,7 +26,7 @@ import jsonschema
 import pytest
 import yaml
 
-from server.auth import core as auth
+from server.auth import admin as auth
 from server.auth.bootstrap import (
     BootstrapError,
     BootstrapSettings,
@@ -289,7 +289,7 @@ def basic(site: str, secret: str) -> str:
 
 def test_bootstrap_creates_the_site_with_the_given_secret(services: Any, caplog: pytest.LogCaptureFixture) -> None:
     secret = "s3cret-from-the-environment-0123"
-    outcome = apply_bootstrap(services, BootstrapSettings(site="team-a", secret=secret))
+    outcome = apply_bootstrap(services.storage.sites, BootstrapSettings(site="team-a", secret=secret))
     assert outcome is not None and outcome.created
     principal = services.authenticator.authenticate(basic("team-a", secret))
     assert (principal.site, principal.kind) == ("team-a", "basic")
@@ -299,13 +299,13 @@ def test_bootstrap_creates_the_site_with_the_given_secret(services: Any, caplog:
 def test_bootstrap_from_a_secret_file_with_a_trailing_newline(services: Any, tmp_path: Path) -> None:
     secret_file = tmp_path / "memory_site_secret"
     secret_file.write_text("a-docker-secret-value-456789\n")
-    apply_bootstrap(services, BootstrapSettings(secret_file=secret_file))  # site defaults to `default`
+    apply_bootstrap(services.storage.sites, BootstrapSettings(secret_file=secret_file))  # site defaults to `default`
     assert services.authenticator.authenticate(basic("default", "a-docker-secret-value-456789")).site == "default"
 
 
 def test_bootstrap_never_overwrites_an_existing_site(services: Any, caplog: pytest.LogCaptureFixture) -> None:
-    rotated = services.writer.run_sync(lambda conn: auth.create_site(conn, "default"))
-    outcome = apply_bootstrap(services, BootstrapSettings(secret="an-old-leaked-secret-0000"))
+    rotated = auth.create_site(services.storage.sites, "default")
+    outcome = apply_bootstrap(services.storage.sites, BootstrapSettings(secret="an-old-leaked-secret-0000"))
     assert outcome is not None and not outcome.created
     assert services.authenticator.authenticate(basic("default", rotated)).site == "default"
     with pytest.raises(Exception):
@@ -317,14 +317,14 @@ def test_bootstrap_reads_the_environment(services: Any, monkeypatch: pytest.Monk
     monkeypatch.setenv("MEMORY_BOOTSTRAP_SITE", "envsite")
     monkeypatch.setenv("MEMORY_BOOTSTRAP_SECRET", "secret-from-env-var-abcdef")
     monkeypatch.setenv("MEMORY_BOOTSTRAP_SECRET_FILE", "")  # compose's `${VAR:-}`: empty means unset
-    assert apply_bootstrap(services) is not None
+    assert apply_bootstrap(services.storage.sites) is not None
     assert services.authenticator.authenticate(basic("envsite", "secret-from-env-var-abcdef")).site == "envsite"
 
 
 def test_bootstrap_without_a_secret_does_nothing(services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORY_BOOTSTRAP_SECRET", "")
-    assert apply_bootstrap(services) is None
-    assert services.readers.get().execute("SELECT count(*) FROM sites").fetchone()[0] == 0
+    assert apply_bootstrap(services.storage.sites) is None
+    assert services.storage.sites.sites() == []
 
 
 @pytest.mark.parametrize("config, message", [
@@ -338,12 +338,12 @@ def test_bootstrap_refuses_bad_settings_without_echoing_the_secret(
     services: Any, config: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(BootstrapError) as caught:
-        apply_bootstrap(services, BootstrapSettings(**config))
+        apply_bootstrap(services.storage.sites, BootstrapSettings(**config))
     assert message in str(caught.value)
     secret = config.get("secret")
     if secret and len(secret) > 6:
         assert secret not in str(caught.value)
-    assert services.readers.get().execute("SELECT count(*) FROM sites").fetchone()[0] == 0
+    assert services.storage.sites.sites() == []
 
 
 def test_serve_creates_the_preset_site_instead_of_printing_one(tmp_path: Path) -> None:

@@ -10,11 +10,12 @@ import pytest
 
 from conftest import LiveServer, make_settings, serve
 from procs import REPO_ROOT, run_cli
-from server.storage.sqlite.db import connect, transaction
 from server.admin.doctor import FAIL, OK, SKIP, Check, run_checks
 from server.index.base import IndexInfo
 from server.index.edge import EdgeIndex
-from server.services import open_database
+from server.storage.factory import open_storage
+from server.storage.sqlite.connection import connect
+from server.storage.sqlite.writer import transaction
 
 
 def doctor(data_dir: Path) -> tuple[int, dict[str, str], str]:
@@ -135,7 +136,7 @@ def test_missing_directory_and_broken_database_fail(tmp_path: Path, embedder: An
 
 def test_old_schema_and_non_wal_database_fail_with_the_fix(tmp_path: Path, embedder: Any) -> None:
     data = tmp_path / "data"
-    open_database(make_settings(data))
+    open_storage(make_settings(data)).close()
     conn = connect(make_settings(data).db_path)
     try:
         conn.execute("PRAGMA user_version = 1")

@@ -18,7 +18,7 @@ from fastmcp import Client
 
 from conftest import admin, make_settings
 from procs import read_all, ServerProcess, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
-from server.auth import core as auth
+from server.auth import admin as auth
 
 SITE = "acme"
 WRITERS = 6
@@ -113,7 +113,7 @@ async def check_everything(server: ServerProcess, secret: str, ledger: Ledger, *
 
 async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, server_processes: ServerProcesses) -> None:
     data_dir = tmp_path / "data"
-    secret = admin(make_settings(data_dir), lambda conn: auth.create_site(conn, SITE))
+    secret = admin(make_settings(data_dir), lambda sites: auth.create_site(sites, SITE))
     ledger = Ledger()
     rng = random.Random(20240611)
     lost_acks = committed_without_ack = 0

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.auth import core as auth
+from server.auth import admin as auth
 from server.ranking.expansion import expansion_terms, vocabulary_words
 from server.ranking.lexical import analyze, bm25_scores
 from server.ranking.fusion import Candidate, document_text, rank
-from server.memories.rows import Scope
+from server.storage.records import Scope, Words
 from server.services import open_services
 from server.ranking.vocabulary import WordVectors
 
@@ -103,7 +103,7 @@ def test_rank_lifts_a_memory_that_only_shares_a_near_synonym() -> None:
 def test_real_model_puts_near_synonyms_above_the_threshold(embedder: Any) -> None:
     words = WordVectors(embedder)
     pool_words = ["job", "banana", "children"]
-    words.add(7, pool_words, words.embed(pool_words))
+    words.add(7, Words(tuple(pool_words), words.embed(pool_words)))
     candidates = [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)]
     pool = words.pool(7, candidates)
     for query, expected in (("career advice", {"job"}), ("her kids", {"children"})):
@@ -111,49 +111,64 @@ def test_real_model_puts_near_synonyms_above_the_threshold(embedder: Any) -> Non
         assert set(added) == expected, query
 
 
+def stored_words(settings: Any, site_id: int | None = None) -> set[str]:
+    with sqlite3.connect(settings.db_path) as db:
+        if site_id is None:
+            return {w for (w,) in db.execute("SELECT word FROM memory_words")}
+        return {w for (w,) in db.execute("SELECT word FROM memory_words WHERE site_id = ?", (site_id,))}
+
+
+def damage(settings: Any, sql: str) -> None:
+    """Change the stored words behind the running services' back, as a lost table or another model would."""
+    with sqlite3.connect(settings.db_path) as db:
+        db.execute(sql)
+
+
 def test_words_are_saved_with_memories_reloaded_and_backfilled(settings: Any, embedder: Any) -> None:
     services = open_services(settings)
     try:
-        services.load_memory(embedder=embedder)
-        site_id, _ = services.writer.run_sync(lambda c: auth.ensure_site(c, "words"))
-        service = services.memory_service
-        service.remember_many(site_id, [service.validate(content="Our puppy chewed the sofa cushions")])
-        conn = services.readers.get()
-        stored = {w for (w,) in conn.execute("SELECT word FROM memory_words WHERE site_id = ?", (site_id,))}
+        memories = services.load_memories(embedder=embedder)
+        site_id, _ = auth.ensure_site(services.storage.sites, "words")
+        writes, store = memories.writes, services.storage.words
+        writes.remember_many(site_id, [writes.validate(content="Our puppy chewed the sofa cushions")])
+        stored = stored_words(settings, site_id)
         assert {"puppy", "chewed", "sofa", "cushions"} <= stored
         assert "the" not in stored
-        vector = conn.execute("SELECT vector FROM memory_words WHERE site_id = ? AND word = 'puppy'",
-                              (site_id,)).fetchone()[0]
+        with sqlite3.connect(settings.db_path) as db:
+            vector = db.execute("SELECT vector FROM memory_words WHERE site_id = ? AND word = 'puppy'",
+                                (site_id,)).fetchone()[0]
         assert np.allclose(np.frombuffer(vector, np.float32), embedder.embed_documents(["puppy"])[0], atol=1e-5)
 
         # recall's candidates offer their words to the query's expansion
-        service.remember_many(site_id, [service.validate(content="She started a new job at the bakery")])
+        writes.remember_many(site_id, [writes.validate(content="She started a new job at the bakery")])
         scope = Scope(site_id=site_id)
-        candidates = service._candidates(scope, "career advice", embedder.embed_query("career advice"))
-        assert "job" in service._expansion(site_id, "career advice", candidates)
+        candidates = memories.source.candidates(scope, "career advice", embedder.embed_query("career advice"))
+        assert "job" in memories.retrieval.expansion(site_id, "career advice", candidates)
 
         # a fresh process reads them back; a lost table is rebuilt from the memories
-        stored = {w for (w,) in conn.execute("SELECT word FROM memory_words WHERE site_id = ?", (site_id,))}
+        stored = stored_words(settings, site_id)
         reloaded = WordVectors(embedder)
-        assert reloaded.load(conn) == len(stored)
+        assert reloaded.load(store) == len(stored)
         assert "puppy" in reloaded.for_query(site_id, "puppy")
-        assert reloaded._sites[site_id].rows.keys() == stored
-        services.writer.run_sync(lambda c: c.execute("DELETE FROM memory_words"))
+        assert reloaded.vocabulary(site_id) == stored
+        damage(settings, "DELETE FROM memory_words")
         fresh = WordVectors(embedder)
-        assert fresh.backfill(services.readers.get, services.writer.run_sync) == len(stored)
-        assert {w for (w,) in conn.execute("SELECT word FROM memory_words")} == stored
+        assert fresh.backfill(store) == len(stored)
+        assert stored_words(settings) == stored
 
         # the next start reads only memories saved since; another model's backfill starts over
-        top = conn.execute("SELECT max(id) FROM memories").fetchone()[0]
-        assert tuple(conn.execute("SELECT model, through_id FROM memory_words_backfill").fetchone()) == (embedder.name, top)
-        services.writer.run_sync(lambda c: c.execute("DELETE FROM memory_words"))
-        assert WordVectors(embedder).backfill(services.readers.get, services.writer.run_sync) == 0
-        services.writer.run_sync(lambda c: c.execute("UPDATE memory_words_backfill SET model = 'another-model'"))
-        assert WordVectors(embedder).backfill(services.readers.get, services.writer.run_sync) == len(stored)
+        with sqlite3.connect(settings.db_path) as db:
+            top = db.execute("SELECT max(id) FROM memories").fetchone()[0]
+            mark = tuple(db.execute("SELECT model, through_id FROM memory_words_backfill").fetchone())
+        assert mark == (embedder.name, top)
+        damage(settings, "DELETE FROM memory_words")
+        assert WordVectors(embedder).backfill(store) == 0
+        damage(settings, "UPDATE memory_words_backfill SET model = 'another-model'")
+        assert WordVectors(embedder).backfill(store) == len(stored)
 
         # deleting the site deletes its words
-        services.writer.run_sync(lambda c: auth.delete_site(c, "words"))
-        assert conn.execute("SELECT count(*) FROM memory_words").fetchone()[0] == 0
+        auth.delete_site(services.storage.sites, "words")
+        assert stored_words(settings) == set()
     finally:
         services.close()
 

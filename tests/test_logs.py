@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 import uuid
 from datetime import datetime
 from typing import Any, AsyncIterator, Iterator
@@ -19,7 +20,7 @@ import pytest
 from fastmcp import Client
 
 from conftest import LiveServer, admin, make_settings, serve
-from server.auth import core as auth
+from server.auth import admin as auth
 from server.api.app import build_mcp
 from server.services import open_services
 
@@ -232,9 +233,10 @@ async def test_list_order_follows_commits_even_if_the_clock_steps_back(srv: Live
     name, secret = new_site(srv)
     async with Client(srv.url, auth=httpx2.BasicAuth(name, secret)) as client:
         await append(client, "conv-earlier-01", [{"n": 0}])
-        admin(srv.settings, lambda conn: conn.execute(
-            "UPDATE conversations SET last_activity_us = last_activity_us + 3600000000"
-            " WHERE site_id = ? AND conversation_id = 'conv-earlier-01'", (auth.site_id(conn, name),)))
+        site_id = admin(srv.settings, lambda sites: sites.site_id(name))
+        with sqlite3.connect(srv.settings.db_path) as db:
+            db.execute("UPDATE conversations SET last_activity_us = last_activity_us + 3600000000"
+                       " WHERE site_id = ? AND conversation_id = 'conv-earlier-01'", (site_id,))
         await append(client, "conv-later-0001", [{"n": 1}])
         listed = (await ok(client, "list_conversations", {}))["conversations"]
         assert [x["conversation_id"] for x in listed] == ["conv-later-0001", "conv-earlier-01"]

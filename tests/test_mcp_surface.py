@@ -28,8 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
 from procs import REPO_ROOT, server_env
-from server.auth import core as auth
-from server.api.app import INSTRUCTIONS, create_app
+from server.auth import admin as auth
+from server.auth.principal import READ, WRITE
+from server.api.app import create_app
+from server.api.mcp.server import INSTRUCTIONS
 from server.version import __version__
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -113,7 +115,7 @@ def public(tmp_path: Path, embedder: Any) -> Iterator[LiveServer]:
 
 
 def test_every_error_kind_is_text_only_and_counted(live: LiveServer, tmp_path: Path) -> None:
-    _, read_only = live.create_token(scopes=[auth.READ])
+    _, read_only = live.create_token(scopes=[READ])
     bearer = f"Bearer {read_only}"
     cases = [
         ("invalid_parameters", "recall_memory", {"conversation_id": "short"}, None, ["conversation_id"]),
@@ -138,7 +140,7 @@ def test_every_error_kind_is_text_only_and_counted(live: LiveServer, tmp_path: P
 
     # unavailable: a server whose model directory is missing answers saved-memory tools with it.
     settings = make_settings(tmp_path / "broken", embedding_model=str(tmp_path / "no-such-model"))
-    secret = admin(settings, lambda conn: auth.create_site(conn, "acme"))
+    secret = admin(settings, lambda sites: auth.create_site(sites, "acme"))
     port = free_port()
     with ThreadedServer(create_app(settings), port):
         broken = LiveServer(settings, f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{port}", "acme", secret)
@@ -177,9 +179,9 @@ def test_optional_parameters_are_plain_types_and_the_version_is_ours(profile: st
         for param, prop in schema["properties"].items():
             assert isinstance(prop.get("type"), str), (name, param, prop)
             assert prop.get("description"), (name, param)
-    assert tools["remember"]["inputSchema"]["properties"]["tags"] == {
-        "type": "array", "items": {"type": "string"}, "description": tools["remember"]["inputSchema"][
-            "properties"]["tags"]["description"]}
+    tags = tools["remember"]["inputSchema"]["properties"]["tags"]
+    assert tags == {"type": "array", "items": {"type": "string", "pattern": tags["items"]["pattern"]}, "maxItems": 32,
+                    "description": tags["description"]}
     assert set(tools["remember"]["inputSchema"]["required"]) == {"content"}
     assert set(tools["replay_memory"]["inputSchema"]["required"]) == {"conversation_id", "limit"}
     assert "required" not in tools["list_conversations"]["inputSchema"]

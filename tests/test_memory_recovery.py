@@ -14,8 +14,10 @@ import pytest
 
 from server.index.base import IndexInfo
 from server.index.edge import EdgeIndex
-from server.memories.service import IndexMismatch
+from server.memories.outbox import IndexMismatch
+from server.memories.validation import Filters, read_scope
 from server.services import open_services
+from server.storage.factory import open_storage
 from tests.conftest import make_settings, serve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,25 +27,43 @@ CRASH_AFTER_COMMIT = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from server.memories import rows
-    from server.ranking.fusion import document_text
-    from server.services import open_services
+    from server.services import open_configured_index, open_services
     from server.settings import Settings
 
-    services = open_services(Settings(data_dir=Path(sys.argv[1])))
-    services.load_memory()
+    class DiesOnWrite:
+        \"\"\"The configured index, but the process is killed when remember writes to it (after the commit).\"\"\"
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def upsert(self, points):
+            print("committed", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    settings = Settings(data_dir=Path(sys.argv[1]))
+    services = open_services(settings)
+    memories = services.load_memories(index=DiesOnWrite(open_configured_index(settings)))
     principal = services.local_principal("acme")
-    service = services.memory_service
-    memory = service.validate(content=sys.argv[2], bucket="crash")
-    document = document_text(memory.content, memory.occurred_at)
-    vector = service.embedder.embed_documents([document])[0]
-    # The first half of remember: the SQLite commit. The process dies before the index write.
-    services.writer.run_sync(lambda conn: rows.insert_memory(
-        conn, principal.site_id, memory, document=document, vector=vector, model=service.embedder.name))
-    print("committed", flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
+    memories.writes.remember(principal, memories.writes.validate(content=sys.argv[2], bucket="crash"))
     """
 )
+
+
+def backlog(data: Path) -> int:
+    storage = open_storage(make_settings(data))
+    try:
+        return storage.outbox.backlog()
+    finally:
+        storage.close()
+
+
+def strict_search(services: Any, query: str, limit: int) -> list[str]:
+    memories = services.loaded_memories()
+    scope = read_scope(services.local_principal("acme"), Filters())
+    return [h["content"] for h in memories.retrieval.search(scope, query, limit, 0.3)]
 
 
 def test_crash_between_commit_and_index_write_is_repaired(tmp_path: Path, embedder: Any) -> None:
@@ -54,38 +74,21 @@ def test_crash_between_commit_and_index_write_is_repaired(tmp_path: Path, embedd
     assert proc.returncode == -9, proc.stderr
     assert "committed" in proc.stdout
 
-    services = open_services(make_settings(data))
-    try:
-        row = services.readers.get().execute("SELECT indexed FROM memories").fetchone()
-        assert row["indexed"] == 0  # committed, never indexed
-        index = EdgeIndex(make_settings(data).index_path)
-        assert index.count() == 0
-        index.close()
-    finally:
-        services.close()
+    assert backlog(data) == 1  # committed, never indexed
+    index = EdgeIndex(make_settings(data).index_path)
+    assert index.count() == 0
+    index.close()
 
-    with serve(make_settings(data), embedder, site="acme-2") as server:
-        services = open_services(server.settings)
-        try:
-            assert services.readers.get().execute("SELECT indexed FROM memories").fetchone()["indexed"] == 1
-        finally:
-            services.close()
+    with serve(make_settings(data), embedder, site="acme-2"):
+        pass
+    assert backlog(data) == 0
     # search_memory reads the vector index: the repaired point is there.
     services = open_services(make_settings(data))
     try:
-        services.load_memory(embedder=embedder)
-        hits = services.memory_service._strict_hits(
-            services.memory_service.read_scope(services.local_principal("acme"), _no_filters()),
-            embedder.embed_query("where are the spare routers?"), 5, 0.3)
-        assert [h["content"] for h in hits] == [content]
+        services.load_memories(embedder=embedder)
+        assert strict_search(services, "where are the spare routers?", 5) == [content]
     finally:
         services.close()
-
-
-def _no_filters() -> Any:
-    from server.memories.service import Filters
-
-    return Filters()
 
 
 @pytest.mark.parametrize("recorded", [IndexInfo("some-other-model", 384), IndexInfo("all-MiniLM-L6-v2", 768)])
@@ -97,7 +100,7 @@ def test_index_built_with_another_model_is_refused(tmp_path: Path, embedder: Any
     services = open_services(settings)
     try:
         with pytest.raises(IndexMismatch, match="memory-server reindex"):
-            services.load_memory(embedder=embedder)
+            services.load_memories(embedder=embedder)
     finally:
         services.close()
 
@@ -140,11 +143,8 @@ async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embe
     assert "reindexed 2 memories" in fixed.stdout
     services = open_services(make_settings(data))
     try:
-        services.load_memory(embedder=embedder)
-        service = services.memory_service
-        assert service.index.count() == 2 and service.backlog() == 0
-        hits = service._strict_hits(service.read_scope(services.local_principal("acme"), _no_filters()),
-                                    embedder.embed_query("when is the boiler maintained?"), 1, 0.3)
-        assert [h["content"] for h in hits] == ["The boiler is serviced every October."]
+        memories = services.load_memories(embedder=embedder)
+        assert memories.index.count() == 2 and memories.outbox.backlog() == 0
+        assert strict_search(services, "when is the boiler maintained?", 1) == ["The boiler is serviced every October."]
     finally:
         services.close()

@@ -16,12 +16,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from server.auth import core as auth
+from server.auth import admin as auth
 from server.api.app import create_app
 from server.logging_setup import JsonFormatter
 from server.api.metrics import InstrumentedEmbedder
-from server.api.observability import StorageProbe, readiness, route_template
+from server.api.observability import route_template
+from server.api.readiness import readiness
 from server.services import open_services
+from server.storage.factory import open_storage
 from server.settings import Settings
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, wait_ready
 
@@ -58,7 +60,7 @@ def scrape(base: str) -> tuple[str, Samples]:
 @contextlib.contextmanager
 def serve_app(settings: Settings, embedder: Any, site: str = "acme") -> Iterator[tuple[LiveServer, Starlette]]:
     """Like conftest.serve, but also hands out the app (for its services)."""
-    secret = admin(settings, lambda conn: auth.create_site(conn, site))
+    secret = admin(settings, lambda sites: auth.create_site(sites, site))
     port = free_port()
     app = create_app(settings, embedder=embedder)
     with ThreadedServer(app, port):
@@ -320,7 +322,7 @@ def test_readyz_503_when_the_index_files_are_removed(settings: Settings, embedde
 
 def test_readyz_503_when_the_index_is_closed_under_the_service(settings: Settings, embedder: Any) -> None:
     with serve_app(settings, embedder) as (server, app):
-        app.state.services.memory_service.index.close()
+        app.state.services.loaded_memories().index.close()
         response = readyz(server.base)
         assert response.status_code == 503
         assert any(r.startswith("index:") and "closed" in r for r in response.json()["reasons"])
@@ -329,7 +331,7 @@ def test_readyz_503_when_the_index_is_closed_under_the_service(settings: Setting
 def test_readiness_reports_a_writer_that_cannot_write(tmp_path: Path) -> None:
     services = open_services(make_settings(tmp_path / "data"))
     try:
-        services.writer.close()
+        services.storage.close()
         reasons = readiness(services)
         assert any(r.startswith("sqlite:") and "shutting down" in r for r in reasons), reasons
         assert any(r.startswith("model/index:") for r in reasons)
@@ -338,11 +340,13 @@ def test_readiness_reports_a_writer_that_cannot_write(tmp_path: Path) -> None:
 
 
 def test_storage_probe_notices_the_database_file_replaced_or_gone(tmp_path: Path) -> None:
-    db = tmp_path / "memory.db"
-    db.write_bytes(b"x")
-    probe = StorageProbe(db)
-    assert probe.problems() == []
-    os.rename(db, tmp_path / "elsewhere.db")
-    assert "is gone" in probe.problems()[0]
-    db.write_bytes(b"x")  # a new file at the same path: the server's connections still write the old one
-    assert "replaced" in probe.problems()[0]
+    settings = make_settings(tmp_path / "data")
+    storage = open_storage(settings)
+    try:
+        assert storage.probe() == []
+        os.rename(settings.db_path, tmp_path / "elsewhere.db")
+        assert any("is gone" in reason for reason in storage.probe())
+        settings.db_path.write_bytes(b"x")  # a new file at the path: the open connections still write the old one
+        assert any("replaced" in reason for reason in storage.probe())
+    finally:
+        storage.close()

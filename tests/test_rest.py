@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
-from server.auth import core as auth
+from server.auth import admin as auth
 from server.api.app import create_app
 from server.ranking.fusion import document_text
 
@@ -121,7 +121,7 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
                 ref = op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
                 assert ref.endswith("/ErrorBody")
     assert "HTTPValidationError" not in doc["components"]["schemas"]  # FastAPI's default 422 is replaced
-    remember_body = doc["components"]["schemas"]["RememberBody"]["properties"]
+    remember_body = doc["components"]["schemas"]["RememberParams"]["properties"]
     assert set(remember_body) == {"content", "type", "location", "project", "team", "bucket", "tags", "metadata",
                                   "provenance", "occurred_at"}
     memory = doc["components"]["schemas"]["Memory"]["properties"]
@@ -366,8 +366,8 @@ async def test_patch_without_changes_writes_nothing(live: LiveServer) -> None:
 @pytest.mark.parametrize(
     "body, status, code, fragment",
     [
-        ({"content": None}, 422, "invalid_parameters", "body.content"),
-        ({"occurred_at": None}, 422, "invalid_parameters", "body.occurred_at"),
+        ({"content": None}, 422, "invalid_parameters", "content cannot be null"),
+        ({"occurred_at": None}, 422, "invalid_parameters", "occurred_at cannot be null"),
         ({"content": "  "}, 422, "invalid_parameters", "content"),
         ({"reference": "mem_other"}, 422, "invalid_parameters", "reference"),
         ({"created_at": "2020-01-01T00:00:00Z"}, 422, "invalid_parameters", "created_at"),
@@ -735,7 +735,7 @@ async def test_revoked_token_gets_401(live: LiveServer) -> None:
     token_id, token = live.create_token(scopes=["memory:read"])
     async with client(live, f"Bearer {token}") as http:
         assert (await http.get("/v1/memories")).status_code == 200
-        admin(live.settings, lambda conn: auth.revoke_token(conn, token_id))
+        admin(live.settings, lambda sites: auth.revoke_token(sites, token_id))
         error_of(await http.get("/v1/memories"), 401, "unauthorized")
 
 
@@ -903,7 +903,7 @@ class BrokenIndex:
 @pytest.fixture
 def without_memory(tmp_path: Path, embedder: Any) -> Iterator[LiveServer]:
     settings = make_settings(tmp_path / "data")
-    secret = admin(settings, lambda conn: auth.create_site(conn, "acme"))
+    secret = admin(settings, lambda sites: auth.create_site(sites, "acme"))
     app = create_app(settings, embedder=embedder, index=BrokenIndex())
     port = free_port()
     with ThreadedServer(app, port):

@@ -9,11 +9,10 @@ from typing import Any
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from conftest import admin, make_settings
+from conftest import make_settings
 from procs import REPO_ROOT, server_env
-from server.auth import core as auth
-from server.storage.sqlite.db import connect
-from server.logs.store import append_batch
+from server.auth import admin as auth
+from server.storage.factory import open_storage
 
 
 def stdio_client(data_dir: Path, **env: str) -> Client:
@@ -59,8 +58,12 @@ async def test_stdio_appends_and_recalls_without_credentials(tmp_path: Path) -> 
 async def test_stdio_acts_for_the_configured_site(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     settings = make_settings(data_dir)
-    admin(settings, lambda conn: append_batch(conn, auth.ensure_site(conn, "default")[0], "conv-stdio-0002",
-                                              ['{"site":"default"}'], None))
+    storage = open_storage(settings)
+    try:
+        site_id, _ = auth.ensure_site(storage.sites, "default")
+        await storage.logs.append(site_id, "conv-stdio-0002", ['{"site":"default"}'], None)
+    finally:
+        storage.close()
     async with stdio_client(data_dir, MEMORY_STDIO_SITE="team-local") as client:
         # The default site's log is another tenant's: invisible here.
         assert (await call(client, "recall_memory", {"conversation_id": "conv-stdio-0002"}))["items"] == []
@@ -72,12 +75,10 @@ async def test_stdio_acts_for_the_configured_site(tmp_path: Path) -> None:
 
 
 def rows(data_dir: Path, site: str, conversation_id: str) -> list[tuple[int, str]]:
-    conn = connect(make_settings(data_dir).db_path)
+    storage = open_storage(make_settings(data_dir))
     try:
-        found = conn.execute(
-            "SELECT seq, payload FROM log_items WHERE site_id = ? AND conversation_id = ? ORDER BY seq",
-            (auth.site_id(conn, site), conversation_id),
-        ).fetchall()
+        site_id = storage.sites.site_id(site)
+        found = storage.logs.replay(site_id, conversation_id, 0, 1000) if site_id is not None else []
     finally:
-        conn.close()
-    return [(r["seq"], r["payload"]) for r in found]
+        storage.close()
+    return [(seq, payload) for seq, _, payload in found]

@@ -21,11 +21,10 @@ from fastmcp import Client
 
 from conftest import LiveServer, make_settings, serve
 from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
-from server.auth import core as auth
-from server.storage.sqlite.db import connect, transaction
-from server.logs.store import append_batch
-from server.services import open_database
-from server.admin.transfer import APPENDED, PRESENT, import_log_items
+from server.auth import admin as auth
+from server.storage.factory import open_storage
+from server.storage.records import APPENDED, PRESENT
+from server.storage.sqlite.connection import connect
 
 SITE = "acme"
 
@@ -130,33 +129,30 @@ def log_line(conversation_id: str, seq: int, payload: Any, *, site: str = SITE,
 
 
 def test_import_log_items_continues_gaplessly_and_keeps_recorded_at(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path / "data")
-    open_database(settings)
-    conn = connect(settings.db_path)
+    storage = open_storage(make_settings(tmp_path / "data"))
     try:
-        site_id = transaction(conn, lambda c: c.execute(
-            "INSERT INTO sites (name, secret_hash, created_at) VALUES ('acme', 'x', 'now')").lastrowid)
+        logs, site_id = storage.logs, storage.sites.create_site("acme", "x")
         cid = "conv-rules-0001"
         t1, t2 = "2024-01-01T00:00:00.000001Z", "2024-01-02T00:00:00.000002Z"
         items = [(0, t1, '{"n":0}'), (1, t1, '{"n":1}'), (2, t2, '{"n":2}')]
-        assert transaction(conn, lambda c: import_log_items(c, site_id, cid, items)) == [APPENDED] * 3
-        rows = conn.execute("SELECT seq, recorded_at, payload FROM log_items ORDER BY seq").fetchall()
-        assert [tuple(r) for r in rows] == items
-        conversation = conn.execute("SELECT item_count, first_recorded_at, last_recorded_at FROM conversations")
-        assert tuple(conversation.fetchone()) == (3, t1, t2)
+        assert logs.import_items(site_id, cid, items) == [APPENDED] * 3
+        assert logs.replay(site_id, cid, 0, 10) == items
+        [conversation] = logs.conversations(site_id, 10, None).conversations
+        assert (conversation["item_count"], conversation["first_recorded_at"],
+                conversation["last_recorded_at"]) == (3, t1, t2)
 
         again = [(1, t1, '{"n":1}'), (2, t2, '{"n":2}'), (3, t2, '{"n":3}'), (3, t2, '{"n":3}'),
                  (3, t2, '{"n":"3b"}'), (5, t2, '{"n":5}'), (0, t1, '{"n":"other"}'), (1, t1, '{"n": 1}')]
-        outcomes = transaction(conn, lambda c: import_log_items(c, site_id, cid, again))
+        outcomes = logs.import_items(site_id, cid, again)
         assert outcomes[:4] == [PRESENT, PRESENT, APPENDED, PRESENT]  # a repeated line is harmless
         assert outcomes[4].startswith("conflict:") and "twice" in outcomes[4]
         assert outcomes[5].startswith("gap:") and "must be 4, not 5" in outcomes[5]
         assert outcomes[6].startswith("conflict:") and "seq 0" in outcomes[6]
         assert outcomes[7].startswith("conflict:")  # the same values in another spacing is another payload
-        assert conn.execute("SELECT count(*) FROM log_items").fetchone()[0] == 4
-        assert conn.execute("SELECT payload FROM log_items WHERE seq = 0").fetchone()[0] == '{"n":0}'
+        stored = logs.replay(site_id, cid, 0, 10)
+        assert len(stored) == 4 and stored[0][2] == '{"n":0}'
     finally:
-        conn.close()
+        storage.close()
 
 
 # --- export -> import reproduces what clients see --------------------------------------------------------
@@ -229,17 +225,16 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
 def test_export_to_stdout_one_site_and_import_from_stdin_into_another(tmp_path: Path) -> None:
     data = tmp_path / "data"
     settings = make_settings(data)
-    open_database(settings)
-    conn = connect(settings.db_path)
+    storage = open_storage(settings)
     try:
-        ids = {name: transaction(conn, lambda c, n=name: auth.ensure_site(c, n))[0] for name in ("acme", "globex")}
-        for name, site_id in ids.items():
+        for name in ("acme", "globex"):
+            site_id, _ = auth.ensure_site(storage.sites, name)
             for batch in range(3):
-                transaction(conn, lambda c, s=site_id, b=batch, n=name: append_batch(
-                    c, s, f"conv-{n}-0001",
-                    [json.dumps({"site": n, "batch": b, "pos": p}, separators=(",", ":")) for p in range(2)], None))
+                asyncio.run(storage.logs.append(site_id, f"conv-{name}-0001", [
+                    json.dumps({"site": name, "batch": batch, "pos": p}, separators=(",", ":")) for p in range(2)],
+                    None))
     finally:
-        conn.close()
+        storage.close()
     done = ok("export", "-", "--site", "acme", data_dir=data)
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[0]["kind"] == "header" and lines[0]["site"] == "acme"
@@ -368,9 +363,26 @@ async def test_import_while_the_server_runs_logs_work_memories_refused(tmp_path:
         assert result["created"] is True
 
 
+class Acks(dict[tuple[int, int], dict[str, Any]]):
+    """Acknowledgements by (writer, batch) as they arrive; `reached(n)` waits until there are n."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._grew = asyncio.Condition()
+
+    async def add(self, key: tuple[int, int], ack: dict[str, Any]) -> None:
+        async with self._grew:
+            self[key] = ack
+            self._grew.notify_all()
+
+    async def reached(self, count: int) -> None:
+        async with self._grew:
+            await asyncio.wait_for(self._grew.wait_for(lambda: len(self) >= count), timeout=120)
+
+
 async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, live: LiveServer) -> None:
     conversations = [f"conv-snapshot-{n:03d}" for n in range(3)]
-    acks: dict[tuple[int, int], dict[str, Any]] = {}
+    acks = Acks()
     conv_of: dict[tuple[int, int], str] = {}
     stop = asyncio.Event()
 
@@ -383,19 +395,18 @@ async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, l
                 size = rng.randint(1, 8)
                 ack = await call(client, "append_memory", conversation_id=cid,
                                  items=batch_payloads(writer, batch, size))
-                acks[(writer, batch)] = ack
                 conv_of[(writer, batch)] = cid
+                await acks.add((writer, batch), ack)
                 batch += 1
 
     tasks = [asyncio.create_task(appender(w)) for w in range(3)]
     try:
-        while len(acks) < 30:
-            await asyncio.sleep(0.05)
+        await acks.reached(30)
         acked_before = dict(acks)
         export_file = tmp_path / "snapshot.jsonl"
         done = await asyncio.to_thread(cli, "export", str(export_file), data_dir=live.settings.data_dir)
         acked_during = len(acks) - len(acked_before)
-        await asyncio.sleep(0.3)
+        await acks.reached(len(acks) + 10)  # appends go on after the snapshot
     finally:
         stop.set()
         await asyncio.gather(*tasks)
@@ -421,7 +432,7 @@ async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, l
 async def test_backup_while_appending_holds_everything_acknowledged_before_it(tmp_path: Path,
                                                                               live: LiveServer) -> None:
     conv = "conv-backup-000001"
-    acks: dict[tuple[int, int], dict[str, Any]] = {}
+    acks = Acks()
     stop = asyncio.Event()
 
     async def appender(writer: int) -> None:
@@ -430,8 +441,8 @@ async def test_backup_while_appending_holds_everything_acknowledged_before_it(tm
             batch = 0
             while not stop.is_set():
                 size = rng.randint(1, 10)
-                acks[(writer, batch)] = await call(client, "append_memory", conversation_id=conv,
-                                                   items=batch_payloads(writer, batch, size))
+                await acks.add((writer, batch), await call(client, "append_memory", conversation_id=conv,
+                                                           items=batch_payloads(writer, batch, size)))
                 batch += 1
 
     async with live.client() as client:
@@ -439,11 +450,10 @@ async def test_backup_while_appending_holds_everything_acknowledged_before_it(tm
     tasks = [asyncio.create_task(appender(w)) for w in range(3)]
     target = tmp_path / "backups" / "memory-backup.db"
     try:
-        while len(acks) < 30:
-            await asyncio.sleep(0.05)
+        await acks.reached(30)
         acked_before = dict(acks)
         done = await asyncio.to_thread(cli, "backup", str(target), data_dir=live.settings.data_dir)
-        await asyncio.sleep(0.2)
+        await acks.reached(len(acks) + 10)  # appends go on after the backup
     finally:
         stop.set()
         await asyncio.gather(*tasks)
@@ -479,7 +489,7 @@ async def test_backup_while_appending_holds_everything_acknowledged_before_it(tm
 
 def test_backup_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    open_database(make_settings(data))
+    open_storage(make_settings(data)).close()
     target = tmp_path / "b.db"
     target.write_text("precious")
     refused = cli("backup", str(target), data_dir=data)

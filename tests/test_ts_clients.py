@@ -22,7 +22,7 @@ import pytest
 
 from conftest import wait_ready
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli, server_env
-from server.api.app import INSTRUCTIONS
+from server.api.mcp.server import INSTRUCTIONS
 from server.version import __version__
 
 NODE = shutil.which("node")

@@ -8,41 +8,28 @@ of a serving data directory. Nothing here changes the data; the index, when free
 
 from __future__ import annotations
 
-import os
-import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from server.storage.sqlite.db import SCHEMA, connect, quick_check
-from server.storage.files import exposed
 from server.settings import Settings
+from server.storage.checks import FAIL, OK, SKIP, WARN, Check
+from server.storage.files import exposed
+from server.storage.sqlite.checks import SqliteState, sqlite_checks
 
-OK, WARN, FAIL, SKIP = "ok", "WARN", "FAIL", "skip"
-DOCTOR_BUSY_TIMEOUT_MS = 5_000
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: str  # OK, FAIL or SKIP
-    detail: str
-    fix: str | None = None
-
-    def render(self) -> str:
-        line = f"{self.status:<4}  {self.name}: {self.detail}"
-        if self.status in (FAIL, WARN) and self.fix:
-            line += f" -- fix: {self.fix}"
-        return line
+__all__ = ["FAIL", "OK", "SKIP", "WARN", "Check", "run_checks"]
 
 
 @dataclass
 class _State:
     embedder: Any = None
-    conn: sqlite3.Connection | None = None
+    storage: SqliteState = field(default_factory=SqliteState)
     index: Any = None
     index_held: bool = False  # a running server holds the embedded index
-    memories: int | None = None
+
+    @property
+    def memories(self) -> int | None:
+        return self.storage.counts[0] if self.storage.counts is not None else None
 
 
 def run_checks(settings: Settings, *, project_root: Path,
@@ -57,16 +44,15 @@ def run_checks(settings: Settings, *, project_root: Path,
                         "start the server once (it creates it), or pass the right --data-dir")
             return
         yield from _guarded("permissions", lambda: _check_permissions(settings))
-        yield from _guarded("sqlite", lambda: _check_sqlite(settings, state))
-        if state.conn is None:
+        yield from _guarded("sqlite", lambda: sqlite_checks(settings.db_path, state.storage))
+        if state.storage.conn is None:
             return
         yield from _guarded("index", lambda: _check_index(settings, state))
         yield from _guarded("index backlog", lambda: _check_outbox(state))
     finally:
         if state.index is not None:
             state.index.close()
-        if state.conn is not None:
-            state.conn.close()
+        state.storage.close()
 
 
 def _guarded(name: str, checks: Callable[[], Iterator[Check]]) -> Iterator[Check]:
@@ -105,72 +91,6 @@ def _check_model(settings: Settings, state: _State, project_root: Path,
         return Check("model", FAIL, f"cannot load the model at {model_dir}: {exc}",
                      "run `make models`, or set MEMORY_EMBEDDING_MODEL to a local sentence-transformers model")
     return Check("model", OK, f"{state.embedder.name} ({state.embedder.dimension} dimensions) at {model_dir}")
-
-
-def _check_sqlite(settings: Settings, state: _State) -> Iterator[Check]:
-    path = settings.db_path
-    if not path.is_file():
-        yield Check("sqlite", FAIL, f"no database at {path}",
-                    "start the server (it creates the database), or pass the right --data-dir")
-        return
-    try:
-        conn = connect(path, readonly=True)  # readonly: no journal-mode switch behind the check's back
-        conn.execute(f"PRAGMA busy_timeout = {DOCTOR_BUSY_TIMEOUT_MS}")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except (sqlite3.Error, OSError) as exc:
-        yield Check("sqlite", FAIL, f"cannot open {path}: {exc}",
-                    "restore the latest `memory-server backup` into the data directory")
-        return
-    state.conn = conn
-    yield Check("sqlite", OK, f"opens {path}")
-
-    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-    if str(mode).lower() == "wal":
-        yield Check("sqlite journal", OK, "WAL")
-    else:
-        yield Check("sqlite journal", FAIL, f"journal mode is {mode}, not WAL",
-                    "start the server or run any admin command (e.g. `memory-server site list`): it switches to WAL")
-
-    yield _check_writable(conn, path)
-
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    current = len(SCHEMA)
-    if version == current:
-        yield Check("schema", OK, f"version {version} (current)")
-    elif version < current:
-        yield Check("schema", FAIL, f"version {version}, this memory-server uses {current}",
-                    "start the server or run `memory-server site list`: either brings the schema up to date")
-    else:
-        yield Check("schema", FAIL, f"version {version} is newer than this memory-server's ({current})",
-                    "upgrade memory-server to the version that wrote this database")
-
-    try:
-        problems = quick_check(conn) or []
-    except sqlite3.Error as exc:
-        problems = [str(exc)]
-    if problems == ["ok"]:
-        yield Check("sqlite integrity", OK, "quick_check ok")
-    else:
-        yield Check("sqlite integrity", FAIL, f"quick_check: {'; '.join(problems[:3])}",
-                    "restore the latest `memory-server backup`; `memory-server export` may save what is readable")
-    if version >= 2:
-        state.memories = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
-
-
-def _check_writable(conn: sqlite3.Connection, path: Path) -> Check:
-    fix = f"make {path.parent} and the files in it writable by the user running memory-server"
-    for target in (path, path.parent):
-        if not os.access(target, os.W_OK):
-            return Check("sqlite writable", FAIL, f"{target} is not writable", fix)
-    try:
-        conn.execute("BEGIN IMMEDIATE")  # takes the write lock, writes nothing
-        conn.execute("ROLLBACK")
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            return Check("sqlite writable", FAIL, f"the write lock was held for {DOCTOR_BUSY_TIMEOUT_MS // 1000} s",
-                         "find the process holding a long write transaction on the database")
-        return Check("sqlite writable", FAIL, f"cannot take the write lock: {exc}", fix)
-    return Check("sqlite writable", OK, "write lock can be taken")
 
 
 def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
@@ -228,15 +148,14 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
         return
     yield Check("index model", OK, f"built with {info.model} ({info.dimension} dimensions), as configured")
 
-    conn = state.conn
-    if conn is None:
+    if state.storage.counts is None:
         return
     try:
         points = index.count()
     except Exception as exc:
         yield Check("index points", FAIL, f"cannot count the index's points: {exc}", reindex)
         return
-    indexed = int(conn.execute("SELECT count(*) FROM memories WHERE indexed = 1").fetchone()[0])
+    indexed = state.storage.counts[1]
     if points == indexed:
         yield Check("index points", OK, f"{points} points, one per indexed memory")
     else:
@@ -245,11 +164,9 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
 
 
 def _check_outbox(state: _State) -> Iterator[Check]:
-    conn = state.conn
-    if conn is None or state.memories is None:
+    if state.storage.counts is None:
         return
-    pending = int(conn.execute("SELECT count(*) FROM memories WHERE indexed = 0").fetchone()[0])
-    deletions = int(conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0])
+    _, _, pending, deletions = state.storage.counts
     fix = ("start the server (it indexes the backlog at start-up) or run `memory-server reindex`")
     running = ("; the running server retries them every few seconds - if the number does not fall, "
                "read its log for index errors")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from server.storage.sqlite.db import StorageHealth, storage_failure
+from server.storage.health import StorageHealth, storage_failure
 from server.errors import AppError, Unavailable
 from server.logging_setup import Throttle
 

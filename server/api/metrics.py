@@ -6,8 +6,8 @@ What is measured, and where:
   `ToolMetricsMiddleware`, a fastmcp middleware placed outside `ErrorMiddleware` so it sees the final result.
 - HTTP requests: count and latency per method, route template and status, by the request middleware in
   `server.api.observability` (route templates, never raw paths: ids in paths would explode the series count).
-- Appended log items and remembered memories (created vs duplicate), by thin delegating wrappers around the
-  `LogStore` and the `MemoryService`, so MCP, REST and imports in this process all count.
+- Appended log items and remembered memories (created vs duplicate), observed by the operations (so MCP,
+  REST and the fast path all count).
 - Embedding time per call, by `InstrumentedEmbedder` (the Embedder protocol, by delegation).
 - Model loaded and index backlog, computed when scraped.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from importlib import metadata
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 from fastmcp.server.middleware import Middleware, MiddlewareContext
@@ -86,12 +86,12 @@ class Metrics:
     # --- wiring -------------------------------------------------------------------------------------
 
     def attach(self, services: Any) -> None:
-        """Count what this app's services do: the scrape-time gauges, the log store wrapper, and (through
-        `services.metrics`) the embedder and memory service wrappers applied by `Services.load_memory`."""
-        services.metrics = self
-        logs = services.logs
-        # Services handed to a second app count for that app from now on, never for both.
-        services.logs = InstrumentedLogStore(logs._inner if isinstance(logs, InstrumentedLogStore) else logs, self)
+        """Count what this app's services do: the scrape-time gauges, the operations' appends and remembers,
+        and (through `services.observe_embedder`) the embedding time. Services handed to a second app count
+        for that app from then on, never for both."""
+        services.logs.observe = self.observe_append
+        services.memory_ops.observe = self.observe_remember
+        services.observe_embedder = lambda embedder: instrument_embedder(embedder, self)
         self.registry.register(_ServicesCollector(services))
 
     def exposition(self) -> bytes:
@@ -108,7 +108,7 @@ class Metrics:
         self.http_requests.labels(method, route, str(status)).inc()
         self.http_seconds.labels(method, route, str(status)).observe(seconds)
 
-    def observe_append(self, result: dict[str, Any]) -> None:
+    def observe_append(self, result: Mapping[str, Any]) -> None:
         if result.get("duplicate"):
             self.log_appends.labels("duplicate").inc()
             return
@@ -135,18 +135,18 @@ class _ServicesCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         services = self._services
-        service = services.memory_service
+        memories = services.memories
         info = GaugeMetricFamily(f"{PREFIX}_build_info", "Version and configuration; the value is always 1.",
                                  labels=["version", "index_backend"])
         info.add_metric([self._version, str(services.settings.index_backend)], 1)
         yield info
         yield GaugeMetricFamily(f"{PREFIX}_model_loaded",
                                 "1 once the embedding model and the vector index are loaded, else 0.",
-                                value=0 if service is None else 1)
-        if service is None:
+                                value=0 if memories is None else 1)
+        if memories is None:
             return
         try:
-            backlog = service.backlog()
+            backlog = memories.outbox.backlog()
         except Exception:  # storage trouble shows on /readyz; a scrape must still succeed
             return
         yield GaugeMetricFamily(f"{PREFIX}_index_backlog",
@@ -200,40 +200,6 @@ def tool_outcome(result: Any) -> str:
 # --- wrappers, by delegation --------------------------------------------------------------------------
 
 
-class _Delegate:
-    """Reads and writes of anything not overridden go to the wrapped object."""
-
-    def __init__(self, inner: Any, metrics: Metrics) -> None:
-        object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_metrics", metrics)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)
-
-
-class InstrumentedLogStore(_Delegate):
-    async def append(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        result = await self._inner.append(*args, **kwargs)
-        self._metrics.observe_append(result)
-        return result
-
-
-class InstrumentedMemoryService(_Delegate):
-    async def remember(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        result = await self._inner.remember(*args, **kwargs)
-        self._metrics.observe_remember(bool(result.get("created")))
-        return result
-
-    def remember_many(self, *args: Any, **kwargs: Any) -> list[Any]:
-        results = self._inner.remember_many(*args, **kwargs)
-        for inserted in results:
-            self._metrics.observe_remember(inserted.created)
-        return results
-
-
 class InstrumentedEmbedder:
     """The Embedder protocol by delegation, timing every call."""
 
@@ -270,9 +236,3 @@ def instrument_embedder(embedder: Any, metrics: Metrics | None) -> Any:
     if metrics is None or isinstance(embedder, InstrumentedEmbedder):
         return embedder
     return InstrumentedEmbedder(embedder, metrics)
-
-
-def instrument_memory_service(service: Any, metrics: Metrics | None) -> Any:
-    if metrics is None or isinstance(service, InstrumentedMemoryService):
-        return service
-    return InstrumentedMemoryService(service, metrics)

@@ -27,8 +27,9 @@ from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
-from server.auth.core import Authenticator, Principal
-from server.errors import AppError, Forbidden, PayloadTooLarge, RateLimited, Unauthorized, Unavailable
+from server.auth.authenticator import Authenticator
+from server.auth.principal import Principal
+from server.errors import AppError, Forbidden, PayloadTooLarge, RateLimited, Unauthorized
 
 log = logging.getLogger("memory_server.http")
 
@@ -158,8 +159,7 @@ class SignInGuard:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, *, authenticator: Callable[[], Authenticator | None], max_body: int,
-                 sign_in: SignInGuard) -> None:
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, max_body: int, sign_in: SignInGuard) -> None:
         self.app = app
         self._authenticator = authenticator
         self._max_body = max_body
@@ -170,10 +170,7 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         header = _header(scope, b"authorization")
-        authenticator = self._authenticator()
-        if authenticator is None:
-            await send_error(send, Unavailable("the server is starting"))
-            return
+        authenticator = self._authenticator
         # A credential seen before is settled on the loop; anything else (and every failure) on the sign-in
         # thread, after the address's failure count is checked.
         principal = authenticator.authenticate_nowait(header)

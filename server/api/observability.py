@@ -13,15 +13,10 @@ request.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import sys
 import time
 import uuid
-from concurrent.futures import TimeoutError as FutureTimeout
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import anyio
@@ -234,117 +229,3 @@ def metrics_endpoint(metrics: Metrics) -> Callable[[Request], Awaitable[Response
         return Response(body, media_type=CONTENT_TYPE)
 
     return endpoint
-
-
-# --- /readyz ---------------------------------------------------------------------------------------------
-
-
-class StorageProbe:
-    """Remembers which SQLite file the server opened, so /readyz notices it being deleted or replaced
-    (the open connections would go on writing to a file nobody will ever read again)."""
-
-    def __init__(self, db_path: Path) -> None:
-        self.db_path = db_path
-        self._identity = _identity(db_path)
-
-    def problems(self) -> list[str]:
-        identity = _identity(self.db_path)
-        if identity is None:
-            return [f"sqlite: {self.db_path} is gone (deleted or moved while the server runs)"]
-        if self._identity is not None and identity != self._identity:
-            return [f"sqlite: {self.db_path} was replaced by another file while the server runs"]
-        if not os.access(self.db_path, os.R_OK | os.W_OK) or not os.access(self.db_path.parent, os.W_OK):
-            return [f"sqlite: {self.db_path} or its directory is not writable"]
-        return []
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def readiness(services: Any, storage: StorageProbe | None = None) -> list[str]:
-    """Why the server cannot serve every tool right now (empty when ready). Blocking: run it in a thread.
-
-    - SQLite: a read on a reader connection; the file is still the one opened and writable; no write failed
-      for lack of disk space since the last one that succeeded, and no damaged page was met; the writer
-      thread takes and releases the write lock (an empty BEGIN IMMEDIATE … COMMIT) within a short timeout.
-    - The model and the index are loaded; the index answers a count; for the embedded index, its
-      directory, its info file and its live shard directory can be read on disk (Qdrant Edge serves counts
-      from memory, so a count alone would not notice the directory being removed or made unreadable).
-    """
-    reasons: list[str] = []
-    try:
-        services.readers.get().execute("SELECT count(*) FROM sites").fetchone()
-    except Exception as exc:
-        reasons.append(f"sqlite: {exc}")
-    if storage is not None:
-        reasons += storage.problems()
-    reasons += services.writer.health.problems()  # a full disk, a damaged page met while serving
-    reasons += _writer_problems(services)
-    if services.memory_service is None:
-        reasons.append(f"model/index: {services.memory_error or 'loading'}")
-        return reasons
-    index = services.memory_service.index
-    try:
-        index.count()
-    except Exception as exc:
-        reasons.append(f"index: {exc}")
-        return reasons
-    directory = _embedded_index_dir(index)
-    if directory is not None:
-        reasons += embedded_index_problems(directory)
-    return reasons
-
-
-def _embedded_index_dir(index: Any) -> Path | None:
-    """The directory of an embedded (Qdrant Edge) index; None for the server backend. The index in use is
-    asked, not the settings: an app can be handed an index of either kind, anywhere."""
-    edge = sys.modules.get("server.index.edge")  # never imported here: a server deployment has no use for it
-    if edge is None or not isinstance(index, edge.EdgeIndex):
-        return None
-    directory = getattr(index, "path", None) or getattr(index, "_path", None)
-    return Path(directory) if directory is not None else None
-
-
-def _writer_problems(services: Any) -> list[str]:
-    future = services.writer.submit(lambda conn: None)
-    try:
-        future.result(timeout=WRITER_PROBE_TIMEOUT_S)
-    except FutureTimeout:
-        return [f"sqlite: the writer did not get the write lock within {WRITER_PROBE_TIMEOUT_S:g}s (busy or stuck)"]
-    except Exception as exc:
-        return [f"sqlite: cannot write: {exc}"]
-    return []
-
-
-def embedded_index_problems(path: Path) -> list[str]:
-    """Read the embedded index's directory layout (see server/index/edge.py): the directory, the info
-    file naming the live shard, and that shard's directory. An optimize() swap between reading the info
-    file and the shard can remove the shard just read about, so a failure is retried once."""
-    problem = _embedded_index_problem(path)
-    if problem is not None:
-        problem = _embedded_index_problem(path)
-    return [] if problem is None else [f"index: {problem}"]
-
-
-def _embedded_index_problem(path: Path) -> str | None:
-    from server.index.edge import INFO_FILE
-
-    try:
-        with os.scandir(path) as entries:
-            names = {entry.name for entry in entries}
-        if INFO_FILE not in names:
-            return f"{path / INFO_FILE} is missing: run `memory-server reindex` to rebuild the index"
-        shard = json.loads((path / INFO_FILE).read_text())["shard"]
-        with os.scandir(path / str(shard)) as entries:
-            if not any(True for _ in entries):
-                return f"the live shard {path / str(shard)} is empty"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"cannot read the embedded index at {path}: {exc}"
-    if not os.access(path, os.W_OK):
-        return f"the embedded index directory {path} is not writable"
-    return None

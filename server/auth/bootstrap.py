@@ -17,13 +17,14 @@ import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from server.auth import core as auth
+from server.auth.admin import create_site
+from server.auth.secrets import verify_secret
 from server.errors import InvalidParameters
+from server.storage.protocols import SiteStore
 
 log = logging.getLogger("memory_server.bootstrap")
 
@@ -77,22 +78,26 @@ def read_secret(config: BootstrapSettings) -> str | None:
     return secret
 
 
-def ensure_bootstrap_site(conn: Any, site: str, secret: str) -> Outcome:
-    """Inside a write transaction: create `site` with `secret` unless it exists."""
-    row = conn.execute("SELECT secret_hash FROM sites WHERE name = ?", (site,)).fetchone()
-    if row is not None:
-        if not auth.verify_secret(secret, row[0]):
+def ensure_bootstrap_site(sites: SiteStore, site: str, secret: str) -> Outcome:
+    """Create `site` with `secret` unless it exists (then its stored secret is kept)."""
+    credential = sites.credential(site)
+    if credential is not None:
+        if not verify_secret(secret, credential.secret_hash):
             log.warning(
                 "site '%s' exists with a different secret than the bootstrap one; keeping the stored secret "
                 "(rotate it with `memory-server site rotate %s`)", site, site,
             )
         return Outcome(site, created=False)
-    auth.create_site(conn, site)  # validates the name; its random secret is replaced at once, same transaction
-    conn.execute("UPDATE sites SET secret_hash = ? WHERE name = ?", (auth.hash_secret(secret), site))
+    try:
+        create_site(sites, site, secret=secret)
+    except InvalidParameters:
+        if sites.site_id(site) is None:
+            raise
+        return Outcome(site, created=False)  # another server created it meanwhile
     return Outcome(site, created=True)
 
 
-def apply_bootstrap(services: Any, config: BootstrapSettings | None = None) -> Outcome | None:
+def apply_bootstrap(sites: SiteStore, config: BootstrapSettings | None = None) -> Outcome | None:
     """Create the pre-set site if one is configured (read from MEMORY_BOOTSTRAP_* when `config` is None).
     Returns what happened, or None when nothing is configured. Raises BootstrapError on bad settings."""
     config = config if config is not None else BootstrapSettings()
@@ -100,17 +105,17 @@ def apply_bootstrap(services: Any, config: BootstrapSettings | None = None) -> O
     if secret is None:
         return None
     try:
-        outcome = services.writer.run_sync(lambda conn: ensure_bootstrap_site(conn, config.site, secret))
+        outcome = ensure_bootstrap_site(sites, config.site, secret)
     except InvalidParameters as exc:
         raise BootstrapError(f"MEMORY_BOOTSTRAP_SITE: {exc.message}") from None
     log.info("bootstrap: %s", outcome.describe())
     return outcome
 
 
-def bootstrap_or_exit(services: Any) -> Outcome | None:
+def bootstrap_or_exit(sites: SiteStore) -> Outcome | None:
     """`serve`'s entry: apply MEMORY_BOOTSTRAP_*, or print what is wrong and exit 1 (never the secret)."""
     try:
-        return apply_bootstrap(services)
+        return apply_bootstrap(sites)
     except BootstrapError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -90,6 +90,10 @@ class VectorIndex(Protocol):
 
     def count(self) -> int: ...
 
+    def problems(self) -> list[str]:
+        """Why the index cannot serve, beyond what a failing call shows (for /readyz); empty when it can."""
+        ...
+
     def optimize(self) -> None:
         """Build search structures (HNSW); slow, called off the request path."""
         ...

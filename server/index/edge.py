@@ -241,6 +241,16 @@ class EdgeIndex:
         with self._rw.shared():
             return self._live().count(CountRequest(exact=True))
 
+    def problems(self) -> list[str]:
+        """Read the directory layout on disk: the directory, the info file naming the live shard, and that
+        shard's directory (Edge serves counts from memory, so a count alone would not notice the directory
+        being removed or made unreadable). An optimize() swap between reading the info file and the shard
+        can remove the shard just read about, so a failure is retried once."""
+        problem = _layout_problem(self._path)
+        if problem is not None:
+            problem = _layout_problem(self._path)
+        return [] if problem is None else [f"index: {problem}"]
+
     def stats(self) -> dict[str, int]:
         """Points, points under the HNSW graph, and segments of the live shard (for benchmarks and checks:
         search is exact and grows with the corpus until optimize() has built the graph)."""
@@ -395,6 +405,23 @@ class EdgeIndex:
 
 def _disk_usage(directory: Path) -> int:
     return sum(entry.stat().st_blocks * 512 for entry in directory.rglob("*") if entry.is_file())
+
+
+def _layout_problem(path: Path) -> str | None:
+    try:
+        with os.scandir(path) as entries:
+            names = {entry.name for entry in entries}
+        if INFO_FILE not in names:
+            return f"{path / INFO_FILE} is missing: run `memory-server reindex` to rebuild the index"
+        shard = json.loads((path / INFO_FILE).read_text())["shard"]
+        with os.scandir(path / str(shard)) as entries:
+            if not any(True for _ in entries):
+                return f"the live shard {path / str(shard)} is empty"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"cannot read the embedded index at {path}: {exc}"
+    if not os.access(path, os.W_OK):
+        return f"the embedded index directory {path} is not writable"
+    return None
 
 
 def _acquire_lock(path: Path) -> int:

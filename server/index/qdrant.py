@@ -139,6 +139,10 @@ class QdrantServerIndex:
         with self._reachable():
             return self._client.count(self._collection, exact=True).count
 
+    def problems(self) -> list[str]:
+        """Nothing beyond what count() shows: the server keeps its own storage."""
+        return []
+
     def optimize(self) -> None:
         """Nothing to do: the server builds HNSW in the background on its own."""
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from embeddings.base import Embedder
 from server.ranking.expansion import vocabulary_words
+from server.storage.protocols import WordStore
+from server.storage.records import Words
 from server.ranking.lexical import _stem
 from server.ranking.fusion import document_text
 
@@ -63,30 +65,28 @@ class WordVectors:
 
     # --- persistence ------------------------------------------------------------------------------
 
-    def load(self, conn: Any) -> int:
+    def load(self, store: WordStore) -> int:
         """Read every stored word vector made by the current model (merged with what is held already, so
         a word saved meanwhile is not lost); returns how many rows were read."""
-        found = conn.execute("SELECT site_id, word, vector FROM memory_words WHERE model = ?",
-                             (self.embedder.name,)).fetchall()
+        found = list(store.all_words(self.embedder.name))
         with self._lock:
-            for site_id, word, blob in found:
-                self._site(site_id).add(word, np.frombuffer(blob, dtype=np.float32))
+            for site_id, word, vector in found:
+                self._site(site_id).add(word, vector)
         return len(found)
 
-    @staticmethod
-    def store(conn: Any, site_id: int, words: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        """Write word vectors (inside the caller's transaction, e.g. the one saving the memory)."""
-        conn.executemany(
-            "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
-            [(site_id, w, model, np.asarray(v, dtype=np.float32).tobytes()) for w, v in zip(words, vectors)],
-        )
-
-    def add(self, site_id: int, words: Sequence[str], vectors: np.ndarray) -> None:
+    def add(self, site_id: int, words: Words) -> None:
         """Make stored words visible to recall (after their transaction committed)."""
+        if not words.words or words.vectors is None:
+            return
         with self._lock:
             site = self._site(site_id)
-            for word, vector in zip(words, vectors):
+            for word, vector in zip(words.words, words.vectors):
                 site.add(word, vector)
+
+    def vocabulary(self, site_id: int) -> set[str]:
+        """The words the site has a vector for."""
+        site = self._sites.get(site_id)
+        return set(site.rows) if site is not None else set()
 
     def _site(self, site_id: int) -> _SiteWords:
         site = self._sites.get(site_id)
@@ -103,46 +103,39 @@ class WordVectors:
         words = (w for d in documents for w in vocabulary_words(d))
         return [w for w in dict.fromkeys(words) if w not in known]
 
+    def new_words(self, site_id: int, documents: Iterable[str]) -> Words:
+        """The site's words in `documents` it has no vector for yet, embedded (saved with their memory)."""
+        words = self.unseen(site_id, documents)
+        return Words(tuple(words), self.embed(words)) if words else Words()
+
     def embed(self, words: Sequence[str]) -> np.ndarray:
         if not words:
             return np.empty((0, self.embedder.dimension), dtype=np.float32)
         return np.concatenate([self.embedder.embed_documents(list(words[i:i + WORD_BATCH]))
                                for i in range(0, len(words), WORD_BATCH)])
 
-    def backfill(self, read: Callable[[], Any], write: Callable[[Callable[[Any], Any]], Any],
-                 *, chunk: int = 1000) -> int:
+    def backfill(self, store: WordStore, *, chunk: int = 1000) -> int:
         """Embed the words of stored memories that have no vector from the current model (memories saved
         before this table existed, or after a model change). Returns how many words were added.
 
-        `memory_words_backfill` records how far a backfill for which model got: memories saved since then
-        carry their words already, so a restart reads only those, not the whole table again."""
+        The store records how far a backfill for which model got: memories saved since then carry their
+        words already, so a restart reads only those, not the whole table again."""
         model = self.embedder.name
-        done = read().execute("SELECT model, through_id FROM memory_words_backfill").fetchone()
-        added, after = 0, done[1] if done is not None and done[0] == model else 0
+        added, after = 0, store.backfill_mark(model)
         while True:
-            found = read().execute(
-                "SELECT id, site_id, content, occurred_at FROM memories WHERE id > ? ORDER BY id LIMIT ?",
-                (after, chunk),
-            ).fetchall()
+            found = store.texts_after(after, chunk)
             if not found:
                 return added
             after = found[-1][0]
             by_site: dict[int, list[str]] = {}
             for _, site_id, content, occurred_at in found:
                 by_site.setdefault(site_id, []).append(document_text(content, occurred_at))
-            new = [(site_id, words, self.embed(words)) for site_id, documents in by_site.items()
-                   if (words := self.unseen(site_id, documents))]
-
-            def save(conn: Any, new: list = new, through: int = after) -> None:
-                for site_id, words, vectors in new:
-                    self.store(conn, site_id, words, vectors, model)
-                conn.execute("INSERT OR REPLACE INTO memory_words_backfill (id, model, through_id) VALUES (1, ?, ?)",
-                             (model, through))
-
-            write(save)
-            for site_id, words, vectors in new:
-                self.add(site_id, words, vectors)
-                added += len(words)
+            new = [(site_id, words) for site_id, documents in by_site.items()
+                   if (words := self.new_words(site_id, documents)).words]
+            store.save_backfill(new, model, after)
+            for site_id, words in new:
+                self.add(site_id, words)
+                added += len(words.words)
 
     # --- recall -----------------------------------------------------------------------------------
 

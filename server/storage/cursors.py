@@ -10,7 +10,7 @@ import binascii
 import json
 
 from server.errors import InvalidParameters
-from server.text import json_is_unicode
+from server.values import json_is_unicode
 
 
 def invalid() -> InvalidParameters:

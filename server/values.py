@@ -1,4 +1,4 @@
-"""Text that storage can hold: valid Unicode, i.e. no lone UTF-16 surrogate.
+"""Values clients send that storage can hold: valid Unicode, and JSON nested to a sane depth.
 
 JSON may escape a lone surrogate (`"\\ud800"`) and Python decodes it into a `str` that cannot be encoded as
 UTF-8, so SQLite (and every other store) refuses it at write time. Such input can never succeed, so it is
@@ -11,6 +11,22 @@ import json
 from typing import Any
 
 from server.errors import InvalidParameters
+
+MAX_DEPTH = 64  # deeper JSON is almost certainly a mistake or an attack on recursive decoders
+
+
+def within_depth(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether a JSON value nests at most `limit` levels (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+    return True
 
 
 def is_unicode(text: str) -> bool:

@@ -1,0 +1,92 @@
+"""`memory-server site ...` and `memory-server token ...`: sites, their Basic credentials, Bearer tokens."""
+
+from __future__ import annotations
+
+from typing import Annotated, Callable, Optional, TypeVar
+
+import typer
+
+from server.admin.common import DataDir, fail, load_settings, site_app, token_app
+from server.auth import admin
+from server.errors import AppError
+from server.storage.factory import open_storage
+from server.storage.protocols import SiteStore
+
+T = TypeVar("T")
+
+
+def with_sites(data_dir: object, work: Callable[[SiteStore], T]) -> T:
+    """Run one administrative change on the data directory's store (the schema is brought up to date)."""
+    settings = load_settings(data_dir=data_dir)
+    try:
+        storage = open_storage(settings)
+    except OSError as exc:  # e.g. the data directory is a file, or not writable
+        fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
+    try:
+        return work(storage.sites)
+    except AppError as exc:
+        fail(exc)
+    finally:
+        storage.close()
+
+
+@site_app.command("create")
+def site_create(name: str, data_dir: DataDir = None) -> None:
+    """Create a site; prints its username and secret (the secret is shown once)."""
+    secret = with_sites(data_dir, lambda sites: admin.create_site(sites, name))
+    typer.echo(f"username: {name}\nsecret: {secret}")
+
+
+@site_app.command("list")
+def site_list(data_dir: DataDir = None) -> None:
+    """List sites."""
+    for site in with_sites(data_dir, admin.list_sites):
+        typer.echo(f"{site.name}\tcreated {site.created_at}")
+
+
+@site_app.command("delete")
+def site_delete(name: str, data_dir: DataDir = None) -> None:
+    """Delete a site with its tokens and all its data."""
+    with_sites(data_dir, lambda sites: admin.delete_site(sites, name))
+    typer.echo(f"deleted site {name}")
+
+
+@site_app.command("rotate")
+def site_rotate(name: str, data_dir: DataDir = None) -> None:
+    """Replace a site's Basic secret; prints the new one (shown once)."""
+    secret = with_sites(data_dir, lambda sites: admin.rotate_site(sites, name))
+    typer.echo(f"username: {name}\nsecret: {secret}")
+
+
+@token_app.command("create")
+def token_create(
+    site: Annotated[str, typer.Option("--site", help="The site the token belongs to.")],
+    scope: Annotated[list[str], typer.Option("--scope", help="memory:read and/or memory:write.")],
+    team: Annotated[Optional[list[str]], typer.Option("--team", help="Bound to these teams.")] = None,
+    project: Annotated[Optional[list[str]], typer.Option("--project", help="Bound to these projects.")] = None,
+    bucket: Annotated[Optional[list[str]], typer.Option("--bucket", help="Bound to these buckets.")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Mint a Bearer token; prints it once."""
+    token_id, token = with_sites(data_dir, lambda sites: admin.create_token(
+        sites, site, scopes=scope, teams=team, projects=project, buckets=bucket))
+    typer.echo(f"id: {token_id}\ntoken: {token}")
+
+
+@token_app.command("list")
+def token_list(
+    site: Annotated[str, typer.Option("--site", help="The site whose tokens to list.")], data_dir: DataDir = None
+) -> None:
+    """List a site's tokens (never the secrets)."""
+    for t in with_sites(data_dir, lambda sites: admin.list_tokens(sites, site)):
+        state = f"revoked {t.revoked_at}" if t.revoked_at else "active"
+        bounds = " ".join(f"{name}={','.join(values)}" for name, values in
+                          (("teams", t.teams), ("projects", t.projects), ("buckets", t.buckets)) if values)
+        typer.echo(f"{t.id}\t{','.join(t.scopes)}\t{bounds or 'unbounded'}\t{state}")
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[str, typer.Argument(metavar="ID")], data_dir: DataDir = None) -> None:
+    """Revoke a token by id; takes effect on the next request."""
+    with_sites(data_dir, lambda sites: admin.revoke_token(sites, token_id))
+    typer.echo(f"revoked token {token_id}")

@@ -1,0 +1,67 @@
+"""`memory-server export`: memories and conversation logs as JSON Lines.
+
+The file: one JSON object per line, UTF-8.
+
+    {"kind": "header", "version": 1, "exported_at", "model", "site", "counts": {...}}   (first line)
+    {"kind": "memory", "site", "reference", "content", "type", "location", "project", "team", "bucket",
+     "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"}
+    {"kind": "log_item", "site", "conversation_id", "seq", "recorded_at", "payload"}
+
+It is written from one consistent snapshot of the store (a server may go on appending meanwhile). It never
+carries credentials (site secrets, tokens) nor vectors: an import embeds again. Memories come first, in
+creation order; then each conversation's items in seq order, conversations in order of last activity, so
+that `list_conversations` orders them the same way after an import.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterator, TextIO
+
+from server.storage.protocols import Snapshot
+from server.storage.records import now_rfc3339
+
+FORMAT_VERSION = 1
+
+# Characters JSON leaves raw inside strings but that str.splitlines() and many JSON Lines readers take as
+# line breaks. Outside strings they cannot occur, so escaping them keeps every value and one record a line.
+_LINE_SAFE = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def header(snapshot: Snapshot, *, site: str | None, model: str | None) -> dict[str, Any]:
+    return {"kind": "header", "version": FORMAT_VERSION, "exported_at": now_rfc3339(), "model": model,
+            "site": site, "counts": snapshot.counts}
+
+
+def total(snapshot: Snapshot) -> int:
+    return snapshot.counts["memories"] + snapshot.counts["log_items"]
+
+
+def lines(snapshot: Snapshot) -> Iterator[str]:
+    """Every record as one line of JSON (without the newline): memories, then log items."""
+    for record in snapshot.memories():
+        yield dumps({"kind": "memory", **record}).translate(_LINE_SAFE)
+    for site, conversation_id, (seq, recorded_at, payload) in snapshot.log_items():
+        head = dumps({"kind": "log_item", "site": site, "conversation_id": conversation_id, "seq": seq,
+                      "recorded_at": recorded_at})
+        # The stored text is already compact JSON (keys in their appended order): spliced in as is.
+        yield f'{head[:-1]},"payload":{payload}}}'.translate(_LINE_SAFE)
+
+
+def write_export(snapshot: Snapshot, out: TextIO, *, site: str | None, model: str | None,
+                 progress: Callable[[int], None] | None = None) -> int:
+    """Write the header and every record to `out`; return the number of records."""
+    out.write(dumps(header(snapshot, site=site, model=model)) + "\n")
+    written = 0
+    for line in lines(snapshot):
+        out.write(line + "\n")
+        written += 1
+        if progress is not None and written % 500 == 0:
+            progress(500)
+    if progress is not None:
+        progress(written % 500)
+    return written

@@ -1,0 +1,129 @@
+"""`memory-server serve`: the HTTP server (default) or the stdio MCP server."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, Any, Optional
+
+import typer
+
+from server.admin.common import DataDir, announce, app, fail, load_settings
+from server.settings import Settings
+
+DEFAULT_SITE = "default"
+INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of the database's integrity check
+
+
+@app.command()
+def serve(
+    transport: Annotated[Optional[str], typer.Option(help="http or stdio (MEMORY_TRANSPORT).")] = None,
+    host: Annotated[Optional[str], typer.Option(help="Bind address (MEMORY_HOST).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (MEMORY_PORT).")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Serve the MCP tools over streamable HTTP (default) or stdio."""
+    settings = load_settings(transport=transport, host=host, port=port, data_dir=data_dir)
+    from server.logging_setup import configure_logging
+
+    configure_logging(settings, stream=sys.stderr)
+    if settings.transport == "stdio":
+        _serve_stdio(settings)
+    else:
+        _serve_http(settings)
+
+
+def _serve_http(settings: Settings) -> None:
+    from server.api import serving
+    from server.api.app import create_app
+    from server.auth.admin import ensure_site
+    from server.auth.bootstrap import bootstrap_or_exit
+
+    # The port first, then the index, then the database: a port in use, a second server on the same data
+    # directory, an index built with another model or a damaged database fail before anything is created,
+    # each with its own message.
+    try:
+        sock = serving.bind(settings.host, settings.port)
+    except serving.PortInUse as exc:
+        fail(exc)
+    index = _open_index_for_serving(settings)
+    services = _open_services_for_serving(settings, index)
+    bootstrap_or_exit(services.storage.sites)  # MEMORY_BOOTSTRAP_*: a pre-set credential, before the first-start one
+    secret = ensure_site(services.storage.sites, DEFAULT_SITE)[1] if not services.storage.sites.sites() else None
+    announce(settings, f"memory-server: MCP over streamable HTTP at http://{settings.host}:{settings.port}/mcp",
+             data_directory=str(settings.data_dir.resolve()))
+    if secret is not None:
+        announce(settings, f"first start: created site '{DEFAULT_SITE}' with a Basic credential (shown once); "
+                           f"connect with the header  Authorization: Basic base64('{DEFAULT_SITE}:<secret>')",
+                 username=DEFAULT_SITE, secret=secret)
+    serving.run(create_app(settings, services=services, index=index), settings, sock)
+
+
+def _open_index_for_serving(settings: Settings) -> Any:
+    from server.services import open_configured_index
+
+    try:
+        index = open_configured_index(settings)
+    except Exception as exc:  # locked by another server, unreadable, unreachable: each says what to do
+        fail(exc)
+    try:
+        _check_index_model(settings, index)
+    except Exception as exc:
+        index.close()
+        fail(exc)
+    return index
+
+
+def _check_index_model(settings: Settings, index: Any) -> None:
+    """Compare the index's recorded model with the configured one without loading the model."""
+    from embeddings.factory import resolve_model_dir
+    from embeddings.sentence import model_name
+    from server.memories.outbox import IndexMismatch
+    from server.services import PROJECT_ROOT
+
+    info = index.info()
+    if info is None:
+        return
+    configured = model_name(resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT))
+    if info.model != configured:
+        raise IndexMismatch(f"the vector index was built with {info.model} but the configured model is "
+                            f"{configured}; run `memory-server reindex` to rebuild the index with the configured model")
+
+
+def _open_services_for_serving(settings: Settings, index: Any) -> Any:
+    """The services over a checked database; warns about an exposed data directory."""
+    from server.services import open_services
+    from server.storage.files import exposed
+    from server.storage.health import DatabaseDamaged
+
+    try:
+        services = open_services(settings, integrity_budget_s=INTEGRITY_CHECK_BUDGET_S, nowait_sign_in=True)
+    except (DatabaseDamaged, OSError) as exc:
+        if index is not None:
+            index.close()
+        fail(exc)
+    if index is not None:
+        services.closers.append(index.close)
+    if settings.data_dir.is_dir() and exposed(settings.data_dir):
+        logging.getLogger("memory_server").warning(
+            "the data directory %s can be read by other users of this machine; run: chmod 700 %s",
+            settings.data_dir, settings.data_dir)
+    return services
+
+
+def _serve_stdio(settings: Settings) -> None:
+    from server.api.mcp.server import build_mcp
+
+    services = _open_services_for_serving(settings, None)
+    try:
+        services.load_memories()
+    except Exception as exc:
+        services.close()
+        fail(exc)
+    services.start_maintenance()
+    principal = services.local_principal(settings.stdio_site)
+    mcp = build_mcp(services, local=lambda: principal)
+    try:
+        mcp.run(transport="stdio", show_banner=False)
+    finally:
+        services.close()

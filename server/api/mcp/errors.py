@@ -1,0 +1,56 @@
+"""Every failure of a tool call becomes an error result carrying its SPEC code (see results.py); anything
+unexpected is logged with its traceback and reaches the client only as a generic `unavailable`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pydantic
+from fastmcp.exceptions import DisabledError, NotFoundError
+from fastmcp.exceptions import ValidationError as FastMCPValidationError
+from fastmcp.server.middleware import Middleware, MiddlewareContext
+
+from server.api.failures import unexpected
+from server.api.mcp.results import error_result, validation_message
+from server.errors import AppError, InvalidParameters
+from server.storage.health import StorageHealth
+
+
+class ExpectedErrorFilter(logging.Filter):
+    """fastmcp logs every exception a tool raises with its traceback; an AppError is an answer to the
+    client (bad input, missing scope...), not a server fault, so it is not logged as one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, AppError) or isinstance(getattr(error, "__cause__", None), AppError))
+
+
+def quiet_expected_errors() -> None:
+    fastmcp_logger = logging.getLogger("fastmcp.server.server")
+    if not any(isinstance(f, ExpectedErrorFilter) for f in fastmcp_logger.filters):
+        fastmcp_logger.addFilter(ExpectedErrorFilter())
+
+
+class ErrorMiddleware(Middleware):
+    def __init__(self, health: StorageHealth | None = None) -> None:
+        self._health = health
+
+    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+        try:
+            return await call_next(context)
+        except AppError as exc:
+            return error_result(exc)
+        except (FastMCPValidationError, pydantic.ValidationError) as exc:
+            return error_result(InvalidParameters(validation_message(exc)))
+        except (NotFoundError, DisabledError):  # a tool name this server does not offer: the caller's mistake
+            return error_result(InvalidParameters(f"unknown tool {context.message.name!r}"))
+        except Exception as exc:
+            cause = exc.__cause__
+            if isinstance(cause, AppError):
+                return error_result(cause)
+            if isinstance(cause, pydantic.ValidationError):
+                return error_result(InvalidParameters(validation_message(cause)))
+            if isinstance(cause, RecursionError):
+                return error_result(InvalidParameters("arguments are nested too deeply"))
+            return error_result(unexpected(exc, health=self._health, where=f"tool {context.message.name!r}"))

@@ -1,0 +1,74 @@
+"""The conversation-log operations, each once: append, tail, replay, list. Basic credentials only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, TypedDict
+
+import anyio
+
+from server.auth.principal import Principal
+from server.errors import UnprocessableParameters
+from server.logs.params import AppendParams, ListConversationsParams, ReplayParams, TailParams
+from server.logs.validation import LogLimits, check_idempotency_key, decode_cursor, encode_cursor, serialize_items
+from server.storage.protocols import LogStore
+from server.storage.records import AppendAck, ConversationSummary, RawItem
+
+BASIC_ONLY = "this operation requires the site's Basic authentication (conversation logs take no tokens)"
+
+
+class ConversationsAnswer(TypedDict):
+    conversations: list[ConversationSummary]
+    next_cursor: str | None
+
+
+def require_basic(principal: Principal) -> None:
+    if not principal.is_basic:
+        raise UnprocessableParameters(BASIC_ONLY)
+
+
+class LogOperations:
+    def __init__(self, store: LogStore, limits: LogLimits, *,
+                 observe_append: Callable[[AppendAck], None] | None = None) -> None:
+        self.store = store
+        self.limits = limits
+        self.observe = observe_append
+
+    def prepare(self, principal: Principal, params: AppendParams) -> tuple[list[str], str | None]:
+        """Everything an append checks before it writes (cheap: the fast path runs it on the event loop)."""
+        require_basic(principal)
+        return serialize_items(params.items, self.limits), check_idempotency_key(params.idempotency_key)
+
+    async def append(self, principal: Principal, params: AppendParams,
+                     prepared: tuple[list[str], str | None] | None = None) -> AppendAck:
+        """`prepared`: what `prepare` returned for these params, when the caller ran it already."""
+        payloads, key = prepared if prepared is not None else self.prepare(principal, params)
+        ack = await self.store.append(principal.site_id, params.conversation_id, payloads, key)
+        if self.observe is not None:
+            self.observe(ack)
+        return ack
+
+    async def tail(self, principal: Principal, params: TailParams) -> list[RawItem]:
+        require_basic(principal)
+        return await anyio.to_thread.run_sync(self.store.tail, principal.site_id, params.conversation_id,
+                                              params.count)
+
+    async def replay(self, principal: Principal, params: ReplayParams) -> list[RawItem]:
+        require_basic(principal)
+        return await anyio.to_thread.run_sync(self.store.replay, principal.site_id, params.conversation_id,
+                                              params.offset, params.limit)
+
+    def list_prepare(self, principal: Principal, params: ListConversationsParams) -> tuple[int, str] | None:
+        require_basic(principal)
+        return decode_cursor(params.cursor) if params.cursor is not None else None
+
+    async def conversations(self, principal: Principal, params: ListConversationsParams) -> ConversationsAnswer:
+        after = self.list_prepare(principal, params)
+        page = await anyio.to_thread.run_sync(self.store.conversations, principal.site_id, params.limit, after)
+        return {"conversations": page.conversations,
+                "next_cursor": encode_cursor(page.following) if page.following is not None else None}
+
+
+def items_answer(rows: list[RawItem]) -> dict[str, list[dict[str, Any]]]:
+    """`{"items": [{seq, recorded_at, payload}]}`, each payload parsed from its stored JSON text."""
+    return {"items": [{"seq": seq, "recorded_at": at, "payload": json.loads(text)} for seq, at, text in rows]}

@@ -1,0 +1,131 @@
+"""The saved-memory operations, each once: remember, recall, search, context, forget, get, update, list.
+
+Every transport (MCP tools, REST routes, the console) calls these with a validated parameter model; bounds
+and defaults live in the models (server.memories.params), the settings-dependent ones (the search threshold,
+content limit) here. Blocking work runs in worker threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import anyio
+
+from server.auth.principal import Principal
+from server.errors import NotFound, Unavailable
+from server.memories.params import (
+    ContextParams,
+    FilterParams,
+    ListMemoriesParams,
+    RecallParams,
+    ReferenceParams,
+    RememberParams,
+    SearchParams,
+    UpdateParams,
+)
+from server.memories.system import Memories
+from server.memories.validation import (
+    Filters,
+    decode_list_cursor,
+    encode_list_cursor,
+    filters,
+    plausible_reference,
+    read_scope,
+)
+from server.ranking import context
+from server.settings import Settings
+
+
+def filters_of(params: FilterParams) -> Filters:
+    return filters(project=params.project, team=params.team, bucket=params.bucket, type=params.type,
+                   tags=params.tags)
+
+
+class MemoryOperations:
+    def __init__(self, memories: Callable[[], Memories], settings: Settings, *,
+                 observe_remember: Callable[[bool], None] | None = None) -> None:
+        self._memories = memories  # raises unavailable while the model loads
+        self.settings = settings
+        self.observe = observe_remember
+
+    def loaded(self) -> Memories:
+        return self._memories()
+
+    async def remember(self, principal: Principal, params: RememberParams) -> dict[str, Any]:
+        memories = self._memories()
+        new = memories.writes.validate(**params.model_dump())
+        inserted = await anyio.to_thread.run_sync(memories.writes.remember, principal, new)
+        if self.observe is not None:
+            self.observe(inserted.created)
+        return {"reference": inserted.reference, "created": inserted.created}
+
+    async def recall(self, principal: Principal, params: RecallParams) -> list[dict[str, Any]]:
+        memories = self._memories()
+        scope = read_scope(principal, filters_of(params))
+        return await anyio.to_thread.run_sync(memories.retrieval.recall, scope, params.query, params.limit)
+
+    async def search(self, principal: Principal, params: SearchParams) -> list[dict[str, Any]]:
+        memories = self._memories()
+        scope = read_scope(principal, filters_of(params))
+        threshold = self.settings.search_min_score if params.min_score is None else float(params.min_score)
+        return await anyio.to_thread.run_sync(memories.retrieval.search, scope, params.query, params.limit,
+                                              threshold)
+
+    async def context(self, principal: Principal, params: ContextParams) -> dict[str, Any]:
+        """Ranked as recall, packed in rank order under max_items and max_tokens: the structured pack."""
+        memories = self._memories()
+        found = filters_of(params)
+        scope = read_scope(principal, found)
+
+        def build() -> dict[str, Any]:
+            hits = memories.retrieval.recall(scope, params.query, params.max_items)
+            packed = context.pack(hits, max_items=params.max_items, max_tokens=params.max_tokens,
+                                  tokens=memories.tokens)
+            plan = {"ranking": "recall", "candidates": len(hits), "filters": found.described()}
+            return context.structured(packed, tokens=memories.tokens, plan=plan)
+
+        return await anyio.to_thread.run_sync(build)
+
+    async def forget(self, principal: Principal, params: ReferenceParams) -> dict[str, Any]:
+        memories = self._memories()
+        await anyio.to_thread.run_sync(memories.writes.forget, principal, params.reference)
+        return {"reference": params.reference, "forgotten": True}
+
+    async def get(self, principal: Principal, params: ReferenceParams) -> dict[str, Any]:
+        memories = self._memories()
+        scope = read_scope(principal, Filters())
+        found = await anyio.to_thread.run_sync(
+            lambda: memories.storage.memories.get(scope, params.reference)
+            if plausible_reference(params.reference) else None)
+        if found is None:
+            raise NotFound(f"no memory with reference {params.reference!r}")
+        return found.fields()
+
+    async def update(self, principal: Principal, reference: str, params: UpdateParams) -> dict[str, Any]:
+        memories = self._memories()
+        updated = await anyio.to_thread.run_sync(memories.writes.update, principal, reference, params.changes())
+        return updated.fields()
+
+    async def list(self, principal: Principal, params: ListMemoriesParams) -> dict[str, Any]:
+        """A page of visible memories, newest first, and the cursor of the next page (or None)."""
+        memories = self._memories()
+        after = decode_list_cursor(params.cursor) if params.cursor is not None else None
+        scope = read_scope(principal, filters(project=params.project, team=params.team, bucket=params.bucket,
+                                              type=params.type, tags=params.tag))
+        if scope.empty:
+            return {"memories": [], "next_cursor": None}
+        provenance = {key: value for key, value in (("source", params.provenance_source),
+                                                    ("agent", params.provenance_agent),
+                                                    ("conversation_id", params.provenance_conversation_id))
+                      if value is not None}
+        page, following = await anyio.to_thread.run_sync(
+            lambda: memories.storage.memories.page(scope, location=params.location, provenance=provenance,
+                                                   limit=params.limit, after=after))
+        return {"memories": [m.fields() for m in page],
+                "next_cursor": encode_list_cursor(following) if following is not None else None}
+
+
+def unavailable_until_loaded(error: str | None) -> Unavailable:
+    if error:
+        return Unavailable(f"saved memories are unavailable: {error}")
+    return Unavailable("the embedding model is still loading; retry shortly")

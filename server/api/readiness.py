@@ -1,0 +1,38 @@
+"""GET /healthz (the process is up) and GET /readyz (every tool can be served right now)."""
+
+from __future__ import annotations
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from server.services import Services
+
+
+def readiness(services: Services) -> list[str]:
+    """Why the server cannot serve every tool right now (empty when ready). Blocking: run it in a thread.
+
+    The authority's own probe (see its `probe`); the model and the index are loaded; the index answers a
+    count and sees no problem with itself (an embedded index checks its files on disk)."""
+    reasons = services.storage.probe()
+    memories = services.memories
+    if memories is None:
+        return [*reasons, f"model/index: {services.memory_error or 'loading'}"]
+    try:
+        memories.index.count()
+    except Exception as exc:
+        return [*reasons, f"index: {exc}"]
+    return reasons + memories.index.problems()
+
+
+def probes(services: Services) -> tuple[object, object]:
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        reasons = await anyio.to_thread.run_sync(readiness, services)
+        if reasons:
+            return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    return healthz, readyz

@@ -1,0 +1,88 @@
+"""The conversation-log routes under /v1: each is one operation of server.api.operations.logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query
+from fastapi.responses import JSONResponse
+
+from server.api.operations.logs import LogOperations, items_answer
+from server.api.rest.errors import COMMON, documented
+from server.api.rest.params import AppendBody, ItemsQuery
+from server.api.rest.security import BasicCaller, valid_unicode
+from server.api.schemas import AppendResult, ConversationsResult, ItemsResult
+from server.errors import InvalidParameters
+from server.logs.params import (
+    REST_REPLAY_LIMIT,
+    AppendParams,
+    IdempotencyKey,
+    ListConversationsParams,
+    ReplayParams,
+    TailParams,
+)
+from server.logs.validation import CONVERSATION_ID
+
+PREFIX = "/v1"
+ConversationId = Annotated[str, Path(
+    pattern=CONVERSATION_ID.pattern, min_length=8, max_length=64,
+    description="8-64 characters of [A-Za-z0-9_-], minted by the client. An unknown one reads as empty.")]
+
+
+class ListQuery(ListConversationsParams):
+    model_config = ItemsQuery.model_config  # read from a query string
+
+
+def log_routes(ops: LogOperations) -> APIRouter:
+    router = APIRouter(prefix=PREFIX, tags=["conversation logs"], dependencies=[Depends(valid_unicode)])
+
+    @router.post("/conversations/{conversation_id}/items", status_code=201, response_model=AppendResult,
+                 responses={200: {"model": AppendResult, "description": "A retry with a known idempotency key: "
+                                  "the original acknowledgement, duplicate=true, nothing appended."},
+                            **documented(*COMMON, 404)},
+                 summary="Append to a conversation log (Basic only)")
+    async def append(
+        conversation_id: ConversationId,
+        principal: BasicCaller,
+        body: Annotated[AppendBody, Body()],
+        idempotency_header: Annotated[IdempotencyKey, Header(alias="Idempotency-Key", description=(
+            "Same as the body's idempotency_key (if both are given they must be equal)."))] = None,
+    ) -> JSONResponse:
+        """Append 1-1000 JSON objects as one all-or-nothing batch; the acknowledgement means durable. 201 when
+        appended; 200 with duplicate=true for a retry with an idempotency key already used on this
+        conversation. Same as the `append_memory` tool."""
+        key = body.idempotency_key
+        if idempotency_header is not None:
+            if key is not None and key != idempotency_header:
+                raise InvalidParameters("the Idempotency-Key header and the body's idempotency_key differ")
+            key = idempotency_header
+        params = AppendParams(conversation_id=conversation_id, items=body.items, idempotency_key=key)
+        ack = await ops.append(principal, params)
+        return JSONResponse(dict(ack), status_code=200 if ack["duplicate"] else 201)
+
+    @router.get("/conversations/{conversation_id}/items", response_model=ItemsResult,
+                responses=documented(*COMMON, 404), summary="Read a conversation log (Basic only)")
+    async def read_items(conversation_id: ConversationId, principal: BasicCaller,
+                         query: Annotated[ItemsQuery, Query()]) -> JSONResponse:
+        """Two modes. Replay (like `replay_memory`) when `offset` or `limit` is given: up to `limit` items
+        (default 100) from `offset` (default 0); page on with offset = last seq + 1 until a short page.
+        Tail (like `recall_memory`) otherwise: the last `count` items (default 50). `count` together with
+        `offset` or `limit` is invalid_parameters. Items are ascending by seq; an unknown conversation reads
+        as empty."""
+        if query.count is not None and (query.offset is not None or query.limit is not None):
+            raise InvalidParameters("give either count (tail) or offset/limit (replay), not both")
+        if query.offset is None and query.limit is None:
+            tail = TailParams.model_validate({"conversation_id": conversation_id, "count": query.count})
+            return JSONResponse(items_answer(await ops.tail(principal, tail)))
+        replay = ReplayParams.model_validate({
+            "conversation_id": conversation_id, "offset": query.offset,
+            "limit": REST_REPLAY_LIMIT if query.limit is None else query.limit})
+        return JSONResponse(items_answer(await ops.replay(principal, replay)))
+
+    @router.get("/conversations", response_model=ConversationsResult, responses=documented(*COMMON),
+                summary="List conversations (Basic only)")
+    async def list_conversations(principal: BasicCaller, query: Annotated[ListQuery, Query()]) -> JSONResponse:
+        """The site's conversations, newest activity first. Same as the `list_conversations` tool."""
+        return JSONResponse(dict(await ops.conversations(principal, query)))
+
+    return router

@@ -1,0 +1,85 @@
+"""Site and token administration (the CLI, the bootstrap credential, the stdio site)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from server.auth.principal import SCOPES
+from server.auth.secrets import check_site_name, hash_secret, new_secret, new_token, token_hash
+from server.errors import InvalidParameters, NotFound
+from server.storage.protocols import SiteStore
+from server.storage.records import SiteRecord, TokenRecord, now_rfc3339
+
+
+def create_site(sites: SiteStore, name: str, *, secret: str | None = None) -> str:
+    """Create a site; return its Basic secret (shown once). `secret`: a pre-set one (the bootstrap)."""
+    check_site_name(name)
+    secret = secret or new_secret()
+    sites.create_site(name, hash_secret(secret))
+    return secret
+
+
+def ensure_site(sites: SiteStore, name: str) -> tuple[int, str | None]:
+    """(site id, new secret or None if the site already existed, or was created meanwhile elsewhere)."""
+    existing = sites.site_id(name)
+    if existing is not None:
+        return existing, None
+    try:
+        secret = create_site(sites, name)
+    except InvalidParameters:
+        if sites.site_id(name) is None:
+            raise
+        return require_site(sites, name), None  # another process (a second replica) created it first
+    return require_site(sites, name), secret
+
+
+def rotate_site(sites: SiteStore, name: str) -> str:
+    secret = new_secret()
+    if not sites.set_secret(name, hash_secret(secret)):
+        raise NotFound(f"no site named {name!r}")
+    return secret
+
+
+def delete_site(sites: SiteStore, name: str) -> None:
+    if not sites.delete_site(name):
+        raise NotFound(f"no site named {name!r}")
+
+
+def list_sites(sites: SiteStore) -> list[SiteRecord]:
+    return sites.sites()
+
+
+def require_site(sites: SiteStore, name: str) -> int:
+    site_id = sites.site_id(name)
+    if site_id is None:
+        raise NotFound(f"no site named {name!r}")
+    return site_id
+
+
+def create_token(sites: SiteStore, site: str, *, scopes: Sequence[str], teams: Sequence[str] | None = None,
+                 projects: Sequence[str] | None = None, buckets: Sequence[str] | None = None) -> tuple[str, str]:
+    """Mint a Bearer token; return (id, token). The token is shown once and stored hashed."""
+    if not scopes:
+        raise InvalidParameters("a token needs at least one scope")
+    for scope in scopes:
+        if scope not in SCOPES:
+            raise InvalidParameters(f"unknown scope {scope!r}; known: {', '.join(SCOPES)}")
+    site_id = require_site(sites, site)
+    token_id, token = new_token()
+    sites.add_token(TokenRecord(id=token_id, site_id=site_id, site=site, scopes=tuple(sorted(set(scopes))),
+                                teams=_bound(teams), projects=_bound(projects), buckets=_bound(buckets),
+                                created_at=now_rfc3339(), revoked_at=None), token_hash(token))
+    return token_id, token
+
+
+def _bound(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    return tuple(sorted(set(values))) if values else None
+
+
+def list_tokens(sites: SiteStore, site: str) -> list[TokenRecord]:
+    return sites.tokens(require_site(sites, site))
+
+
+def revoke_token(sites: SiteStore, token_id: str) -> None:
+    if not sites.revoke_token(token_id):
+        raise NotFound(f"no active token with id {token_id!r}")

@@ -1,0 +1,104 @@
+"""Credentials -> Principal. Basic (one per site, full access) and Bearer tokens (scoped, bounded).
+
+Verified Basic credentials are cached by (site, stored hash, digest of the presented secret): a rotation or
+deletion changes or removes the stored hash, so CLI changes take effect on the next request. Every request
+still reads its site (or token), since the CLI changes credentials from another process.
+
+`authenticate_nowait` settles a credential verified before on the event loop (the store reads without
+waiting); whatever it cannot settle at once goes to `authenticate` in a thread, so failures (and their
+scrypt) never run on the loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import threading
+
+from server.auth.principal import Principal, site_principal
+from server.auth.secrets import TOKEN_PREFIX, dummy_hash, token_hash, verify_secret
+from server.errors import AppError, Unauthorized
+from server.storage.protocols import SiteStore
+from server.storage.records import WouldBlock
+
+VERIFIED_CACHE = 10_000
+
+
+class Authenticator:
+    def __init__(self, sites: SiteStore, *, nowait: bool = False) -> None:
+        self._sites = sites
+        self.nowait = nowait  # may authenticate_nowait read the store on the event loop (a server: yes)
+        self._verified: set[tuple[int, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def authenticate(self, header: str | None) -> Principal:
+        """Blocking (a store read, maybe one scrypt): call it from a worker thread."""
+        principal = self._authenticate(header, settle=True)
+        if principal is None:  # settle=True always decides; here for the type checker
+            raise Unauthorized("invalid credentials")
+        return principal
+
+    def authenticate_nowait(self, header: str | None) -> Principal | None:
+        """The Principal for a credential verified before, read without waiting for anything; None when that
+        cannot be decided at once (anything but a known good credential, a lock): ask `authenticate`."""
+        if not self.nowait:
+            return None
+        try:
+            return self._authenticate(header, settle=False)
+        except (AppError, WouldBlock):
+            return None
+
+    def _authenticate(self, header: str | None, *, settle: bool) -> Principal | None:
+        if not header:
+            raise Unauthorized("credentials required (Basic or Bearer)")
+        scheme, _, value = header.strip().partition(" ")
+        scheme, value = scheme.lower(), value.strip()
+        if scheme == "basic":
+            return self._basic(value, settle=settle)
+        if scheme == "bearer":
+            return self._bearer(value, settle=settle)
+        raise Unauthorized("unsupported authorization scheme; use Basic or Bearer")
+
+    def _basic(self, value: str, *, settle: bool) -> Principal | None:
+        """settle=False: decide only a credential verified before (no scrypt); else None."""
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise Unauthorized("malformed Basic credentials") from None
+        username, sep, secret = decoded.partition(":")
+        if not sep or not username or not secret:
+            raise Unauthorized("malformed Basic credentials")
+        credential = self._sites.credential(username, nowait=not settle)
+        if credential is None:
+            if not settle:
+                return None
+            # Spend the same time as a real check (one scrypt) so a timing probe cannot enumerate site names.
+            verify_secret(secret, dummy_hash())
+            raise Unauthorized("invalid credentials")
+        key = (credential.site_id, credential.secret_hash, hashlib.sha256(secret.encode()).hexdigest())
+        with self._lock:
+            known = key in self._verified
+        if not known:
+            if not settle:
+                return None
+            if not verify_secret(secret, credential.secret_hash):
+                raise Unauthorized("invalid credentials")
+            with self._lock:
+                if len(self._verified) > VERIFIED_CACHE:
+                    self._verified.clear()
+                self._verified.add(key)
+        return site_principal(credential.site_id, credential.name)
+
+    def _bearer(self, value: str, *, settle: bool) -> Principal:
+        if not value.startswith(TOKEN_PREFIX) or len(value) > 200:
+            raise Unauthorized("invalid token")
+        token = self._sites.token(token_hash(value), nowait=not settle)
+        if token is None or token.revoked_at:
+            raise Unauthorized("invalid or revoked token")
+        return Principal(site_id=token.site_id, site=token.site, kind="bearer", scopes=frozenset(token.scopes),
+                         teams=_bound(token.teams), projects=_bound(token.projects), buckets=_bound(token.buckets))
+
+
+def _bound(values: tuple[str, ...] | None) -> frozenset[str] | None:
+    return frozenset(values) if values else None

@@ -1,0 +1,137 @@
+"""Keeping the vector index in step with the authority: the outbox.
+
+The authority is written first (the memory with its embedding, not yet indexed), then the index, then the
+row is marked indexed. `sync()` repairs what a crash or an index outage left behind: it runs at start-up
+and in the background. The index records the model it was built with; another model means `reindex`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Sequence
+
+import numpy as np
+
+from embeddings.base import Embedder
+from server.index.base import IndexInfo, IndexPoint, IndexUnavailable, VectorIndex, batched
+from server.logging_setup import Throttle
+from server.ranking.fusion import document_text
+from server.storage.protocols import OutboxStore
+from server.storage.records import IndexRow
+
+log = logging.getLogger("memory_server.memories")
+
+SYNC_BATCH = 500
+
+
+class IndexMismatch(Exception):
+    """The index was built with another model; its vectors cannot be compared with this model's."""
+
+
+class Outbox:
+    def __init__(self, store: OutboxStore, index: VectorIndex, embedder: Embedder) -> None:
+        self.store = store
+        self.index = index
+        self.embedder = embedder
+        self._lock = threading.Lock()  # index writes from request threads and the repair loop
+        self._throttle = Throttle(log)
+
+    def expected(self) -> IndexInfo:
+        return IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension)
+
+    def check_model(self) -> None:
+        """Refuse an index built with another model; initialise a new one."""
+        info = self.index.info()
+        if info is None:
+            self.index.reset(self.expected())
+            self.store.mark_all_unindexed()
+            return
+        if info != self.expected():
+            expected = self.expected()
+            raise IndexMismatch(
+                f"the vector index was built with {info.model} ({info.dimension} dimensions) but the configured "
+                f"model is {expected.model} ({expected.dimension} dimensions); run `memory-server reindex` to "
+                "rebuild the index from SQLite with the configured model")
+
+    def index_ids(self, ids: Sequence[int]) -> None:
+        """Write committed rows to the index and mark them indexed; on failure they stay in the backlog."""
+        if not ids:
+            return
+        with self._lock:
+            # Rows are read under the lock: a row updated after this read is indexed again by its updater,
+            # after us, so the index never ends on an older state of a row than the authority holds.
+            rows = self.store.index_rows(ids)
+            points = [IndexPoint(id=row.id, vector=self._vector(row), payload=row.payload()) for row in rows]
+            try:
+                self.index.upsert(points)
+                # Marked indexed only once the index has it on disk: a point lost to a power cut after the
+                # mark would never be repaired.
+                self.index.flush()
+            except IndexUnavailable as exc:  # a full disk, an unreachable server: expected, said once a minute
+                self._throttle.log(logging.WARNING, "index write", "vector index write failed; %d memories stay "
+                                   "in the backlog: %s", len(points), exc)
+                return
+            except Exception:
+                self._throttle.log(logging.WARNING, "index write", "vector index write failed; %d memories stay "
+                                   "in the backlog", len(points), exc_info=True)
+                return
+        # Only rows still as they were read: one updated meanwhile stays in the backlog for its updater.
+        self.store.mark_indexed([(row.id, row.updated_at) for row in rows])
+
+    def _vector(self, row: IndexRow) -> np.ndarray:
+        if row.vector_model == self.embedder.name and row.vector is not None:
+            return row.vector
+        # Stored with another model: the authority's text is what counts, embed it again.
+        vector = self.embedder.embed_documents([document_text(row.content, row.occurred_at)])[0]
+        self.store.set_vector(row.id, vector, self.embedder.name)
+        return vector
+
+    def apply_deletions(self, ids: Sequence[int]) -> None:
+        try:
+            with self._lock:
+                self.index.delete(list(ids))
+        except Exception as exc:
+            self._throttle.log(logging.WARNING, "index delete", "vector index delete failed; %d deletions stay "
+                               "queued: %s", len(ids), exc, exc_info=not isinstance(exc, IndexUnavailable))
+            return
+        self.store.clear_deletions(ids)
+
+    def backlog(self) -> int:
+        return self.store.backlog()
+
+    def sync(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Apply queued deletions and index every unindexed row; return how many rows were indexed."""
+        for chunk in batched(self.store.deletions(), 1000):
+            self.apply_deletions(chunk)
+        done = 0
+        while True:
+            ids = self.store.unindexed(SYNC_BATCH)
+            if not ids:
+                return done
+            before = self.backlog()
+            self.index_ids(ids)
+            done += len(ids)
+            if progress:
+                progress(len(ids))
+            if self.backlog() >= before:  # the index refused: stop, the next sync retries
+                return done
+
+    def reconcile(self) -> int:
+        """Remove index points whose row is gone (e.g. a site deleted while the server was down)."""
+        orphans: list[int] = []
+        for chunk in batched(self.index.ids(), 1000):
+            present = self.store.present(chunk)
+            orphans += [i for i in chunk if i not in present]
+        for chunk in batched(orphans, 1000):
+            with self._lock:
+                self.index.delete(chunk)
+        return len(orphans)
+
+    def reindex(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild the index from the authority alone."""
+        with self._lock:
+            self.index.reset(self.expected())
+        self.store.clear_all_deletions()
+        self.store.mark_all_unindexed()
+        return self.sync(progress=progress)

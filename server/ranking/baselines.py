@@ -1,0 +1,24 @@
+"""Baseline rankings for comparison (MEMORY_RECALL_RANKING=dense|lexical): one side of the fusion alone."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from server.ranking.fusion import Candidate
+from server.ranking.lexical import BM25Corpus, analyze
+
+
+def rank_single(side: str, query: str, vector: np.ndarray, candidates: Sequence[Candidate], *,
+                limit: int) -> list[tuple[Candidate, float]]:
+    """Dense cosine alone, or BM25 alone."""
+    if not candidates:
+        return []
+    if side == "dense":
+        scores = np.stack([c.vector for c in candidates]) @ vector
+    else:
+        corpus = BM25Corpus([c.terms if c.terms is not None else analyze(c.text) for c in candidates])
+        scores = corpus.score(analyze(query))
+    order = np.argsort(-scores, kind="stable")[:limit]
+    return [(candidates[i], float(scores[i])) for i in order]

@@ -1,0 +1,32 @@
+"""The configured authority: SQLite in the data directory (the default); PostgreSQL with MEMORY_DATABASE_URL.
+
+Besides the stores, what admin commands need of the backend without opening it for writing: a read-only
+snapshot for export, and the online backup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from server.settings import Settings
+from server.storage.protocols import Snapshot, Storage
+
+
+def open_storage(settings: Settings, *, integrity_budget_s: float | None = None) -> Storage:
+    from server.storage.sqlite.storage import SqliteStorage
+
+    return SqliteStorage(settings.db_path, integrity_budget_s=integrity_budget_s)
+
+
+def open_snapshot(settings: Settings, *, site: str | None) -> Snapshot:
+    """A consistent read-only view for export (works while a server writes)."""
+    from server.storage.sqlite.snapshot import SqliteSnapshot
+
+    return SqliteSnapshot(settings.db_path, site=site)
+
+
+def live_paths(settings: Settings) -> dict[Path, str]:
+    """The files a running server writes, which no backup or export may replace."""
+    from server.storage.files import live_paths as sqlite_live_paths
+
+    return sqlite_live_paths(settings.db_path, settings.index_path)

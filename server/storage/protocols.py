@@ -1,0 +1,264 @@
+"""The storage seam: what the rest of the server asks of its authority, whatever the backend.
+
+Six narrow protocols, each implemented once per backend (`server.storage.sqlite` today): conversation logs,
+sites and tokens, saved memories, the outbox to the vector index, the reads recall ranks from, and the
+words query expansion uses. No SQL, connection or backend type appears in a signature.
+
+Writes that callers await (`LogStore.append`) are coroutines; everything else blocks and is called from a
+worker thread (the SQLite writer thread serialises writes; reads use per-thread connections).
+Failures are AppErrors (`unavailable` for a busy, full or damaged store) or the records' own exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from server.storage.health import StorageHealth
+from server.storage.records import (
+    AppendAck,
+    CandidateRow,
+    ConversationPage,
+    Document,
+    IndexRow,
+    Inserted,
+    Kept,
+    NewMemory,
+    RawItem,
+    Scope,
+    SiteCredential,
+    SiteRecord,
+    StoredMemory,
+    TokenRecord,
+    Words,
+)
+
+
+class LogStore(Protocol):
+    async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
+                     idempotency_key: str | None) -> AppendAck:
+        """Append one all-or-nothing batch; acknowledged once durable. A known key returns its first ack."""
+        ...
+
+    def tail(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
+        """The last `count` items, ascending."""
+        ...
+
+    def replay(self, site_id: int, conversation_id: str, offset: int, limit: int) -> list[RawItem]:
+        """Up to `limit` items from seq `offset`, ascending."""
+        ...
+
+    def conversations(self, site_id: int, limit: int, after: tuple[int, str] | None) -> ConversationPage:
+        """Conversations newest activity first, after the key of the previous page's last one."""
+        ...
+
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+        """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text."""
+        ...
+
+
+class SiteStore(Protocol):
+    def create_site(self, name: str, secret_hash: str) -> int:
+        """The new site's id; InvalidParameters if the name is taken."""
+        ...
+
+    def set_secret(self, name: str, secret_hash: str) -> bool:
+        """Replace a site's secret hash; False if there is no such site."""
+        ...
+
+    def site_id(self, name: str) -> int | None: ...
+
+    def sites(self) -> list[SiteRecord]: ...
+
+    def delete_site(self, name: str) -> bool:
+        """Delete a site with its tokens and every memory and log of it; False if there is no such site."""
+        ...
+
+    def credential(self, name: str, *, nowait: bool = False) -> SiteCredential | None:
+        """The site's secret hash for sign-in. nowait: answer only if it needs no waiting, else WouldBlock."""
+        ...
+
+    def add_token(self, token: TokenRecord, token_hash: str) -> None: ...
+
+    def tokens(self, site_id: int) -> list[TokenRecord]: ...
+
+    def revoke_token(self, token_id: str) -> bool:
+        """False if there is no such active token."""
+        ...
+
+    def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
+        """The token with this hash, for sign-in (revoked ones included: the caller refuses them)."""
+        ...
+
+
+class MemoryStore(Protocol):
+    """Saved memories: the write path and the reads REST and hits need."""
+
+    def find_duplicate(self, site_id: int, dedup_key: str) -> str | None:
+        """The reference of the site's memory with this content and filing, if any."""
+        ...
+
+    def decided(self, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
+        """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
+        ...
+
+    def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
+               words: Words) -> list[Inserted]:
+        """Insert a batch in one transaction with the site's new words; each decided again inside it."""
+        ...
+
+    def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
+               document: Document | None, words: Words) -> int | None:
+        """Replace a memory's attributes; its id, or None if it is gone. `based_on`: the attributes the
+        change did not set but was computed from (the merge, the kept embedding), as they were read; if the
+        memory no longer has them, StaleRow (the attributes the change sets are last-writer-wins).
+        `document` None keeps the stored vector and terms (the text did not change). InvalidParameters if it
+        would become identical to another memory."""
+        ...
+
+    def delete(self, scope: Scope, reference: str) -> int | None:
+        """Delete a visible memory (queued for removal from the index); its id, or None if not visible."""
+        ...
+
+    def get(self, scope: Scope, reference: str) -> StoredMemory | None: ...
+
+    def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
+             after: tuple[str, int] | None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Visible memories newest first (created_at, id), and the key after the page if there are more."""
+        ...
+
+    def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...
+
+    def count(self) -> int: ...
+
+
+class OutboxStore(Protocol):
+    """The memories the vector index does not have yet, and the deletions it has not applied."""
+
+    def backlog(self) -> int:
+        """Memories not yet indexed plus deletions not yet applied."""
+        ...
+
+    def unindexed(self, limit: int) -> list[int]: ...
+
+    def deletions(self) -> list[int]: ...
+
+    def index_rows(self, ids: Sequence[int]) -> list[IndexRow]: ...
+
+    def set_vector(self, row_id: int, vector: np.ndarray, model: str) -> None: ...
+
+    def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
+        """Mark rows indexed if they are still at the version that was written to the index."""
+        ...
+
+    def clear_deletions(self, ids: Sequence[int]) -> None: ...
+
+    def mark_all_unindexed(self) -> None: ...
+
+    def clear_all_deletions(self) -> None: ...
+
+    def present(self, ids: Sequence[int]) -> set[int]:
+        """Which of these ids still have a row."""
+        ...
+
+    def counts(self) -> tuple[int, int, int]:
+        """(indexed memories, unindexed memories, queued deletions)."""
+        ...
+
+
+class CandidateStore(Protocol):
+    """The reads recall ranks from."""
+
+    def visible_count(self, scope: Scope, up_to: int) -> int:
+        """How many memories the scope sees, counted up to `up_to` + 1 at most."""
+        ...
+
+    def load(self, scope: Scope, ids: Sequence[int] | None, model: str,
+             cached: Callable[[int, str], bool]) -> tuple[list[int], list[CandidateRow]]:
+        """The ids of the visible memories embedded with `model` (all of them, or of `ids`), in id order, and
+        the rows of those `cached(id, updated_at)` does not hold already: both of one state of the store."""
+        ...
+
+    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+        """How many memories (of every site) hold each analysed term."""
+        ...
+
+    def top_id(self) -> int:
+        """The highest memory id: a cheap measure of how much the corpus has grown."""
+        ...
+
+    def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
+        """Visible memories holding any of `terms`, best first by BM25."""
+        ...
+
+    def newest_with_terms(self, scope: Scope, terms: Sequence[str], *, every: bool, limit: int,
+                          examine: int, exclude: set[int]) -> list[int]:
+        """Visible memories holding every (or any) of `terms`, newest first, looking at no more than
+        `examine` matching memories of all sites."""
+        ...
+
+    def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
+        """Ids of the memories within `reach` seq of these in the same conversation (these included)."""
+        ...
+
+
+class WordStore(Protocol):
+    """Single-word vectors of each site's vocabulary (query expansion)."""
+
+    def all_words(self, model: str) -> Iterator[tuple[int, str, np.ndarray]]:
+        """(site id, word, vector) of every word embedded with `model`."""
+        ...
+
+    def backfill_mark(self, model: str) -> int:
+        """The id of the last memory whose words are stored for `model` (0: none)."""
+        ...
+
+    def texts_after(self, after_id: int, limit: int) -> list[tuple[int, int, str, str]]:
+        """(id, site id, content, occurred_at) of memories after `after_id`, in id order."""
+        ...
+
+    def save_backfill(self, words: Iterable[tuple[int, Words]], model: str, through_id: int) -> None:
+        """Store words per site and move the backfill mark, in one transaction."""
+        ...
+
+
+class Snapshot(Protocol):
+    """A consistent read-only view of the whole store (or one site), for export."""
+
+    counts: dict[str, int]  # memories, conversations, log_items
+
+    def memories(self) -> Iterator[dict[str, Any]]:
+        """Each memory's public fields with its site's name (`site`), in creation order."""
+        ...
+
+    def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
+        """(site, conversation_id, item) per item, each conversation in seq order."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Storage(Protocol):
+    """One authority: its stores, what it learned while serving, and its backend's own operations."""
+
+    logs: LogStore
+    sites: SiteStore
+    memories: MemoryStore
+    outbox: OutboxStore
+    candidates: CandidateStore
+    words: WordStore
+    health: StorageHealth
+    integrity_unchecked: bool  # start-up's bounded integrity check ran out of time
+
+    def check_integrity(self) -> str | None:
+        """Check the whole store; a message saying what is damaged, or None."""
+        ...
+
+    def snapshot(self, site: str | None) -> Snapshot: ...
+
+    def probe(self) -> list[str]:
+        """Why the store cannot serve right now (for /readyz); empty when it can. Blocking."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,294 @@
+"""What the stores take and give back: plain typed records, the same for every storage backend.
+
+Nothing here knows SQL. A `NewMemory` is a validated memory as it is written; a `Scope` says which memories
+a request may see; `StoredMemory` is a memory as read back; the log and credential records are what the
+log and site stores answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, TypedDict
+
+import numpy as np
+
+from server.index.base import Condition, IndexFilter
+
+# (seq, recorded_at, payload JSON text exactly as stored)
+RawItem = tuple[int, str, str]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+# --- conversation logs ------------------------------------------------------------------------------------
+
+
+class AppendAck(TypedDict):
+    conversation_id: str
+    first_seq: int
+    last_seq: int
+    count: int
+    recorded_at: str
+    duplicate: bool
+
+
+class ConversationSummary(TypedDict):
+    conversation_id: str
+    item_count: int
+    first_recorded_at: str
+    last_recorded_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationPage:
+    conversations: list[ConversationSummary]
+    following: tuple[int, str] | None  # (activity, conversation_id) after the last one, if there are more
+
+
+# --- sites and tokens -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SiteRecord:
+    id: int
+    name: str
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class SiteCredential:
+    site_id: int
+    name: str
+    secret_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: str
+    site_id: int
+    site: str
+    scopes: tuple[str, ...]
+    teams: tuple[str, ...] | None
+    projects: tuple[str, ...] | None
+    buckets: tuple[str, ...] | None
+    created_at: str
+    revoked_at: str | None
+
+
+# --- saved memories ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A validated memory, as `remember` (or a PATCH, after merging) writes it."""
+
+    content: str
+    type: str
+    location: str | None
+    project: str | None
+    team: str | None
+    bucket: str
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    provenance: dict[str, Any]
+    occurred_at: str
+
+    @property
+    def dedup_key(self) -> str:
+        # Identity of a memory for idempotent `remember`: its content and where it is filed.
+        raw = json.dumps(
+            [self.content, self.type, self.location, self.project, self.team, self.bucket], ensure_ascii=False
+        )
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    @property
+    def conversation_position(self) -> tuple[str | None, int | None]:
+        """The log entry it came from, when its provenance names one: (conversation_id, seq)."""
+        cid, seq = self.provenance.get("conversation_id"), self.provenance.get("seq")
+        if isinstance(cid, str) and isinstance(seq, int) and not isinstance(seq, bool):
+            return cid, seq
+        return None, None
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What an import keeps from its file instead of minting it: the reference and the timestamps."""
+
+    reference: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+CREATED, DUPLICATE, PRESENT, CONFLICT = "created", "duplicate", "present", "conflict"
+APPENDED = "appended"  # an imported log item that was new (PRESENT: the same item was there already)
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """The outcome of inserting one memory.
+
+    created: a new row (`row_id`); duplicate: the same content and filing exists as `reference`;
+    present: the kept reference already holds this memory; conflict: the kept reference holds another
+    memory (`detail` says which way), nothing is written.
+    """
+
+    row_id: int | None
+    reference: str
+    outcome: str
+    detail: str = ""
+
+    @property
+    def created(self) -> bool:
+        return self.outcome == CREATED
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """A site's words new to it, with their single-word vectors: saved with the memory that brought them."""
+
+    words: tuple[str, ...] = ()
+    vectors: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """What a memory is indexed as: its document text's vector (with the model that made it) and its
+    analysed terms (what lexical search matches)."""
+
+    vector: np.ndarray
+    model: str
+    terms: str  # the analysed terms, space-joined
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMemory:
+    """A memory as stored. `version` (its updated_at) changes with every write of the row."""
+
+    id: int
+    reference: str
+    site_id: int
+    content: str
+    type: str
+    location: str | None
+    project: str | None
+    team: str | None
+    bucket: str
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    provenance: dict[str, Any]
+    occurred_at: str
+    created_at: str
+    updated_at: str
+    vector_model: str | None = field(default=None, compare=False)
+    has_vector: bool = field(default=False, compare=False)
+
+    def hit_fields(self) -> dict[str, Any]:
+        """The public attributes, as a hit carries them (without score)."""
+        return {
+            "reference": self.reference, "type": self.type, "location": self.location, "content": self.content,
+            "project": self.project, "team": self.team, "bucket": self.bucket, "tags": list(self.tags),
+            "metadata": self.metadata, "provenance": self.provenance, "occurred_at": self.occurred_at,
+            "created_at": self.created_at,
+        }
+
+    def fields(self) -> dict[str, Any]:
+        """Every public attribute (a hit's fields plus updated_at)."""
+        return {**self.hit_fields(), "updated_at": self.updated_at}
+
+    def as_new(self) -> NewMemory:
+        """The attributes in the shape `remember` validates (for merging a PATCH)."""
+        return NewMemory(content=self.content, type=self.type, location=self.location, project=self.project,
+                         team=self.team, bucket=self.bucket, tags=self.tags, metadata=self.metadata,
+                         provenance=self.provenance, occurred_at=self.occurred_at)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What the vector index needs of a memory: its vector (if stored with `vector_model`) and payload."""
+
+    id: int
+    site_id: int
+    team: str | None
+    project: str | None
+    bucket: str
+    type: str
+    tags: tuple[str, ...]
+    vector: np.ndarray | None
+    vector_model: str | None
+    updated_at: str
+    content: str
+    occurred_at: str
+
+    def payload(self) -> dict[str, object]:
+        return {"site": str(self.site_id), "team": self.team or "", "project": self.project or "",
+                "bucket": self.bucket, "type": self.type, "tags": list(self.tags)}
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateRow:
+    """What recall ranks a memory by: its text, vector, analysed terms and conversation position."""
+
+    id: int
+    updated_at: str
+    content: str
+    occurred_at: str
+    conversation_id: str | None
+    seq: int | None
+    vector: np.ndarray
+    terms: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which memories a request may see: the site, the caller's bounds, and the request's own filters.
+
+    Each field other than `site_id` is a set of allowed values (None: any). `tags` means "has every tag".
+    """
+
+    site_id: int
+    teams: frozenset[str] | None = None
+    projects: frozenset[str] | None = None
+    buckets: frozenset[str] | None = None
+    types: frozenset[str] | None = None
+    tags: frozenset[str] = frozenset()
+
+    def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
+                 type: str | None = None, tags: Iterable[str] = ()) -> Scope:
+        return Scope(site_id=self.site_id, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
+                     buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
+                     tags=self.tags | frozenset(tags))
+
+    @property
+    def empty(self) -> bool:
+        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types))
+
+    def restrictions(self) -> list[tuple[str, frozenset[str]]]:
+        """(column, allowed values) for each bounded keyword column."""
+        return [(column, allowed) for column, allowed in (("team", self.teams), ("project", self.projects),
+                                                          ("bucket", self.buckets), ("type", self.types))
+                if allowed is not None]
+
+    def index_filter(self) -> IndexFilter:
+        conditions = [Condition("site", (str(self.site_id),))]
+        conditions += [Condition(column, tuple(sorted(allowed))) for column, allowed in self.restrictions()]
+        conditions += [Condition("tags", (tag,)) for tag in sorted(self.tags)]
+        return IndexFilter(tuple(conditions))
+
+
+def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:
+    if wanted is None:
+        return allowed
+    return frozenset({wanted}) if allowed is None else allowed & {wanted}
+
+
+class StaleRow(Exception):
+    """The row changed between reading it and the update's transaction; the caller retries."""
+
+
+class WouldBlock(Exception):
+    """A nowait read would have had to wait (a lock); ask again without nowait."""

@@ -1,0 +1,162 @@
+"""The reads recall ranks from, on SQLite: visible memories, their vectors and terms, and FTS5 prefetches.
+
+The analysed terms of each memory are an FTS5 column (`memories_fts`, tokenizer `unicode61`, the terms
+already stemmed by server.ranking.lexical), so FTS5 matching and the Python scorer see the same terms.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from server.storage.records import CandidateRow, Scope
+from server.storage.sqlite.scope import marks, scope_sql
+from server.storage.sqlite.writer import Readers
+
+# Recall's reader connections map up to this much of the database file instead of reading it a page at a
+# time: a full scan of a thousand memories reads ~2 MB of scattered rows, ~40% less CPU mapped (mapped
+# pages count in RSS once touched, as the OS page cache holds them anyway).
+READ_MMAP_BYTES = 256 * 1024 * 1024
+CHUNK = 500  # ids per IN (...) list
+
+
+def fts_phrase(term: str) -> str:
+    """An analysed term as an FTS5 string literal (terms are \\w+ runs, but quote them anyway)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+class SqliteCandidateStore:
+    def __init__(self, readers: Readers) -> None:
+        self._readers = readers
+        self._mapped = threading.local()  # the reader connection of this thread that maps the file
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = self._readers.get()
+        if getattr(self._mapped, "conn", None) is not conn:
+            conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
+            self._mapped.conn = conn
+        return conn
+
+    def visible_count(self, scope: Scope, up_to: int) -> int:
+        where, args = scope_sql(scope)
+        # Counted only up to the limit: a full count would walk every visible row of a large site.
+        return int(self._reader().execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", [*args, up_to + 1]
+        ).fetchone()[0])
+
+    def load(self, scope: Scope, ids: Sequence[int] | None, model: str,
+             cached: Callable[[int, str], bool]) -> tuple[list[int], list[CandidateRow]]:
+        """The visible memories embedded with `model` (all, or those of `ids`), in id order; and the rows of
+        those `cached(id, updated_at)` does not already hold. One read transaction: the ids and the rows are
+        of one state of the database."""
+        conn = self._reader()
+        where, args = scope_sql(scope)
+        source = "memories m"
+        if ids is not None:
+            # NOT INDEXED: the ids are looked up by rowid; otherwise the planner may walk the whole site
+            # through an index on site_id.
+            source = "memories m NOT INDEXED"
+            where += f" AND m.id IN ({marks(ids)})"
+            args += list(ids)
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: up to thousands of rows per recall
+        with _snapshot(conn):
+            visible = cursor.execute(
+                f"SELECT m.id, m.updated_at FROM {source} WHERE {where} AND m.vector_model = ?"
+                " AND m.vector IS NOT NULL ORDER BY m.id", [*args, model]).fetchall()
+            missing = [row_id for row_id, updated_at in visible if not cached(row_id, updated_at)]
+            rows = [row for start in range(0, len(missing), CHUNK)
+                    for row in _candidate_rows(cursor, missing[start:start + CHUNK])]
+        return [row_id for row_id, _ in visible], rows
+
+    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+        """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'
+        doclists, without scoring)."""
+        conn = self._reader()
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_fts_terms"
+                     " USING fts5vocab(main, 'memories_fts', 'row')")
+        found = conn.execute(f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({marks(terms)})",
+                             list(terms)).fetchall()
+        return {term: 0 for term in terms} | {row[0]: int(row[1]) for row in found}
+
+    def top_id(self) -> int:
+        return int(self._reader().execute("SELECT max(id) FROM memories").fetchone()[0] or 0)
+
+    def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
+        where, args = scope_sql(scope)
+        # CROSS JOIN keeps FTS5 the outer loop: driven from `memories`, the planner would run the MATCH once
+        # per visible row.
+        return [int(r[0]) for r in self._reader().execute(
+            "SELECT m.id FROM memories_fts f CROSS JOIN memories m ON m.id = f.rowid"
+            f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+            [" OR ".join(fts_phrase(t) for t in terms), *args, limit]).fetchall()]
+
+    def newest_with_terms(self, scope: Scope, terms: Sequence[str], *, every: bool, limit: int,
+                          examine: int, exclude: set[int]) -> list[int]:
+        """FTS5 yields rowids newest first (and stops when we do); the scope is checked a page at a time, so
+        the rows of other sites cannot make the walk long."""
+        conn = self._reader()
+        where, args = scope_sql(scope)
+        match = (" AND " if every else " OR ").join(fts_phrase(t) for t in terms)
+        cursor = conn.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+                              [match, examine])
+        found: list[int] = []
+        try:
+            while len(found) < limit:
+                fetched = cursor.fetchmany(CHUNK)
+                if not fetched:
+                    break
+                page = [int(r[0]) for r in fetched if r[0] not in exclude]
+                if not page:
+                    continue
+                visible = {int(r[0]) for r in conn.execute(
+                    f"SELECT m.id FROM memories m NOT INDEXED WHERE m.id IN ({marks(page)}) AND {where}",
+                    [*page, *args]).fetchall()}
+                found += [i for i in page if i in visible][: limit - len(found)]
+        finally:
+            cursor.close()
+        return found
+
+    def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
+        if not ids:
+            return set()
+        found = self._reader().execute(
+            "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
+            " AND n.conversation_id = m.conversation_id"
+            " AND n.conversation_seq BETWEEN m.conversation_seq - ? AND m.conversation_seq + ?"
+            f" WHERE m.id IN ({marks(ids)}) AND m.conversation_id IS NOT NULL",
+            [reach, reach, *ids]).fetchall()
+        return {int(r[0]) for r in found}
+
+
+def _candidate_rows(cursor: sqlite3.Cursor, ids: Sequence[int]) -> list[CandidateRow]:
+    # NOT INDEXED: looked up by rowid, never by walking an index of the site.
+    found = cursor.execute(
+        "SELECT m.id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq, m.vector"
+        f" FROM memories m NOT INDEXED WHERE m.id IN ({marks(ids)})", list(ids)).fetchall()
+    # A second query rather than a join: joining the FTS5 table re-opens its cursor for every row (about 5x
+    # slower than this rowid IN list).
+    terms: dict[int, str] = dict(cursor.execute(f"SELECT rowid, terms FROM memories_fts WHERE rowid IN ({marks(ids)})",
+                                                list(ids)).fetchall())
+    return [CandidateRow(id=row_id, updated_at=updated_at, content=content, occurred_at=occurred_at,
+                         conversation_id=conversation_id, seq=seq, vector=np.frombuffer(blob, dtype=np.float32),
+                         terms=terms[row_id].split())
+            for row_id, updated_at, content, occurred_at, conversation_id, seq, blob in found
+            if row_id in terms and blob is not None]
+
+
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction around several SELECTs (WAL: they all see the same commit)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")

@@ -1,0 +1,224 @@
+"""Saved memories on SQLite: rows, their FTS5 lexical index, and the words they bring.
+
+A memory is committed first, with its embedding and `indexed = 0` (the outbox, see outbox.py); the vector
+index is written after the commit. Deleting a row queues its id in `index_deletions` by trigger, so the
+index drops the point even if the process dies before it could.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from server.errors import InvalidParameters
+from server.storage.records import (
+    CONFLICT,
+    CREATED,
+    DUPLICATE,
+    PRESENT,
+    Document,
+    Inserted,
+    Kept,
+    NewMemory,
+    Scope,
+    StaleRow,
+    StoredMemory,
+    Words,
+    now_rfc3339,
+)
+from server.storage.sqlite.scope import marks, scope_sql
+from server.storage.sqlite.writer import Readers, Writer
+
+COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
+           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.vector_model,"
+           " m.vector IS NOT NULL AS has_vector")
+PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
+
+
+class SqliteMemoryStore:
+    def __init__(self, writer: Writer, readers: Readers) -> None:
+        self._writer = writer
+        self._readers = readers
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def find_duplicate(self, site_id: int, dedup_key: str) -> str | None:
+        return find_duplicate(self._readers.get(), site_id, dedup_key)
+
+    def decided(self, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
+        return decided(self._readers.get(), site_id, memory, kept)
+
+    def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
+               words: Words) -> list[Inserted]:
+        def insert_all(conn: sqlite3.Connection) -> list[Inserted]:
+            store_words(conn, site_id, words, batch[0][1].model if batch else "")
+            return [insert(conn, site_id, memory, document, kept) for memory, document, kept in batch]
+
+        return self._writer.run_sync(insert_all)
+
+    def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
+               document: Document | None, words: Words) -> int | None:
+        def write(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(f"SELECT {COLUMNS} FROM memories m WHERE m.site_id = ? AND m.reference = ?",
+                               (site_id, reference)).fetchone()
+            if row is None:
+                return None
+            now = stored(row)
+            if any(getattr(now, name) != value for name, value in based_on.items()):
+                raise StaleRow(reference)
+            row_id = now.id
+            clash = conn.execute("SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ? AND id != ?",
+                                 (site_id, memory.dedup_key, row_id)).fetchone()
+            if clash is not None:
+                raise InvalidParameters(
+                    f"memory {clash[0]} already has this content with the same type, location, project, team and "
+                    "bucket; forget one of them instead of making them identical")
+            conversation_id, seq = memory.conversation_position
+            assignments = ("content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
+                           " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
+                           " conversation_id = ?, conversation_seq = ?, indexed = 0")
+            values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq]
+            if document is not None:
+                assignments += ", vector = ?, vector_model = ?"
+                values += [_blob(document.vector), document.model]
+                conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?", (document.terms, row_id))
+                store_words(conn, site_id, words, document.model)
+            conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values, row_id))
+            return row_id
+
+        return self._writer.run_sync(write)
+
+    def delete(self, scope: Scope, reference: str) -> int | None:
+        def delete(conn: sqlite3.Connection) -> int | None:
+            where, args = scope_sql(scope)
+            found = conn.execute(f"SELECT m.id FROM memories m WHERE m.reference = ? AND {where}",
+                                 (reference, *args)).fetchone()
+            if found is None:
+                return None
+            conn.execute("DELETE FROM memories WHERE id = ?", (found[0],))
+            return int(found[0])
+
+        return self._writer.run_sync(delete)
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def get(self, scope: Scope, reference: str) -> StoredMemory | None:
+        where, args = scope_sql(scope)
+        row = self._readers.get().execute(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = ? AND {where}",
+                                          (reference, *args)).fetchone()
+        return stored(row) if row else None
+
+    def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
+             after: tuple[str, int] | None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Keyset pagination on (created_at, id): rows written while a client pages never shift a page, and
+        every row present throughout is returned exactly once."""
+        where, args = scope_sql(scope)
+        if location is not None:
+            where += " AND m.location = ?"
+            args.append(location)
+        for key in sorted(provenance):
+            if key not in PROVENANCE_FILTERS:
+                raise InvalidParameters(f"cannot filter on provenance.{key}")
+            where += f" AND json_extract(m.provenance, '$.{key}') = ?"
+            args.append(provenance[key])
+        if after is not None:
+            where += " AND (m.created_at < ? OR (m.created_at = ? AND m.id < ?))"
+            args += [after[0], after[0], after[1]]
+        found = self._readers.get().execute(
+            f"SELECT {COLUMNS} FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT ?",
+            (*args, limit + 1)).fetchall()
+        page = [stored(row) for row in found[:limit]]
+        following = (page[-1].created_at, page[-1].id) if len(found) > limit else None
+        return page, following
+
+    def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]:
+        if not ids:
+            return {}
+        rows = self._readers.get().execute(f"SELECT {COLUMNS} FROM memories m WHERE m.id IN ({marks(ids)})",
+                                           list(ids)).fetchall()
+        return {int(row["id"]): stored(row) for row in rows}
+
+    def count(self) -> int:
+        return int(self._readers.get().execute("SELECT count(*) FROM memories").fetchone()[0])
+
+
+def find_duplicate(conn: sqlite3.Connection, site_id: int, dedup_key: str) -> str | None:
+    row = conn.execute("SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ?",
+                       (site_id, dedup_key)).fetchone()
+    return row[0] if row else None
+
+
+def decided(conn: sqlite3.Connection, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
+    """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
+    if kept is not None and kept.reference is not None:
+        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = ?",
+                           (kept.reference,)).fetchone()
+        if row is not None:
+            if int(row[0]) != site_id:
+                return Inserted(None, kept.reference, CONFLICT,
+                                f"conflict: reference {kept.reference} belongs to a memory of another site")
+            if row[1] != memory.dedup_key:
+                return Inserted(None, kept.reference, CONFLICT,
+                                f"conflict: reference {kept.reference} already holds a memory with other content "
+                                "or filing (type, location, project, team, bucket)")
+            return Inserted(None, kept.reference, PRESENT)
+    existing = find_duplicate(conn, site_id, memory.dedup_key)
+    return Inserted(None, existing, DUPLICATE) if existing is not None else None
+
+
+def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: Document,
+           kept: Kept | None = None) -> Inserted:
+    """Insert inside the caller's write transaction, unless stored rows decide otherwise (see Inserted)."""
+    outcome = decided(conn, site_id, memory, kept)
+    if outcome is not None:
+        return outcome
+    kept = kept or Kept()
+    reference = kept.reference or f"mem_{uuid.uuid4().hex}"
+    created_at = kept.created_at or now_rfc3339()
+    conversation_id, seq = memory.conversation_position
+    cur = conn.execute(
+        "INSERT INTO memories (content, type, location, project, team, bucket, tags, metadata, provenance,"
+        " occurred_at, reference, site_id, created_at, updated_at, dedup_key, conversation_id,"
+        " conversation_seq, vector, vector_model, indexed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+        (*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
+         conversation_id, seq, _blob(document.vector), document.model),
+    )
+    row_id = int(cur.lastrowid or 0)
+    conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, document.terms))
+    conn.execute("DELETE FROM index_deletions WHERE id = ?", (row_id,))
+    return Inserted(row_id, reference, CREATED)
+
+
+def store_words(conn: sqlite3.Connection, site_id: int, words: Words, model: str) -> None:
+    """Write a site's new word vectors inside the caller's transaction (the one saving their memory)."""
+    if not words.words or words.vectors is None:
+        return
+    conn.executemany(
+        "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
+        [(site_id, w, model, _blob(v)) for w, v in zip(words.words, words.vectors)],
+    )
+
+
+def _attributes(memory: NewMemory) -> list[Any]:
+    """content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at."""
+    return [memory.content, memory.type, memory.location, memory.project, memory.team, memory.bucket,
+            json.dumps(list(memory.tags), ensure_ascii=False), json.dumps(memory.metadata, ensure_ascii=False),
+            json.dumps(memory.provenance, ensure_ascii=False), memory.occurred_at]
+
+
+def _blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def stored(row: sqlite3.Row) -> StoredMemory:
+    return StoredMemory(
+        id=int(row["id"]), reference=row["reference"], site_id=int(row["site_id"]), content=row["content"],
+        type=row["type"], location=row["location"], project=row["project"], team=row["team"],
+        bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
+        provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
+        updated_at=row["updated_at"], vector_model=row["vector_model"], has_vector=bool(row["has_vector"]),
+    )

@@ -1,0 +1,88 @@
+"""The outbox to the vector index, on SQLite: `memories.indexed` and the `index_deletions` queue."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Sequence
+
+import numpy as np
+
+from server.storage.records import IndexRow
+from server.storage.sqlite.scope import marks
+from server.storage.sqlite.writer import Readers, Writer
+
+CHUNK = 500  # ids per IN (...) list
+
+
+class SqliteOutboxStore:
+    def __init__(self, writer: Writer, readers: Readers) -> None:
+        self._writer = writer
+        self._readers = readers
+
+    def backlog(self) -> int:
+        conn = self._readers.get()
+        pending = conn.execute("SELECT count(*) FROM memories WHERE indexed = 0").fetchone()[0]
+        deletions = conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0]
+        return int(pending) + int(deletions)
+
+    def unindexed(self, limit: int) -> list[int]:
+        return [int(r[0]) for r in self._readers.get().execute(
+            "SELECT id FROM memories WHERE indexed = 0 ORDER BY id LIMIT ?", (limit,)).fetchall()]
+
+    def deletions(self) -> list[int]:
+        return [int(r[0]) for r in self._readers.get().execute("SELECT id FROM index_deletions").fetchall()]
+
+    def index_rows(self, ids: Sequence[int]) -> list[IndexRow]:
+        conn = self._readers.get()
+        found: list[IndexRow] = []
+        for start in range(0, len(ids), CHUNK):
+            chunk = list(ids[start:start + CHUNK])
+            found += [_index_row(row) for row in conn.execute(
+                "SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at, content,"
+                f" occurred_at FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()]
+        return found
+
+    def set_vector(self, row_id: int, vector: np.ndarray, model: str) -> None:
+        self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE memories SET vector = ?, vector_model = ? WHERE id = ?",
+            (np.asarray(vector, dtype=np.float32).tobytes(), model, row_id)))
+
+    def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
+        self._writer.run_sync(lambda conn: conn.executemany(
+            "UPDATE memories SET indexed = 1 WHERE id = ? AND updated_at = ?", list(versions)))
+
+    def clear_deletions(self, ids: Sequence[int]) -> None:
+        self._writer.run_sync(lambda conn: conn.executemany(
+            "DELETE FROM index_deletions WHERE id = ?", [(i,) for i in ids]))
+
+    def mark_all_unindexed(self) -> None:
+        self._writer.run_sync(lambda conn: conn.execute("UPDATE memories SET indexed = 0 WHERE indexed = 1"))
+
+    def clear_all_deletions(self) -> None:
+        self._writer.run_sync(lambda conn: conn.execute("DELETE FROM index_deletions"))
+
+    def present(self, ids: Sequence[int]) -> set[int]:
+        conn = self._readers.get()
+        found: set[int] = set()
+        for start in range(0, len(ids), CHUNK):
+            chunk = list(ids[start:start + CHUNK])
+            found |= {int(r[0]) for r in conn.execute(
+                f"SELECT id FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()}
+        return found
+
+    def counts(self) -> tuple[int, int, int]:
+        conn = self._readers.get()
+        indexed, pending = conn.execute(
+            "SELECT coalesce(sum(indexed = 1), 0), coalesce(sum(indexed = 0), 0) FROM memories").fetchone()
+        deletions = conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0]
+        return int(indexed), int(pending), int(deletions)
+
+
+def _index_row(row: sqlite3.Row) -> IndexRow:
+    blob = row["vector"]
+    return IndexRow(id=int(row["id"]), site_id=int(row["site_id"]), team=row["team"], project=row["project"],
+                    bucket=row["bucket"], type=row["type"], tags=tuple(json.loads(row["tags"])),
+                    vector=np.frombuffer(blob, dtype=np.float32) if blob is not None else None,
+                    vector_model=row["vector_model"], updated_at=row["updated_at"], content=row["content"],
+                    occurred_at=row["occurred_at"])

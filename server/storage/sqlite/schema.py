@@ -1,0 +1,140 @@
+"""The SQLite schema, as numbered steps applied in order (tracked in `PRAGMA user_version`)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Tables holding a site's data, emptied when the site is deleted.
+SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memories", "memory_words"]
+
+SCHEMA = [
+    # 1: sites, tokens, conversation logs
+    """
+    CREATE TABLE sites (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a recreated name gets a fresh tenant
+        name TEXT NOT NULL UNIQUE,
+        secret_hash TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        site_id INTEGER NOT NULL REFERENCES sites(id) ON DELETE CASCADE,
+        token_hash TEXT NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        teams TEXT,
+        projects TEXT,
+        buckets TEXT,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+    );
+    CREATE TABLE conversations (
+        site_id INTEGER NOT NULL,
+        conversation_id TEXT NOT NULL,
+        item_count INTEGER NOT NULL,
+        first_recorded_at TEXT NOT NULL,
+        last_recorded_at TEXT NOT NULL,
+        last_activity_us INTEGER NOT NULL,
+        PRIMARY KEY (site_id, conversation_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX conversations_by_activity
+        ON conversations (site_id, last_activity_us DESC, conversation_id DESC);
+    CREATE TABLE log_items (
+        site_id INTEGER NOT NULL,
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY (site_id, conversation_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE append_keys (
+        site_id INTEGER NOT NULL,
+        conversation_id TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        recorded_at TEXT NOT NULL,
+        PRIMARY KEY (site_id, conversation_id, idempotency_key)
+    ) WITHOUT ROWID;
+    """,
+    # 2: saved memories, their lexical index, and the outbox of index deletions
+    """
+    CREATE TABLE memories (
+        id INTEGER PRIMARY KEY,                -- the point id in the vector index
+        reference TEXT NOT NULL UNIQUE,
+        site_id INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        type TEXT NOT NULL,
+        location TEXT,
+        project TEXT,
+        team TEXT,
+        bucket TEXT NOT NULL,
+        tags TEXT NOT NULL,                    -- JSON list
+        metadata TEXT NOT NULL,                -- JSON object
+        provenance TEXT NOT NULL,              -- JSON object
+        occurred_at TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        dedup_key TEXT NOT NULL,
+        conversation_id TEXT,                  -- from provenance: neighbours give context when ranking
+        conversation_seq INTEGER,
+        vector BLOB,                           -- float32 embedding of the document text
+        vector_model TEXT,
+        indexed INTEGER NOT NULL DEFAULT 0,    -- the outbox: 0 until the vector index has the point
+        UNIQUE (site_id, dedup_key)
+    );
+    CREATE INDEX memories_unindexed ON memories (id) WHERE indexed = 0;
+    CREATE INDEX memories_by_bucket ON memories (site_id, bucket);
+    CREATE INDEX memories_by_conversation ON memories (site_id, conversation_id, conversation_seq);
+    CREATE VIRTUAL TABLE memories_fts USING fts5 (terms, tokenize = 'unicode61 remove_diacritics 2');
+    CREATE TABLE index_deletions (id INTEGER PRIMARY KEY);  -- forgotten rows the index may still hold
+    CREATE TRIGGER memories_deleted AFTER DELETE ON memories BEGIN
+        DELETE FROM memories_fts WHERE rowid = old.id;
+        INSERT OR IGNORE INTO index_deletions (id) VALUES (old.id);
+    END;
+    """,
+    # 3: single-word embeddings of each site's vocabulary, for query expansion (server/vocabulary.py)
+    """
+    CREATE TABLE memory_words (
+        site_id INTEGER NOT NULL,
+        word TEXT NOT NULL,
+        model TEXT NOT NULL,                   -- vectors of another model are ignored and re-embedded
+        vector BLOB NOT NULL,                  -- float32 embedding of the word alone
+        PRIMARY KEY (site_id, word)
+    ) WITHOUT ROWID;
+    CREATE TABLE memory_words_backfill (       -- one row: memories up to through_id have words from model
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        model TEXT NOT NULL,
+        through_id INTEGER NOT NULL
+    );
+    """,
+]
+
+
+def migrate(conn: sqlite3.Connection, extra: list[str] | None = None) -> None:
+    """Apply schema steps not yet applied (tracked in `PRAGMA user_version`), each in one transaction."""
+    steps = SCHEMA + (extra or [])
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number, script in enumerate(steps[version:], start=version + 1):
+            for statement in _statements(script):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT our transaction; split on complete statements instead.
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements

@@ -1,0 +1,24 @@
+"""A Scope as an SQL condition on the memories table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.storage.records import Scope
+
+
+def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[Any]]:
+    clauses, args = [f"{alias}.site_id = ?"], [scope.site_id]
+    for column, allowed in scope.restrictions():
+        values = sorted(allowed)
+        clauses.append(f"{alias}.{column} IN ({','.join('?' * len(values))})")
+        args += values
+    for tag in sorted(scope.tags):
+        clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE value = ?)")
+        args.append(tag)
+    return " AND ".join(clauses), args
+
+
+def marks(values: object) -> str:
+    """`?,?,?` for a sized collection of bound values."""
+    return ",".join("?" * len(values))  # type: ignore[arg-type]

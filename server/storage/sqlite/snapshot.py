@@ -1,0 +1,78 @@
+"""A consistent read-only view of the whole database (or one site), for export.
+
+The snapshot is fixed by the first read inside BEGIN (WAL: writers go on, the snapshot keeps seeing the
+database as it was). Memories come in creation order; then each conversation's items in seq order,
+conversations in order of last activity, so that listing them after an import orders them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from server.errors import NotFound
+from server.storage.records import RawItem
+from server.storage.sqlite.connection import connect
+
+
+class SqliteSnapshot:
+    def __init__(self, db_path: Path, *, site: str | None = None) -> None:
+        if not db_path.is_file():
+            raise NotFound(f"no database at {db_path}: is --data-dir right?")
+        self._conn = connect(db_path, readonly=True)
+        try:
+            self._conn.execute("BEGIN")
+            self._site_id: int | None = None
+            if site is not None:
+                row = self._conn.execute("SELECT id FROM sites WHERE name = ?", (site,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no site named {site!r}")
+                self._site_id = int(row[0])
+            self.counts = {name: self._count(name) for name in ("memories", "conversations", "log_items")}
+        except BaseException:
+            self.close()
+            raise
+
+    def _where(self, alias: str) -> tuple[str, tuple[Any, ...]]:
+        if self._site_id is None:
+            return "", ()
+        return f" WHERE {alias}.site_id = ?", (self._site_id,)
+
+    def _count(self, table: str) -> int:
+        where, args = self._where("t")
+        return int(self._conn.execute(f"SELECT count(*) FROM {table} t{where}", args).fetchone()[0])
+
+    def memories(self) -> Iterator[dict[str, Any]]:
+        """Each memory's public fields and its site's name, in creation order."""
+        where, args = self._where("m")
+        for row in self._conn.execute(
+            "SELECT s.name AS site, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket,"
+            " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at"
+            f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id", args,
+        ):
+            record = dict(row)
+            for name in ("tags", "metadata", "provenance"):
+                record[name] = json.loads(row[name])
+            yield record
+
+    def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
+        """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""
+        where, args = self._where("c")
+        conversations = self._conn.execute(
+            "SELECT c.site_id, s.name, c.conversation_id FROM conversations c JOIN sites s ON s.id = c.site_id"
+            f"{where} ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args,
+        ).fetchall()
+        for site_id, site, conversation_id in conversations:
+            for seq, recorded_at, payload in self._conn.execute(
+                "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND conversation_id = ?"
+                " ORDER BY seq", (site_id, conversation_id),
+            ):
+                yield site, conversation_id, (seq, recorded_at, payload)
+
+    def close(self) -> None:
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        finally:
+            self._conn.close()

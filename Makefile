@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export FASTMCP_SHOW_SERVER_BANNER := false
 
-.PHONY: install models ts-clients run test bench bench-quality bench-perf bench-client clean
+.PHONY: install models ts-clients run lint test bench bench-quality bench-perf bench-client clean
 
 install: $(INSTALLED)
 
@@ -47,7 +47,12 @@ $(TS_INSTALLED): $(TS_HARNESS)/package.json $(TS_HARNESS)/package-lock.json
 run: install models
 	$(BIN)/memory-server serve
 
-test: install models ts-clients
+# Types and style first: mypy --strict on server/ and embeddings/, ruff everywhere (pyproject.toml).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: install lint models ts-clients
 	$(BIN)/python -m pytest
 
 bench: bench-quality bench-perf bench-client

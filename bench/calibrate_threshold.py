@@ -23,10 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from bench.locomo import DEFAULT_DATA, load  # noqa: E402
 from embeddings.factory import load_embedder, resolve_model_dir  # noqa: E402
 from server.ranking.fusion import document_text  # noqa: E402
 from server.services import PROJECT_ROOT  # noqa: E402
+
+from bench.locomo import DEFAULT_DATA, load  # noqa: E402
 
 THRESHOLDS = [round(t, 2) for t in np.arange(0.20, 0.71, 0.05)]
 
@@ -46,7 +47,7 @@ def main() -> None:
     evidence, same, other = [], [], []
     for qi, q in enumerate(questions):
         in_bucket = buckets == q["bucket"]
-        is_evidence = np.array([b and d in q["evidence"] for b, d in zip(in_bucket, dia)])
+        is_evidence = np.array([b and d in q["evidence"] for b, d in zip(in_bucket, dia, strict=False)])
         evidence.append(scores[qi][is_evidence])
         same.append(scores[qi][in_bucket & ~is_evidence])
         other.append(scores[qi][~in_bucket])
@@ -65,7 +66,8 @@ def main() -> None:
     report = {"pairs": {"evidence": len(ev), "same_conversation": len(sm), "unrelated": len(ot)},
               "thresholds": rows}
     print(json.dumps(report, indent=2))
-    print(f"\n{'min_score':>9} {'evidence':>9} {'same conv':>10} {'unrelated':>10} {'precision':>10} {'q w/ unrel':>11}")
+    print(f"\n{'min_score':>9} {'evidence':>9} {'same conv':>10} {'unrelated':>10} {'precision':>10} "
+          f"{'q w/ unrel':>11}")
     for r in rows:
         print(f"{r['min_score']:>9.2f} {r['evidence_pass']:>9.3f} {r['same_conversation_pass']:>10.4f}"
               f" {r['unrelated_pass']:>10.5f} {str(r['precision_in_conversation']):>10} "

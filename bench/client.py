@@ -21,16 +21,18 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "client")]
 
 import httpx  # noqa: E402
 
-from bench.perf import Server, socket_port  # noqa: E402
 from memory_client import Client, Recorder  # noqa: E402
+
+from bench.perf import Server, socket_port  # noqa: E402
 
 
 def item(i: int) -> dict[str, Any]:
@@ -125,9 +127,10 @@ def throughput(server: Server, tmp: Path, n: int, batches: list[int], runs: int)
         results: dict[str, list[float]] = {"baseline_plain_appends": [], "recorder_memory": [],
                                            "recorder_spool": []}
         runners: dict[str, Callable[[str], float]] = {
-            "baseline_plain_appends": lambda cid: baseline_run(server, cid, items, batch),
-            "recorder_memory": lambda cid: recorder_run(server, tmp, cid, items, batch, None),
-            "recorder_spool": lambda cid: recorder_run(server, tmp, cid, items, batch, tmp / f"{cid}.db"),
+            "baseline_plain_appends": lambda cid, batch=batch: baseline_run(server, cid, items, batch),
+            "recorder_memory": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch, None),
+            "recorder_spool": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch,
+                                                                    tmp / f"{cid}.db"),
         }
         for _ in range(runs):  # interleaved, so drift on a shared machine hits all three alike
             for name, run in runners.items():

@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,7 +40,7 @@ MODES = ("dense", "lexical", "production")
 
 def session_time(text: str) -> str:
     """'1:56 pm on 8 May, 2023' -> '2023-05-08T13:56:00Z'."""
-    parsed = datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
+    parsed = datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
     return parsed.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

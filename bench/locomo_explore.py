@@ -13,8 +13,6 @@ figures for the tuned variants, and per-query latency of each ranking vs the den
 from __future__ import annotations
 
 import argparse
-import hashlib
-import itertools
 import json
 import os
 import re
@@ -22,7 +20,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,7 +63,7 @@ class Question:
 
 def parse_session_date(s: str) -> str:
     """'1:56 pm on 8 May, 2023' -> '2023-05-08T13:56:00Z'."""
-    dt = datetime.strptime(s.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
+    dt = datetime.strptime(s.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -127,7 +125,7 @@ class EmbedCache:
         self.vecs: dict[str, np.ndarray] = {}
         if self.path.exists():
             z = np.load(self.path, allow_pickle=False)
-            for t, v in zip(z["texts"], z["vecs"]):
+            for t, v in zip(z["texts"], z["vecs"], strict=False):
                 self.vecs[str(t)] = v
 
     def __call__(self, texts: list[str]) -> np.ndarray:
@@ -135,7 +133,7 @@ class EmbedCache:
         if missing:
             print(f"  embedding {len(missing)} texts ...", file=sys.stderr, flush=True)
             v = model().encode(missing, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-            for t, x in zip(missing, v.astype(np.float32)):
+            for t, x in zip(missing, v.astype(np.float32), strict=False):
                 self.vecs[t] = x
             self.save()
         return np.stack([self.vecs[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
@@ -309,7 +307,7 @@ def blend(S: np.ndarray, weights: dict[int, float]) -> np.ndarray:
 
 
 def lex_ctx(
-    ex: "Explorer", c: str, weights: dict[int, float], k1: float, b: float, how: str = "date_prefix",
+    ex: Explorer, c: str, weights: dict[int, float], k1: float, b: float, how: str = "date_prefix",
     delta: float = 0.0, bigram: bool = False,
 ):
     """BM25 over documents = own terms + neighbour terms at weights[offset] (lexical.term_weights).
@@ -726,7 +724,7 @@ def run_round2(ex: Explorer) -> None:
             dw = np.exp(P[qi, top] - P[qi, top].max())
             dw /= dw.sum()
             acc: Counter = Counter()
-            for d, w in zip(top, dw):
+            for d, w in zip(top, dw, strict=False):
                 for t, tf in Counter(docs[d]).items():
                     acc[t] += w * tf / max(1, len(docs[d]))
             exp = sorted(((t, v * corpus.idf(t)) for t, v in acc.items()), key=lambda x: -x[1])[:m]
@@ -897,7 +895,7 @@ def run_round3(ex: Explorer) -> None:
     R = retrieval
     words = sorted({w for ts in b.convs.values() for t in ts for w in expansion.vocabulary_words(render(t, "production"))}
                    | {w for qs in b.by_conv.values() for q in qs for w in expansion.vocabulary_words(q.text)})
-    vectors = dict(zip(words, b.embed(words)))  # each word embedded alone, as the server does
+    vectors = dict(zip(words, b.embed(words), strict=False))  # each word embedded alone, as the server does
     lengths = {c: zscore(np.log1p(doc_lengths(ex, c))[None, :]) for c in b.by_conv}
     bigram = {c: lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production", R.BM25_DELTA, bigram=True)
               for c in b.by_conv}

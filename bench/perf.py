@@ -25,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -174,8 +175,8 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
             out["append_ack"] = {}
             for size in (1, 10, 100):
                 payload = batch(size, size)
-                samples = await timed(200, lambda i: call("append_memory", conversation_id=f"ack-{size:04d}-xx",
-                                                          items=payload))
+                samples = await timed(200, lambda i, size=size, payload=payload: call(
+                    "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload))
                 out["append_ack"][f"batch_{size}"] = summary(samples)
             out["append_throughput"] = {}
             # CPU seconds per request, server and this client: steadier than items/s on a shared machine,
@@ -252,7 +253,7 @@ class RawConnection:
                      "content-type: application/json\r\naccept: application/json, text/event-stream\r\n")
 
     @classmethod
-    async def open(cls, server: Server) -> "RawConnection":
+    async def open(cls, server: Server) -> RawConnection:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         return cls(server, reader, writer)
 
@@ -408,7 +409,8 @@ async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) ->
     finally:
         services.close()
     return {"one_at_a_time": {**summary(samples), "per_s": round(single / sum(samples), 1)},
-            "bulk_import": {"memories": bulk, "seconds": round(bulk_seconds, 1), "per_s": round(bulk / bulk_seconds, 1)}}
+            "bulk_import": {"memories": bulk, "seconds": round(bulk_seconds, 1),
+                            "per_s": round(bulk / bulk_seconds, 1)}}
 
 
 async def bench_search(tmp: Path, embedder: Any, size: int) -> dict[str, Any]:
@@ -488,7 +490,8 @@ def table(report: dict[str, Any]) -> str:
     logs = report.get("logs")
     if logs:
         for name, s in logs["append_ack"].items():
-            lines.append(f"append ack, {name:<12} p50 {s['p50_ms']:>7} ms  p95 {s['p95_ms']:>7} ms  p99 {s['p99_ms']:>7} ms")
+            lines.append(f"append ack, {name:<12} p50 {s['p50_ms']:>7} ms  p95 {s['p95_ms']:>7} ms  "
+                         f"p99 {s['p99_ms']:>7} ms")
         for name, v in logs["append_throughput"].items():
             lines.append(f"append throughput, {name:<24} {v:>9} items/s")
         r = logs["reads"]
@@ -497,7 +500,8 @@ def table(report: dict[str, Any]) -> str:
                      f"  (raw sqlite {r['baseline_raw_sqlite_1000']['items_per_s']} items/s)")
     rem = report.get("remember")
     if rem:
-        lines.append(f"remember one at a time: p50 {rem['one_at_a_time']['p50_ms']} ms, {rem['one_at_a_time']['per_s']}/s;"
+        one = rem["one_at_a_time"]
+        lines.append(f"remember one at a time: p50 {one['p50_ms']} ms, {one['per_s']}/s;"
                      f" bulk import {rem['bulk_import']['per_s']}/s ({rem['bulk_import']['memories']})")
     for size, s in report.get("search", {}).items():
         base = s["baseline_qdrant_local"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -15,8 +16,11 @@ class Embedder(Protocol):
     cosine similarity.
     """
 
-    name: str
-    dimension: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Return an array of shape (len(texts), dimension), dtype float32."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -96,7 +97,8 @@ class OnnxEmbedder:
             # Longest first, batched: rows of similar length pad little; `order` puts each row back.
             order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
             batches = [order[first : first + self._batch_size] for first in range(0, len(order), self._batch_size)]
-            for rows, batch_vectors in zip(batches, self._run_all([[encodings[i] for i in rows] for rows in batches])):
+            outputs = self._run_all([[encodings[i] for i in rows] for rows in batches])
+            for rows, batch_vectors in zip(batches, outputs, strict=True):
                 vectors[[start + i for i in rows]] = batch_vectors
         return vectors
 
@@ -139,7 +141,8 @@ class OnnxEmbedder:
         summed = np.einsum("bsd,bs->bd", hidden.astype(np.float32, copy=False), mask)
         mean = summed / np.clip(mask.sum(axis=1, keepdims=True), 1e-9, None)
         norms = np.linalg.norm(mean, axis=1, keepdims=True)
-        return (mean / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+        pooled: np.ndarray = (mean / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+        return pooled
 
 
 def _open_session(model_dir: Path, graph: Path, *, threads: int) -> onnxruntime.InferenceSession:

@@ -43,7 +43,7 @@ def export_onnx(model_dir: Path, *, opset: int = OPSET) -> Path:
     from transformers import AutoModel
     from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
     pipeline = read_pipeline(model_dir)
     tokenizer = Tokenizer.from_file(str(pipeline.transformer_dir / "tokenizer.json"))
     tokenizer.enable_truncation(max_length=pipeline.max_seq_length)

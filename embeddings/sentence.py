@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class SentenceEmbedder:
         # Process-wide: on 2 cores one thread is steadier under contention than two (see DESIGN.md).
         torch.set_num_threads(max(1, threads))
         # A "Loading weights" tqdm bar on stderr is noise in a server (and in stdio MCP logs).
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
         try:
             self._model: SentenceTransformer = SentenceTransformer(
                 str(model_dir), device="cpu", local_files_only=True
@@ -94,4 +95,6 @@ class SentenceEmbedder:
     @property
     def max_seq_length(self) -> int:
         """Tokens (including the two special tokens) the model reads; the rest of a text is ignored."""
-        return int(self._model.max_seq_length)
+        length = self._model.max_seq_length
+        assert length is not None  # the bundled pipeline sets it (sentence_bert_config.json)
+        return int(length)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from embeddings.base import Embedder
 from server.api.operations.logs import LogOperations

@@ -7,9 +7,10 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx2
 import pytest
@@ -75,7 +76,7 @@ class ThreadedServer:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> "ThreadedServer":
+    def __enter__(self) -> ThreadedServer:
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

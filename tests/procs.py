@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx2
 import pytest
@@ -81,7 +82,7 @@ class ServerProcess:
         self._preexec = preexec  # e.g. resource limits, applied in the child before exec
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         try:
@@ -137,7 +138,7 @@ class ServerProcess:
     def client(self, site: str, secret: str, **kwargs: Any) -> Client:
         return Client(self.url, auth=httpx2.BasicAuth(site, secret), **kwargs)
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

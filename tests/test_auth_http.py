@@ -10,17 +10,18 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 import httpx2
 import pytest
 from fastmcp import Client
 
+from server.auth.principal import READ, WRITE
+
 from conftest import LiveServer, admin, make_settings, serve
 from procs import parse_fields, run_cli
-from server.auth import admin as auth
-from server.auth.principal import READ, WRITE
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 LOG_TOOLS = ["append_memory", "recall_memory", "replay_memory", "list_conversations"]
@@ -185,7 +186,8 @@ async def test_bearer_token_on_log_tools_gets_unprocessable_parameters(
             assert result.is_error and text.startswith("unprocessable_parameters: "), text
             assert "Basic" in text
             assert result.structured_content is None  # an error result is its `code: message` text alone
-            assert text.split(": ", 1)[1] == "this operation requires the site's Basic authentication (conversation logs take no tokens)"
+            assert text.split(": ", 1)[1] == ("this operation requires the site's Basic authentication "
+                                              "(conversation logs take no tokens)")
     async with live.client() as basic:
         assert [i["payload"] for i in await items_of(basic, "conv-basic-02")] == [{"a": 1}]
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_settings
-from procs import parse_fields, run_cli, server_env
 from server.auth.authenticator import Authenticator
 from server.auth.principal import Principal
 from server.errors import Unauthorized
 from server.storage.factory import open_storage
 from server.storage.sqlite.connection import connect
+
+from conftest import make_settings
+from procs import parse_fields, run_cli, server_env
 
 
 def ok(*args: str, data_dir: Path) -> str:

@@ -9,8 +9,9 @@ import socket
 import tomllib
 from pathlib import Path
 
-from procs import ServerProcess, run_cli, server_env
 from server.version import __version__
+
+from procs import ServerProcess, run_cli, server_env
 
 
 def one_line_error(done: object, *, says: str) -> str:

@@ -15,14 +15,14 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
-
 from client_support import SilentListener, Site, create_site
-from conftest import free_port
+
 from memory_client import (
     UNSET,
     AsyncClient,
@@ -41,6 +41,8 @@ from memory_client import (
     Unavailable,
     UnprocessableParameters,
 )
+
+from conftest import free_port
 from procs import REPO_ROOT, ServerProcess
 
 CLIENT_DIR = REPO_ROOT / "client"

@@ -15,13 +15,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from client_support import FlakyProxy, Site, create_site
-from conftest import free_port
+
 from memory_client import (
     AsyncClient,
     Client,
@@ -30,7 +30,9 @@ from memory_client import (
     PayloadTooLarge,
     SpoolInUse,
 )
-from memory_client.recorder import split_bounds
+from memory_client.recorder import Recorder, split_bounds
+
+from conftest import free_port
 from procs import REPO_ROOT, ServerProcess, ServerProcesses, server_env, server_processes  # noqa: F401
 
 FLUSH = 120.0  # generous: a shared 2-core machine
@@ -391,7 +393,7 @@ def test_concurrent_recording_threads(tmp_path: Path, shared: tuple[ServerProces
             cid = f"recorder-threads-{'spool' if spool else 'mem'}"
             recorder = client.recorder(cid, spool=spool, max_batch_items=37)
 
-            def produce(writer: int) -> None:
+            def produce(writer: int, recorder: Recorder = recorder) -> None:
                 for n in range(250):
                     recorder.record({"writer": writer, "n": n})
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from fastmcp import Client
 
-from conftest import LiveServer, admin, make_settings
-from procs import read_all, REPO_ROOT, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
 from server.auth import admin as auth
 from server.storage.factory import open_storage
+
+from conftest import LiveServer, admin, make_settings
+from procs import REPO_ROOT, ServerProcesses, batch_payloads, check_log, read_all, server_processes  # noqa: F401
 
 CONVERSATION = "conv-contended-0001"
 
@@ -43,7 +44,7 @@ def assert_exactly_once(items: list[dict[str, Any]], acks: dict[tuple[int, int],
     assert set(batches) == set(acks)  # nothing unacknowledged, nothing lost
     ranges = sorted((a["first_seq"], a["last_seq"]) for a in acks.values())
     assert ranges[0][0] == 0 and ranges[-1][1] == len(items) - 1
-    assert all(prev[1] + 1 == nxt[0] for prev, nxt in zip(ranges, ranges[1:]))  # acks tile 0..N-1
+    assert all(prev[1] + 1 == nxt[0] for prev, nxt in zip(ranges, ranges[1:], strict=False))  # acks tile 0..N-1
 
 
 async def test_many_http_clients_one_conversation(live: LiveServer) -> None:

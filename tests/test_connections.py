@@ -7,8 +7,8 @@ from __future__ import annotations
 import resource
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx2
 import pytest
@@ -51,7 +51,7 @@ def closed_by_server(sock: socket.socket, within: float) -> float | None:
     try:
         while sock.recv(4096):
             pass
-    except socket.timeout:
+    except TimeoutError:
         return None
     except OSError:
         pass

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx2
 import pytest

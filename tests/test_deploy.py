@@ -19,8 +19,9 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import pytest
@@ -32,7 +33,9 @@ from server.auth.bootstrap import (
     BootstrapSettings,
     apply_bootstrap,
 )
+from server.errors import Unauthorized
 from server.services import open_services
+
 from tests.conftest import LiveServer, free_port, make_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -308,7 +311,7 @@ def test_bootstrap_never_overwrites_an_existing_site(services: Any, caplog: pyte
     outcome = apply_bootstrap(services.storage.sites, BootstrapSettings(secret="an-old-leaked-secret-0000"))
     assert outcome is not None and not outcome.created
     assert services.authenticator.authenticate(basic("default", rotated)).site == "default"
-    with pytest.raises(Exception):
+    with pytest.raises(Unauthorized):
         services.authenticator.authenticate(basic("default", "an-old-leaked-secret-0000"))
     assert "different secret" in caplog.text and "an-old-leaked-secret-0000" not in caplog.text
 
@@ -348,6 +351,7 @@ def test_bootstrap_refuses_bad_settings_without_echoing_the_secret(
 
 def test_serve_creates_the_preset_site_instead_of_printing_one(tmp_path: Path) -> None:
     import httpx2
+
     from procs import ServerProcess, server_env
 
     secret = "compose-preset-secret-0123456789"

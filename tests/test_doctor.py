@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from conftest import LiveServer, make_settings, serve
-from procs import REPO_ROOT, run_cli
 from server.admin.doctor import FAIL, OK, SKIP, Check, run_checks
 from server.index.base import IndexInfo
 from server.index.edge import EdgeIndex
 from server.storage.factory import open_storage
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.writer import transaction
+
+from conftest import LiveServer, make_settings, serve
+from procs import REPO_ROOT, run_cli
 
 
 def doctor(data_dir: Path) -> tuple[int, dict[str, str], str]:
@@ -87,7 +88,8 @@ def test_backlog_and_queued_deletions_are_reported_with_the_fix(healthy: Path, e
     settings = make_settings(healthy)
     conn = connect(settings.db_path)
     try:
-        transaction(conn, lambda c: c.execute("UPDATE memories SET indexed = 0 WHERE id = (SELECT min(id) FROM memories)"))
+        transaction(conn, lambda c: c.execute(
+            "UPDATE memories SET indexed = 0 WHERE id = (SELECT min(id) FROM memories)"))
         transaction(conn, lambda c: c.execute("INSERT INTO index_deletions (id) VALUES (987654)"))
     finally:
         conn.close()

@@ -16,9 +16,10 @@ from typing import Any
 
 from fastmcp import Client
 
-from conftest import admin, make_settings
-from procs import read_all, ServerProcess, ServerProcesses, batch_payloads, check_log, server_processes  # noqa: F401
 from server.auth import admin as auth
+
+from conftest import admin, make_settings
+from procs import ServerProcess, ServerProcesses, batch_payloads, check_log, read_all, server_processes  # noqa: F401
 
 SITE = "acme"
 WRITERS = 6

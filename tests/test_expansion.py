@@ -11,11 +11,11 @@ import pytest
 
 from server.auth import admin as auth
 from server.ranking.expansion import expansion_terms, vocabulary_words
-from server.ranking.lexical import analyze, bm25_scores
 from server.ranking.fusion import Candidate, document_text, rank
-from server.storage.records import Scope, Words
-from server.services import open_services
+from server.ranking.lexical import analyze, bm25_scores
 from server.ranking.vocabulary import WordVectors
+from server.services import open_services
+from server.storage.records import Scope, Words
 
 
 def unit(*xs: float) -> np.ndarray:

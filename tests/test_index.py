@@ -11,8 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -191,7 +191,8 @@ def test_upsert_overwrites_the_same_id(ready: VectorIndex) -> None:
     assert ready.count() == len(CORPUS)
     assert ids_of(ready, vec(1, 0, 0, 0), where(site="a", team="t9")) == [3]
     assert ids_of(ready, vec(1, 0, 0, 0), where(site="a", team="t1")) == [1]  # the old payload is gone
-    assert ready.search(vec(1, 0, 0, 0), where=where(site="a", team="t9"), limit=1)[0].score == pytest.approx(1.0, abs=1e-5)
+    [best] = ready.search(vec(1, 0, 0, 0), where=where(site="a", team="t9"), limit=1)
+    assert best.score == pytest.approx(1.0, abs=1e-5)
 
 
 def test_tuple_tags_are_accepted(ready: VectorIndex) -> None:
@@ -218,7 +219,8 @@ def test_reset_drops_points_and_can_change_dimension(ready: VectorIndex) -> None
 
 def test_optimize_keeps_points_and_writes_made_meanwhile(ready: VectorIndex) -> None:
     rng = np.random.default_rng(3)
-    ready.upsert([IndexPoint(id=100 + i, vector=rng.standard_normal(4), payload={"site": "bulk"}) for i in range(3_000)])
+    ready.upsert([IndexPoint(id=100 + i, vector=rng.standard_normal(4), payload={"site": "bulk"})
+                  for i in range(3_000)])
     errors: list[BaseException] = []
 
     def build() -> None:
@@ -305,7 +307,8 @@ ix = EdgeIndex(Path(sys.argv[1]))
 ix.reset(IndexInfo(model="test-model", dimension=4))
 rng = np.random.default_rng(1)
 ix.upsert([IndexPoint(id=i, vector=rng.standard_normal(4), payload={"site": "a"}) for i in range(1, 301)])
-ix.upsert([IndexPoint(id=1000, vector=np.array([0, 0, 1, 0], dtype=np.float32), payload={"site": "a", "tags": ["last"]})])
+ix.upsert([IndexPoint(id=1000, vector=np.array([0, 0, 1, 0], dtype=np.float32),
+                      payload={"site": "a", "tags": ["last"]})])
 if sys.argv[2] == "sigkill":
     os.kill(os.getpid(), signal.SIGKILL)
 os._exit(0)  # no close(), no flush(), no atexit

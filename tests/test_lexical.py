@@ -43,7 +43,7 @@ def test_bm25_zero_for_no_match_and_unknown_terms():
 
 
 def test_bm25_length_normalisation():
-    c = BM25Corpus([["paint"], ["paint"] + ["x%d" % i for i in range(20)]], b=0.75)
+    c = BM25Corpus([["paint"], ["paint"] + [f"x{i}" for i in range(20)]], b=0.75)
     s = c.score(["paint"])
     assert s[0] > s[1]
 
@@ -78,7 +78,7 @@ def test_bm25_scores_matches_corpus_with_context():
 def test_bm25_plus_delta_gives_matching_documents_a_floor():
     from server.ranking.lexical import bm25_scores
 
-    docs = [["paint"], ["paint"] + ["x%d" % i for i in range(40)], ["sunset"], ["lake"]]
+    docs = [["paint"], ["paint"] + [f"x{i}" for i in range(40)], ["sunset"], ["lake"]]
     plain = BM25Corpus(docs, b=1.0)
     plus = BM25Corpus(docs, b=1.0, delta=0.5)
     s0, s1 = plain.score(["paint"]), plus.score(["paint"])

@@ -14,18 +14,20 @@ import base64
 import json
 import re
 import sqlite3
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx2
 import pytest
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from conftest import ThreadedServer, admin, free_port, make_settings, wait_ready
+from server.api.app import create_app
 from server.auth import admin as auth
 from server.auth.principal import READ, WRITE
-from server.api.app import create_app
 from server.services import open_services
 from server.storage.factory import open_storage
+
+from conftest import ThreadedServer, admin, free_port, make_settings, wait_ready
 
 TIMESTAMP = re.compile(rb"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+Z")
 CONV = "conversation-fast-1"

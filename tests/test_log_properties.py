@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from fastmcp import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_settings, serve
 from server.api.app import build_mcp
 from server.services import open_services
+
+from conftest import make_settings, serve
 
 # JSON values as a client might send them: unicode keys and strings, big and small numbers, nesting.
 scalars = (

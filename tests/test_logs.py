@@ -12,17 +12,18 @@ import json
 import re
 import sqlite3
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import httpx2
 import pytest
 from fastmcp import Client
 
-from conftest import LiveServer, admin, make_settings, serve
-from server.auth import admin as auth
 from server.api.app import build_mcp
 from server.services import open_services
+
+from conftest import LiveServer, admin, make_settings, serve
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 KIB = 1024

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import fastmcp
 import httpx2
@@ -26,13 +27,14 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
-from procs import REPO_ROOT, server_env
-from server.auth import admin as auth
-from server.auth.principal import READ, WRITE
 from server.api.app import create_app
 from server.api.mcp.server import INSTRUCTIONS
+from server.auth import admin as auth
+from server.auth.principal import READ
 from server.version import __version__
+
+from conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
+from procs import REPO_ROOT, server_env
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 CONV = "conv-surface-0001"
@@ -322,7 +324,8 @@ def test_descriptions_say_when_to_use_each_tool(live: LiveServer) -> None:
               ("recall_context", "max_items", "1-50", "default 8"),
               ("recall_context", "max_tokens", "1-12000", "default 1500"),
               ("search_memory", "min_score", "0-1", f"default {live.settings.search_min_score}"),
-              ("append_memory", "items", "1-1000", "256 KiB"), ("append_memory", "idempotency_key", "1-128", "duplicate"),
+              ("append_memory", "items", "1-1000", "256 KiB"),
+              ("append_memory", "idempotency_key", "1-128", "duplicate"),
               ("remember", "content", "32 KiB", "payload_too_large"), ("forget", "reference", "remember", "mem_")]
     for tool, param, *words in bounds:
         text = params[tool][param]["description"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from qdrant_client import QdrantClient
 
 from server.index.qdrant import QdrantServerIndex
+
 from tests.conftest import LiveServer, serve
 
 
@@ -169,7 +171,8 @@ async def test_recall_context_budgets(mem: LiveServer, token_counter: Any) -> No
 
 async def test_recall_context_shortens_the_item_that_crosses(mem: LiveServer, token_counter: Any) -> None:
     async with mem.client() as client:
-        long_text = "The migration plan: " + " ".join(f"step {i} moves shard {i} to the new cluster." for i in range(80))
+        long_text = "The migration plan: " + " ".join(f"step {i} moves shard {i} to the new cluster."
+                                                      for i in range(80))
         await call(client, "remember", content=long_text)
         result = await call(client, "recall_context", query="migration plan shards", max_items=1, max_tokens=40)
         budget = result.structured_content["budget"]

@@ -18,6 +18,7 @@ from server.memories.outbox import IndexMismatch
 from server.memories.validation import Filters, read_scope
 from server.services import open_services
 from server.storage.factory import open_storage
+
 from tests.conftest import make_settings, serve
 
 REPO = Path(__file__).resolve().parent.parent

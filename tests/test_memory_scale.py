@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from server.ranking.recall import Retrieval
 from server.services import Services, open_services
 from server.storage.factory import open_storage
 from server.storage.records import Document, Scope, Words
+
 from tests.conftest import make_settings
 
 TOPICS = ["budget review", "coffee machine", "release train", "backup schedule", "design critique"]
@@ -72,7 +74,7 @@ def fill(services: Services) -> tuple[int, dict[str, str]]:
     ]
     memories.append(writes.validate(content="A zebra crossing was painted outside the office.", bucket="eng"))
     refs = writes.remember_many(principal.site_id, memories)
-    return principal.site_id, {m.content: inserted.reference for m, inserted in zip(memories, refs)}
+    return principal.site_id, {m.content: inserted.reference for m, inserted in zip(memories, refs, strict=False)}
 
 
 def query_db(services: Services, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -113,7 +115,7 @@ def test_the_full_scan_loads_candidates_as_a_single_join_would(services: Service
     assert [(c.id, list(c.terms or [])) for c in loaded] == [(r[0], r[1].split()) for r in joined]
     again = candidates.candidates(scope_of(services, bucket=bucket), "anything", vector)  # from the cache
     assert [(c.id, c.terms) for c in again] == [(c.id, c.terms) for c in loaded]
-    assert all(a is b for a, b in zip(again, loaded))
+    assert all(a is b for a, b in zip(again, loaded, strict=False))
 
 
 def test_lexical_prefetch_keeps_rare_terms_and_rows_holding_every_common_term(services: Services) -> None:
@@ -133,7 +135,8 @@ def test_lexical_prefetch_keeps_rare_terms_and_rows_holding_every_common_term(se
 
     # One common term alone: no bm25 over all its rows, the newest rows holding it instead.
     found = candidates.lexical_ids(scope, "meeting")
-    every = [r[0] for r in query_db(services, "SELECT id FROM memories WHERE content LIKE '%meeting%' ORDER BY id DESC")]
+    newest_first = "SELECT id FROM memories WHERE content LIKE '%meeting%' ORDER BY id DESC"
+    every = [r[0] for r in query_db(services, newest_first)]
     assert found == every[:PREFETCH]
 
     # The scope applies to lexical candidates too.
@@ -177,10 +180,11 @@ def test_a_large_backlog_is_indexed_in_the_background_after_start_up(tmp_path: P
         contents = [f"Backlog memory number {i} about the {TOPICS[i % 5]}." for i in range(6)]
         validated = [validate_new(content=c, bucket="crash", max_content_bytes=65536) for c in contents]
         vectors = embedder.embed_documents([document_text(m.content, m.occurred_at) for m in validated])
-        documents = [Document(vector=v, model=embedder.name, terms=analyzed_text(document_text(m.content, m.occurred_at)))
-                     for m, v in zip(validated, vectors)]
+        documents = [Document(vector=v, model=embedder.name,
+                              terms=analyzed_text(document_text(m.content, m.occurred_at)))
+                     for m, v in zip(validated, vectors, strict=True)]
         # Committed to the authority, never indexed: what a crash or an offline write leaves behind.
-        storage.memories.insert(site_id, [(m, d, None) for m, d in zip(validated, documents)], Words())
+        storage.memories.insert(site_id, [(m, d, None) for m, d in zip(validated, documents, strict=False)], Words())
     finally:
         storage.close()
 

@@ -8,23 +8,25 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from server.auth import admin as auth
 from server.api.app import create_app
-from server.logging_setup import JsonFormatter
 from server.api.metrics import InstrumentedEmbedder
 from server.api.observability import route_template
 from server.api.readiness import readiness
+from server.auth import admin as auth
+from server.logging_setup import JsonFormatter
 from server.services import open_services
-from server.storage.factory import open_storage
 from server.settings import Settings
+from server.storage.factory import open_storage
+
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, wait_ready
 
 ACCESS_LOGGER = "memory_server.access"

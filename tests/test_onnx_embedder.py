@@ -7,7 +7,6 @@ import logging
 import random
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +42,8 @@ _BOUNDARY = [" ".join(["cat"] * (n - 3) + ["rocket"]) for n in (253, 254, 255, 2
 def _varied_texts() -> list[str]:
     rng = random.Random(7)
     sentences = [f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}." for _ in range(150)]
-    return sentences + _ODD + _LONG + _BOUNDARY + [s.lower() + " " + t for s, t in zip(sentences[:15], _ODD)]
+    mixed = [s.lower() + " " + t for s, t in zip(sentences[:15], _ODD, strict=False)]
+    return sentences + _ODD + _LONG + _BOUNDARY + mixed
 
 
 TEXTS = _varied_texts()
@@ -103,7 +103,7 @@ def test_queries_match_torch(onnx_embedder: OnnxEmbedder, torch_embedder: Senten
 
 
 def test_retrieval_ranks_the_same(onnx_embedder: OnnxEmbedder, torch_embedder: SentenceEmbedder) -> None:
-    documents = [f"{s} {v} {o}." for s, v, o in zip(_SUBJECTS * 2, _VERBS * 2, _OBJECTS)] + _LONG[:2]
+    documents = [f"{s} {v} {o}." for s, v, o in zip(_SUBJECTS * 2, _VERBS * 2, _OBJECTS, strict=False)] + _LONG[:2]
     queries = ["who likes a dark editor theme?", "when is the dentist?", "what broke in CI?", "dinner plans",
                "travel plans for the summer", "salary", "how do I bake bread?", "what did the telescope see?"]
     rankings = []

@@ -5,8 +5,7 @@ that send no Origin (every non-browser client) are unaffected; MEMORY_ALLOWED_OR
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx2
 import pytest

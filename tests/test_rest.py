@@ -11,17 +11,19 @@ import asyncio
 import json
 import sqlite3
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import httpx2
 import numpy as np
 import pytest
 
-from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
-from server.auth import admin as auth
 from server.api.app import create_app
+from server.auth import admin as auth
 from server.ranking.fusion import document_text
+
+from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
 
 PAYLOAD_LIMIT = 256 * 1024
 
@@ -497,7 +499,8 @@ async def test_query_routes_reject_bad_input(shared: LiveServer, path: str, body
 async def test_context_pack_respects_its_budget(live: LiveServer, token_counter: Any) -> None:
     async with client(live) as http:
         await remember_facts(http)
-        long_text = "The migration plan: " + " ".join(f"step {i} moves shard {i} to the new cluster." for i in range(80))
+        long_text = "The migration plan: " + " ".join(f"step {i} moves shard {i} to the new cluster."
+                                                      for i in range(80))
         await remember(http, content=long_text)
         for max_items, max_tokens in [(1, 1), (3, 1), (2, 40), (5, 60), (8, 1500), (50, 12000)]:
             response = await http.post("/v1/context", json={"query": "migration plan and decisions",

@@ -15,7 +15,8 @@ driven through `APIOperation.as_strategy()` with hypothesis directly.)
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx2
 import pytest

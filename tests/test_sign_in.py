@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx2
 import pytest

@@ -9,10 +9,11 @@ from typing import Any
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from conftest import make_settings
-from procs import REPO_ROOT, server_env
 from server.auth import admin as auth
 from server.storage.factory import open_storage
+
+from conftest import make_settings
+from procs import REPO_ROOT, server_env
 
 
 def stdio_client(data_dir: Path, **env: str) -> Client:

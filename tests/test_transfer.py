@@ -19,12 +19,13 @@ import httpx2
 import pytest
 from fastmcp import Client
 
-from conftest import LiveServer, make_settings, serve
-from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
 from server.auth import admin as auth
 from server.storage.factory import open_storage
 from server.storage.records import APPENDED, PRESENT
 from server.storage.sqlite.connection import connect
+
+from conftest import LiveServer, make_settings, serve
+from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
 
 SITE = "acme"
 

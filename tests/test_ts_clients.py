@@ -15,15 +15,17 @@ import base64
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from conftest import wait_ready
-from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli, server_env
 from server.api.mcp.server import INSTRUCTIONS
 from server.version import __version__
+
+from conftest import wait_ready
+from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli, server_env
 
 NODE = shutil.which("node")
 HARNESS = REPO_ROOT / "tests" / "ts"
@@ -178,7 +180,7 @@ def test_every_error_kind_arrives_with_its_code(answers: dict[str, dict[str, Any
             assert_error_arrives(call, code, (sdk, session, tool, arguments))
     for sdk, found in sessions(answers["broken"]):
         *unavailable, logs = found["basic"]["calls"]
-        for (tool, _), call in zip(UNAVAILABLE, unavailable):
+        for (tool, _), call in zip(UNAVAILABLE, unavailable, strict=False):
             assert_error_arrives(call, "unavailable", (sdk, tool))
         assert_parses(logs, (sdk, "recall_memory without a model"))  # the logs do not need the model
 
@@ -186,9 +188,9 @@ def test_every_error_kind_arrives_with_its_code(answers: dict[str, dict[str, Any
 def test_a_success_of_every_tool_parses(answers: dict[str, dict[str, Any]]) -> None:
     for sdk, found in sessions(answers["full"]):
         calls = found["basic"]["calls"]
-        for (tool, _), call in zip(SUCCESSES, calls):
+        for (tool, _), call in zip(SUCCESSES, calls, strict=False):
             assert_parses(call, (sdk, tool))
-        results = {tool: call["structuredContent"] for (tool, _), call in zip(SUCCESSES, calls)}
+        results = {tool: call["structuredContent"] for (tool, _), call in zip(SUCCESSES, calls, strict=False)}
         assert results["append_memory"]["count"] == 2
         assert [item["payload"] for item in results["recall_memory"]["items"]] == [{"role": "user", "text": "hi"},
                                                                                  {"n": 1.5}]

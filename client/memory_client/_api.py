@@ -7,9 +7,10 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Final, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx

@@ -69,7 +69,7 @@ class Batch:
             self._body = _api.encode_batch(self.payloads, self.key)
         return self._body
 
-    def piece(self, start: int, stop: int) -> "Batch":
+    def piece(self, start: int, stop: int) -> Batch:
         return Batch(new_key(), self.payloads[start:stop], self.sizes[start:stop], self.ids[start:stop])
 
 

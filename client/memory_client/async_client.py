@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -257,7 +257,7 @@ class AsyncClient:
             await recorder.close()
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -275,7 +275,7 @@ class Client:
             recorder.close()
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

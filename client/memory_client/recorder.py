@@ -31,9 +31,10 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from memory_client import _api
 from memory_client._spool import Batch, MemoryBuffer, SpoolBuffer
@@ -304,7 +305,7 @@ class Recorder:
             self._on_close()
         return delivered and not left
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -519,7 +520,7 @@ class AsyncRecorder:
     def stats(self) -> RecorderStats:
         return self._recorder.stats()
 
-    async def __aenter__(self) -> "AsyncRecorder":
+    async def __aenter__(self) -> AsyncRecorder:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -528,7 +529,7 @@ class AsyncRecorder:
 
 
 # Recorders still open when the interpreter exits get `close_timeout` seconds to deliver what they hold.
-_live: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
+_live: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
 @atexit.register

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, Optional, TypeVar
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -62,9 +63,9 @@ def site_rotate(name: str, data_dir: DataDir = None) -> None:
 def token_create(
     site: Annotated[str, typer.Option("--site", help="The site the token belongs to.")],
     scope: Annotated[list[str], typer.Option("--scope", help="memory:read and/or memory:write.")],
-    team: Annotated[Optional[list[str]], typer.Option("--team", help="Bound to these teams.")] = None,
-    project: Annotated[Optional[list[str]], typer.Option("--project", help="Bound to these projects.")] = None,
-    bucket: Annotated[Optional[list[str]], typer.Option("--bucket", help="Bound to these buckets.")] = None,
+    team: Annotated[list[str] | None, typer.Option("--team", help="Bound to these teams.")] = None,
+    project: Annotated[list[str] | None, typer.Option("--project", help="Bound to these projects.")] = None,
+    bucket: Annotated[list[str] | None, typer.Option("--bucket", help="Bound to these buckets.")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Mint a Bearer token; prints it once."""

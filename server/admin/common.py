@@ -4,11 +4,14 @@ one-line errors (never a traceback)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from server.settings import Settings
+
+if TYPE_CHECKING:
+    from rich.progress import Progress  # imported when used: rich is slow to import
 
 app = typer.Typer(help="memory-server: durable conversation logs and saved memories for AI agents.",
                   pretty_exceptions_enable=False, no_args_is_help=True, add_completion=False)
@@ -17,7 +20,7 @@ token_app = typer.Typer(help="Manage Bearer tokens.", no_args_is_help=True)
 app.add_typer(site_app, name="site")
 app.add_typer(token_app, name="token")
 
-DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="Data directory (MEMORY_DATA_DIR).")]
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory (MEMORY_DATA_DIR).")]
 
 
 def _print_version(value: bool) -> None:
@@ -41,7 +44,9 @@ def load_settings(**overrides: object) -> Settings:
     from pydantic import ValidationError
 
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        # Any: flag values of every setting's type, which Settings itself validates.
+        values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+        return Settings(**values)
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
@@ -68,7 +73,7 @@ def announce(settings: Settings, message: str, **fields: str) -> None:
     typer.echo("\n".join([message, *(f"  {name}: {value}" for name, value in fields.items())]), err=True)
 
 
-def stderr_progress() -> Any:
+def stderr_progress() -> Progress:
     from rich.console import Console
     from rich.progress import Progress
 

@@ -7,13 +7,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Annotated, Any, Optional
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from server.admin.common import DataDir, app, fail, load_settings, stderr_progress
 from server.errors import AppError
 from server.settings import Settings
+
+if TYPE_CHECKING:  # imported when used: the CLI starts fast
+    from server.admin.importer import Importer
+    from server.index.base import VectorIndex
 
 
 def _model_name(settings: Settings) -> str:
@@ -27,7 +31,7 @@ def _model_name(settings: Settings) -> str:
 @app.command("export")
 def export_command(
     file: Annotated[str, typer.Argument(metavar="FILE", help="Where to write the JSON Lines; - for stdout.")],
-    site: Annotated[Optional[str], typer.Option("--site", help="Export only this site.")] = None,
+    site: Annotated[str | None, typer.Option("--site", help="Export only this site.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
     data_dir: DataDir = None,
 ) -> None:
@@ -96,7 +100,7 @@ def _input(file: str) -> IO[bytes]:
         fail(RuntimeError(f"cannot read {file}: {exc}"))
 
 
-def _index_for_import(settings: Settings, file: str) -> Any:
+def _index_for_import(settings: Settings, file: str) -> VectorIndex:
     from server.index.base import IndexLocked
     from server.services import open_configured_index
 
@@ -114,7 +118,7 @@ def _index_for_import(settings: Settings, file: str) -> Any:
 @app.command("import")
 def import_command(
     file: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `export`; - for stdin.")],
-    site: Annotated[Optional[str], typer.Option("--site", help="Import everything into this site.")] = None,
+    site: Annotated[str | None, typer.Option("--site", help="Import everything into this site.")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Import JSON Lines written by `export` (idempotent: running it again adds nothing).
@@ -173,7 +177,7 @@ def import_command(
     _print_report(importer, aborted)
 
 
-def _print_report(importer: Any, aborted: Exception | None) -> None:
+def _print_report(importer: Importer, aborted: Exception | None) -> None:
     report = importer.report
     for name, secret in report.sites_created:
         typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")

@@ -1,17 +1,21 @@
 """`memory-server doctor`: check a data directory and say how to fix what is wrong.
 
 Each check gives ok, WARN, FAIL or skip, a detail, and for a failure or warning the fix. A check that
-cannot run (a damaged file raising where a sound one answers) is a FAIL line too: doctor never crashes. A check that needs the vector
-index is skipped, not failed, when a running server holds the embedded index: that is the normal state
-of a serving data directory. Nothing here changes the data; the index, when free, is opened only to read.
+cannot run (a damaged file raising where a sound one answers) is a FAIL line too: doctor never crashes.
+A check that needs the vector index is skipped, not failed, when a running server holds the embedded
+index: that is the normal state of a serving data directory. Nothing here changes the data; the index,
+when free, is opened only to read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from embeddings.base import Embedder
+from server.index.base import IndexInfo, VectorIndex
 from server.settings import Settings
 from server.storage.checks import FAIL, OK, SKIP, WARN, Check
 from server.storage.files import exposed
@@ -22,9 +26,9 @@ __all__ = ["FAIL", "OK", "SKIP", "WARN", "Check", "run_checks"]
 
 @dataclass
 class _State:
-    embedder: Any = None
+    embedder: Embedder | None = None
     storage: SqliteState = field(default_factory=SqliteState)
-    index: Any = None
+    index: VectorIndex | None = None
     index_held: bool = False  # a running server holds the embedded index
 
     @property
@@ -128,7 +132,11 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
         return
     where = settings.qdrant_url if settings.index_backend == "server" else settings.index_path
     yield Check("index", OK, f"{settings.index_backend} index reachable at {where}")
+    yield from _check_index_contents(state, index, info, reindex)
 
+
+def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | None, reindex: str) -> Iterator[Check]:
+    """The open index was built with the configured model and holds one point per indexed memory."""
     if info is None:
         if state.memories:
             yield Check("index model", FAIL, f"the index is not initialised but SQLite holds {state.memories} memories",

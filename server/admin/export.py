@@ -16,7 +16,8 @@ that `list_conversations` orders them the same way after an import.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterator, TextIO
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from server.storage.protocols import Snapshot
 from server.storage.records import now_rfc3339
@@ -52,7 +53,7 @@ def lines(snapshot: Snapshot) -> Iterator[str]:
         yield f'{head[:-1]},"payload":{payload}}}'.translate(_LINE_SAFE)
 
 
-def write_export(snapshot: Snapshot, out: TextIO, *, site: str | None, model: str | None,
+def write_export(snapshot: Snapshot, out: IO[str], *, site: str | None, model: str | None,
                  progress: Callable[[int], None] | None = None) -> int:
     """Write the header and every record to `out`; return the number of records."""
     out.write(dumps(header(snapshot, site=site, model=model)) + "\n")

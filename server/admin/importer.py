@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterator, Sequence, TypeVar
+from typing import IO, Any, TypeVar
 
 from server.admin.export import FORMAT_VERSION
 from server.auth.admin import ensure_site
@@ -152,7 +153,7 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
     raise InvalidParameters(f"unknown kind {kind!r}: expected memory, log_item or header")
 
 
-def numbered_lines(stream: BinaryIO) -> Iterator[tuple[int, bytes, int]]:
+def numbered_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
     """(line number, line without surrounding whitespace, bytes read) per non-blank line.
 
     Binary, split on b"\n" only: a JSON text never holds a raw newline, but U+2028 and friends may
@@ -167,7 +168,7 @@ def numbered_lines(stream: BinaryIO) -> Iterator[tuple[int, bytes, int]]:
             pending = 0
 
 
-def has_memory_records(stream: BinaryIO) -> bool:
+def has_memory_records(stream: IO[bytes]) -> bool:
     """Whether any line is a memory record (decides, before anything is written, if the index is needed).
 
     Leaves the stream where it was. Only lines mentioning "memory" are parsed, so a log-only file scans fast.
@@ -285,7 +286,7 @@ class Importer:
         site_id, conversation_id = key
         items = [(r.seq, r.recorded_at, r.text) for r in batch]
         outcomes = self._run(lambda: self._log_store.import_items(site_id, conversation_id, items))
-        for record, outcome in zip(batch, outcomes):
+        for record, outcome in zip(batch, outcomes, strict=True):
             if outcome == APPENDED:
                 self.report.items_appended += 1
             elif outcome == PRESENT:
@@ -308,6 +309,7 @@ class Importer:
         for site_id, record in batch:
             by_site.setdefault(site_id, []).append(record)
         for site_id, records in by_site.items():
+            assert self._memory is not None  # _add_memory refuses memory records without it
             kept = [Kept(r.reference, r.created_at, r.updated_at) for r in records]
             try:
                 outcomes = self._memory.remember_many(site_id, [r.memory for r in records], kept)
@@ -315,7 +317,7 @@ class Importer:
                 raise ImportAborted(f"storage error: {exc}") from exc
             except Exception as exc:  # the model or the index failed: nothing more can be imported
                 raise ImportAborted(f"saving memories failed: {exc}") from exc
-            for record, outcome in zip(records, outcomes):
+            for record, outcome in zip(records, outcomes, strict=True):
                 self._memory_outcome(record, outcome)
 
     def _memory_outcome(self, record: MemoryRecord, outcome: Inserted) -> None:
@@ -343,7 +345,7 @@ class Importer:
             raise
 
 
-def import_stream(stream: BinaryIO, importer: Importer, *,
+def import_stream(stream: IO[bytes], importer: Importer, *,
                   progress: Callable[[int], None] | None = None) -> ImportReport:
     """Parse and import every line; bad lines go to the report. Raises ImportAborted on a fatal error."""
     mapped = importer.target_site is not None

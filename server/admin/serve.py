@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from server.admin.common import DataDir, announce, app, fail, load_settings
 from server.settings import Settings
+
+if TYPE_CHECKING:  # imported when used: the CLI starts fast
+    from server.index.base import VectorIndex
+    from server.services import Services
 
 DEFAULT_SITE = "default"
 INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of the database's integrity check
@@ -17,9 +21,9 @@ INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of the database's integrity c
 
 @app.command()
 def serve(
-    transport: Annotated[Optional[str], typer.Option(help="http or stdio (MEMORY_TRANSPORT).")] = None,
-    host: Annotated[Optional[str], typer.Option(help="Bind address (MEMORY_HOST).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port (MEMORY_PORT).")] = None,
+    transport: Annotated[str | None, typer.Option(help="http or stdio (MEMORY_TRANSPORT).")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (MEMORY_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (MEMORY_PORT).")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Serve the MCP tools over streamable HTTP (default) or stdio."""
@@ -59,7 +63,7 @@ def _serve_http(settings: Settings) -> None:
     serving.run(create_app(settings, services=services, index=index), settings, sock)
 
 
-def _open_index_for_serving(settings: Settings) -> Any:
+def _open_index_for_serving(settings: Settings) -> VectorIndex:
     from server.services import open_configured_index
 
     try:
@@ -74,7 +78,7 @@ def _open_index_for_serving(settings: Settings) -> Any:
     return index
 
 
-def _check_index_model(settings: Settings, index: Any) -> None:
+def _check_index_model(settings: Settings, index: VectorIndex) -> None:
     """Compare the index's recorded model with the configured one without loading the model."""
     from embeddings.factory import resolve_model_dir
     from embeddings.sentence import model_name
@@ -90,7 +94,7 @@ def _check_index_model(settings: Settings, index: Any) -> None:
                             f"{configured}; run `memory-server reindex` to rebuild the index with the configured model")
 
 
-def _open_services_for_serving(settings: Settings, index: Any) -> Any:
+def _open_services_for_serving(settings: Settings, index: VectorIndex | None) -> Services:
     """The services over a checked database; warns about an exposed data directory."""
     from server.services import open_services
     from server.storage.files import exposed

@@ -9,7 +9,8 @@ the MCP fast path in front of the MCP SDK's app.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 from starlette.applications import Starlette
@@ -87,6 +88,6 @@ def lift_sdk_body_limit(mcp_app: Any, limit: int) -> None:
     for route in mcp_app.routes:
         manager = getattr(getattr(route, "endpoint", None), "session_manager", None)
         limiter = getattr(manager, "asgi_app", None)
-        if limiter is not None and hasattr(limiter, "max_body_size"):
+        if manager is not None and limiter is not None and hasattr(limiter, "max_body_size"):
             manager.max_request_body_size = limit
             limiter.max_body_size = limit

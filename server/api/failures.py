@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from server.storage.health import StorageHealth, storage_failure
 from server.errors import AppError, Unavailable
 from server.logging_setup import Throttle
+from server.storage.health import StorageHealth, storage_failure
 
 log = logging.getLogger("memory_server.failures")
 _throttle = Throttle(log)

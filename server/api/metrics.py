@@ -17,16 +17,24 @@ Nothing here carries a secret, a site name or a payload: labels are bounded, fix
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import mcp_types as mt
 import numpy as np
-from fastmcp.server.middleware import Middleware, MiddlewareContext
+from fastmcp import FastMCP
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools.base import ToolResult
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from embeddings.base import Embedder
 from server.errors import AppError
+
+if TYPE_CHECKING:
+    from server.services import Services  # the services import this module's users
 
 PREFIX = "memory_server"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -85,7 +93,7 @@ class Metrics:
 
     # --- wiring -------------------------------------------------------------------------------------
 
-    def attach(self, services: Any) -> None:
+    def attach(self, services: Services) -> None:
         """Count what this app's services do: the scrape-time gauges, the operations' appends and remembers,
         and (through `services.observe_embedder`) the embedding time. Services handed to a second app count
         for that app from then on, never for both."""
@@ -126,11 +134,11 @@ class Metrics:
 class _ServicesCollector(Collector):
     """Gauges read when scraped, so they are never stale: model loaded, index backlog, build info."""
 
-    def __init__(self, services: Any) -> None:
+    def __init__(self, services: Services) -> None:
         self._services = services
         self._version = _version()
 
-    def describe(self) -> list:  # no probing of services at registration time
+    def describe(self) -> list[GaugeMetricFamily]:  # no probing of services at registration time
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -161,12 +169,13 @@ class ToolMetricsMiddleware(Middleware):
     """Counts and times every tool call. Registered before (outside) ErrorMiddleware, so every failure has
     already become an error result carrying its SPEC code."""
 
-    def __init__(self, metrics: Metrics, mcp: Any) -> None:
+    def __init__(self, metrics: Metrics, mcp: FastMCP) -> None:
         self._metrics = metrics
         self._mcp = mcp  # the FastMCP server, asked once for its tool names
         self._names: frozenset[str] | None = None
 
-    async def on_call_tool(self, context: MiddlewareContext, call_next: Any) -> Any:
+    async def on_call_tool(self, context: MiddlewareContext[mt.CallToolRequestParams],
+                           call_next: CallNext[mt.CallToolRequestParams, ToolResult]) -> ToolResult:
         tool = await self._label(context.message.name)
         start = time.perf_counter()
         outcome = "unavailable"  # what the client gets for anything that escapes
@@ -186,7 +195,7 @@ class ToolMetricsMiddleware(Middleware):
         return name if isinstance(name, str) and name in self._names else OTHER_TOOL
 
 
-def tool_outcome(result: Any) -> str:
+def tool_outcome(result: ToolResult) -> str:
     """`ok`, or the SPEC code an error result starts its text with (`code: message`; error results carry
     no structured content, see server.api.mcp.tools)."""
     if not getattr(result, "is_error", False):
@@ -203,27 +212,27 @@ def tool_outcome(result: Any) -> str:
 class InstrumentedEmbedder:
     """The Embedder protocol by delegation, timing every call."""
 
-    def __init__(self, inner: Any, metrics: Metrics) -> None:
+    def __init__(self, inner: Embedder, metrics: Metrics) -> None:
         self._inner = inner
         self._metrics = metrics
 
     @property
     def name(self) -> str:
-        return self._inner.name
+        return str(self._inner.name)
 
     @property
     def dimension(self) -> int:
-        return self._inner.dimension
+        return int(self._inner.dimension)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         start = time.perf_counter()
-        vectors = self._inner.embed_documents(texts)
+        vectors: np.ndarray = self._inner.embed_documents(texts)
         self._metrics.observe_embedding("document", len(texts), time.perf_counter() - start)
         return vectors
 
     def embed_query(self, text: str) -> np.ndarray:
         start = time.perf_counter()
-        vector = self._inner.embed_query(text)
+        vector: np.ndarray = self._inner.embed_query(text)
         self._metrics.observe_embedding("query", 1, time.perf_counter() - start)
         return vector
 
@@ -231,7 +240,7 @@ class InstrumentedEmbedder:
         return getattr(self._inner, name)
 
 
-def instrument_embedder(embedder: Any, metrics: Metrics | None) -> Any:
+def instrument_embedder(embedder: Embedder, metrics: Metrics | None) -> Embedder:
     """The embedder, timed when an app's metrics are attached (never wrapped twice)."""
     if metrics is None or isinstance(embedder, InstrumentedEmbedder):
         return embedder

@@ -24,8 +24,10 @@ import logging
 import math
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.auth.authenticator import Authenticator
 from server.auth.principal import Principal
@@ -33,8 +35,6 @@ from server.errors import AppError, Forbidden, PayloadTooLarge, RateLimited, Una
 
 log = logging.getLogger("memory_server.http")
 
-Scope = dict[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
 CHALLENGE = 'Basic realm="memory-server", charset="UTF-8", Bearer realm="memory-server"'
 PROTECTED_PREFIXES = ("/mcp", "/v1")
@@ -45,7 +45,7 @@ SIGN_IN_WINDOW_S = 60.0
 TRACKED_ADDRESSES = 10_000  # addresses whose failures are remembered (the oldest are forgotten first)
 
 
-async def send_error(send: Callable[[dict], Awaitable[None]], error: AppError) -> None:
+async def send_error(send: Send, error: AppError) -> None:
     body = json.dumps(error.to_dict()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if isinstance(error, Unauthorized):
@@ -79,7 +79,7 @@ class BrowserGuard:
         self._allowed_origins = allowed_origins
         self._loopback_only = loopback_only
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             refusal = self._refusal(scope)
             if refusal is not None:
@@ -165,7 +165,7 @@ class AuthMiddleware:
         self._max_body = max_body
         self._sign_in = sign_in
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIXES):
             await self.app(scope, receive, send)
             return
@@ -201,13 +201,14 @@ class AuthMiddleware:
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key == name:
-            return value.decode("latin-1")
+            return str(value.decode("latin-1"))
     return None
 
 
-async def _read_body(receive: Any, limit: int) -> bytes | None:
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
     """Read the whole body, or None once it grows past `limit` (a chunked body has no Content-Length)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
@@ -221,10 +222,10 @@ async def _read_body(receive: Any, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Any) -> Any:
+def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
-    async def wrapped() -> dict:
+    async def wrapped() -> Message:
         nonlocal sent
         if not sent:
             sent = True

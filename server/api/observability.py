@@ -17,20 +17,20 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Mount, compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.logging_setup import current_request_id
 from server.api.metrics import CONTENT_TYPE, Metrics
+from server.logging_setup import current_request_id
 
 access_log = logging.getLogger("memory_server.access")
 
-Scope = dict[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
 REQUEST_ID_HEADER = b"x-request-id"
 SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -49,7 +49,7 @@ class RequestObservabilityMiddleware:
         self.app = app
         self._metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -58,7 +58,7 @@ class RequestObservabilityMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         status: int | None = None
 
-        async def send_with_id(message: dict) -> None:
+        async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
@@ -117,7 +117,7 @@ class RequestObservabilityMiddleware:
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key == name:
-            return value.decode("latin-1")
+            return str(value.decode("latin-1"))
     return None
 
 
@@ -152,7 +152,7 @@ def route_template(scope: Scope) -> str:
     return _match(_routes_of(scope.get("app")), scope, "") or UNMATCHED
 
 
-def _routes_of(app: Any) -> list:
+def _routes_of(app: Any) -> list[Any]:  # Any: an app or ASGI wrapper, walked by its attributes
     """The routes of an app, looking through ASGI wrappers that keep the routed app as `.app` or `.api`."""
     for _ in range(5):
         if app is None:
@@ -164,7 +164,7 @@ def _routes_of(app: Any) -> list:
     return []
 
 
-def _match(routes: list, scope: Scope, prefix: str) -> str | None:
+def _match(routes: list[Any], scope: Scope, prefix: str) -> str | None:
     partial: str | None = None
     for route in routes:
         path, app = getattr(route, "path", None), getattr(route, "app", None)
@@ -185,8 +185,8 @@ def _match(routes: list, scope: Scope, prefix: str) -> str | None:
                     or _match(inner, scope, prefix)  # apps that route on the full path
                     or _openapi_match(app, scope, below))
         if match == Match.FULL:
-            return prefix + path
-        partial = partial or prefix + path  # the path matched but not the method: a 405
+            return prefix + str(path)
+        partial = partial or prefix + str(path)  # the path matched but not the method: a 405
     return partial
 
 
@@ -202,10 +202,10 @@ def _openapi_match(app: Any, scope: Scope, mount_prefix: str) -> str | None:
     if cached is None or cached[0] is not document:
         compiled = []
         for template, item in (document.get("paths") or {}).items():
-            methods = {m.upper() for m in item if m.upper() in METHODS}
-            if "GET" in methods:
-                methods.add("HEAD")
-            compiled.append((compile_path(template)[0], template, frozenset(methods)))
+            allowed: set[str] = {m.upper() for m in item if m.upper() in METHODS}
+            if "GET" in allowed:
+                allowed.add("HEAD")
+            compiled.append((compile_path(template)[0], template, frozenset(allowed)))
         cached = _openapi_cache[id(app)] = (document, compiled)
     path = scope.get("path", "")
     below = path[len(mount_prefix):] if path.startswith(mount_prefix) else None

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from server.services import Services
+
+Endpoint = Callable[[Request], Awaitable[JSONResponse]]
 
 
 def readiness(services: Services) -> list[str]:
@@ -25,7 +29,7 @@ def readiness(services: Services) -> list[str]:
     return reasons + memories.index.problems()
 
 
-def probes(services: Services) -> tuple[object, object]:
+def probes(services: Services) -> tuple[Endpoint, Endpoint]:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 

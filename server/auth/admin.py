@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from server.auth.principal import SCOPES
 from server.auth.secrets import check_site_name, hash_secret, new_secret, new_token, token_hash

@@ -6,10 +6,13 @@ Points are keyed by the memory's integer row id in SQLite. Each point carries a 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Protocol, Sequence
+from typing import Protocol, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 # Payload fields that get a keyword index and can appear in a filter.
 FILTER_FIELDS = ("site", "team", "project", "bucket", "type", "tags")
@@ -105,8 +108,8 @@ class VectorIndex(Protocol):
     def close(self) -> None: ...
 
 
-def batched(items: Iterable, size: int) -> Iterator[list]:
-    batch: list = []
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
@@ -126,7 +129,8 @@ def as_vector(vector: np.ndarray, dimension: int) -> list[float]:
         )
     if not np.isfinite(array).all():
         raise ValueError("vector contains NaN or infinity")
-    return array.tolist()
+    values: list[float] = array.tolist()
+    return values
 
 
 def checked_conditions(where: IndexFilter) -> list[Condition] | None:

@@ -1,12 +1,8 @@
 """The embedded vector index: Qdrant Edge in-process, on local disk.
 
-Layout of the index directory:
-
-    index.lock        flock held by the one process that has the index open
-    index_info.json   {"model", "dimension", "shard"}: what the index was built with and which shard
-                      directory is live; replaced atomically, so a crash during reset() or optimize()
-                      leaves the previous complete shard in charge
-    shard-<hex>/      the Edge shard (segments + WAL)
+The index directory (server/index/edge_files.py) holds a lock file, the live shard, and index_info.json
+naming what the index was built with and which shard directory is live; that file is replaced atomically,
+so a crash during reset() or optimize() leaves the previous complete shard in charge.
 
 Engine facts this module is built around (qdrant-edge-py 0.9.0, measured):
 - An upsert is in the WAL (an mmap) when update() returns: it survives a process crash, not power loss;
@@ -27,17 +23,15 @@ Engine facts this module is built around (qdrant-edge-py 0.9.0, measured):
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import uuid
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from qdrant_edge import (
@@ -63,7 +57,6 @@ from .base import (
     IndexFilter,
     IndexHit,
     IndexInfo,
-    IndexLocked,
     IndexPoint,
     IndexUnavailable,
     as_vector,
@@ -71,10 +64,21 @@ from .base import (
     checked_conditions,
     plain_payload,
 )
+from .edge_files import (
+    SHARD_PREFIX,
+    SharedLock,
+    acquire_lock,
+    disk_usage,
+    layout_problem,
+    load_shard,
+    read_info,
+    remove_stale_shards,
+    write_info,
+)
 
-INFO_FILE = "index_info.json"
-LOCK_FILE = "index.lock"
-SHARD_PREFIX = "shard-"
+if TYPE_CHECKING:
+    from qdrant_edge import ConditionType  # declared by the stubs only
+
 SCROLL_PAGE = 1_000
 # Points per engine call: each call holds the GIL, so huge batches would stall other threads.
 UPSERT_BATCH = 512
@@ -101,51 +105,13 @@ for root, _, files in os.walk(sys.argv[1]):
 """
 
 
-class _SharedLock:
-    """Readers-writer lock: searches and writes share; reset, swap and close exclude them all."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._writer:
-                self._cond.wait()
-            self._writer = True  # set before draining readers so a stream of searches cannot starve us
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 class EdgeIndex:
     def __init__(self, path: Path, *, indexing_threshold_kb: int = INDEXING_THRESHOLD_KB) -> None:
         self._path = Path(path)
         self._threshold_kb = indexing_threshold_kb
         self._path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _acquire_lock(self._path)
-        self._rw = _SharedLock()
+        self._lock_fd = acquire_lock(self._path)
+        self._rw = SharedLock()
         self._write_mutex = threading.Lock()  # keeps engine order == journal order
         self._optimize_mutex = threading.Lock()
         self._journal: list[UpdateOperation] | None = None  # writes made while a copy is optimized
@@ -155,11 +121,11 @@ class EdgeIndex:
         self._shard: EdgeShard | None = None
         self._shard_dir: Path | None = None
         try:
-            self._info, shard_name = _read_info(self._path)
-            _remove_stale_shards(self._path, keep=shard_name)
+            self._info, shard_name = read_info(self._path)
+            remove_stale_shards(self._path, keep=shard_name)
             if self._info is not None and shard_name is not None:
                 self._shard_dir = self._path / shard_name
-                self._shard = _load(self._shard_dir)
+                self._shard = load_shard(self._shard_dir)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -183,7 +149,7 @@ class EdgeIndex:
                 for name in FILTER_FIELDS:
                     shard.update(UpdateOperation.create_field_index(name, PayloadSchemaType.Keyword))
                 shard.flush()
-                _write_info(self._path, info, new_dir.name)  # the switch-over point
+                write_info(self._path, info, new_dir.name)  # the switch-over point
             except BaseException:
                 shutil.rmtree(new_dir, ignore_errors=True)
                 raise
@@ -211,7 +177,7 @@ class EdgeIndex:
         conditions = checked_conditions(where)
         if conditions is None or limit <= 0:
             return []
-        must = [FieldCondition(c.field, match=MatchAny(list(c.values))) for c in conditions]
+        must: list[ConditionType] = [FieldCondition(c.field, match=MatchAny(list(c.values))) for c in conditions]
         request = QueryRequest(
             limit=limit,
             query=Query.Nearest(query),
@@ -246,9 +212,9 @@ class EdgeIndex:
         shard's directory (Edge serves counts from memory, so a count alone would not notice the directory
         being removed or made unreadable). An optimize() swap between reading the info file and the shard
         can remove the shard just read about, so a failure is retried once."""
-        problem = _layout_problem(self._path)
+        problem = layout_problem(self._path)
         if problem is not None:
-            problem = _layout_problem(self._path)
+            problem = layout_problem(self._path)
         return [] if problem is None else [f"index: {problem}"]
 
     def stats(self) -> dict[str, int]:
@@ -268,7 +234,7 @@ class EdgeIndex:
             if stats.points_count - stats.indexed_vectors_count < self._threshold_kb * 1024 // (4 * dimension):
                 return
             # The copy, the graph built over it, and room for writes meanwhile.
-            self._check_space(2 * _disk_usage(self._live_dir()) + MIN_FREE_BYTES)
+            self._check_space(2 * disk_usage(self._live_dir()) + MIN_FREE_BYTES)
             build_dir = self._path / f"{SHARD_PREFIX}{uuid.uuid4().hex}"
             # Writers wait while the shard is copied (a consistent copy, and the journal starts
             # exactly where it ends); searches go on.
@@ -279,7 +245,7 @@ class EdgeIndex:
                 generation = self._generation
             try:
                 self._run_optimizer(build_dir)
-                built = _load(build_dir)
+                built = load_shard(build_dir)
                 # Catch up while the copy is still private: the swap then holds writers back only
                 # for the last few writes, not minutes' worth.
                 replayed = self._replay_into(built, 0)
@@ -392,7 +358,7 @@ class EdgeIndex:
                 built.flush()
             with self._rw.exclusive():  # only the switch itself stops searches
                 if not self._closed and self._generation == generation and self._info is not None:
-                    _write_info(self._path, self._info, build_dir.name)  # the switch-over point
+                    write_info(self._path, self._info, build_dir.name)  # the switch-over point
                     old, old_dir = self._shard, self._shard_dir
                     self._shard, self._shard_dir, self._journal = built, build_dir, None
         if old_dir == build_dir:
@@ -401,96 +367,3 @@ class EdgeIndex:
             old.close()  # no search can hold it: the exclusive section drained them all
         if old_dir is not None:
             shutil.rmtree(old_dir, ignore_errors=True)
-
-
-def _disk_usage(directory: Path) -> int:
-    return sum(entry.stat().st_blocks * 512 for entry in directory.rglob("*") if entry.is_file())
-
-
-def _layout_problem(path: Path) -> str | None:
-    try:
-        with os.scandir(path) as entries:
-            names = {entry.name for entry in entries}
-        if INFO_FILE not in names:
-            return f"{path / INFO_FILE} is missing: run `memory-server reindex` to rebuild the index"
-        shard = json.loads((path / INFO_FILE).read_text())["shard"]
-        with os.scandir(path / str(shard)) as entries:
-            if not any(True for _ in entries):
-                return f"the live shard {path / str(shard)} is empty"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"cannot read the embedded index at {path}: {exc}"
-    if not os.access(path, os.W_OK):
-        return f"the embedded index directory {path} is not writable"
-    return None
-
-
-def _acquire_lock(path: Path) -> int:
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise IndexLocked(_locked_message(path, holder), holder=holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)  # only for the message a second process gets
-    return fd
-
-
-def _locked_message(path: Path, holder: str) -> str:
-    return (
-        f"the embedded index at {path} is in use by another process (pid {holder}). "
-        "Run one server process per data directory; for several processes use the server "
-        "backend (a Qdrant server) instead of the embedded one."
-    )
-
-
-def _load(shard_dir: Path) -> EdgeShard:
-    try:
-        return EdgeShard.load(str(shard_dir))
-    except Exception as exc:
-        if "WouldBlock" in str(exc):  # Edge's own WAL lock: someone bypassed index.lock
-            raise IndexLocked(_locked_message(shard_dir, "unknown")) from exc
-        raise IndexUnavailable(
-            f"cannot load the embedded index at {shard_dir}: {exc}. "
-            "Run `reindex` to rebuild it from SQLite."
-        ) from exc
-
-
-def _read_info(path: Path) -> tuple[IndexInfo | None, str | None]:
-    try:
-        raw = json.loads((path / INFO_FILE).read_text())
-        info = IndexInfo(model=str(raw["model"]), dimension=int(raw["dimension"]))
-        shard = str(raw["shard"])
-    except FileNotFoundError:
-        return None, None
-    except (ValueError, KeyError, TypeError) as exc:
-        # Written atomically, so this is damage from outside: refuse rather than delete shards.
-        raise IndexUnavailable(
-            f"{path / INFO_FILE} is unreadable ({exc!r}): delete {path} and run `reindex`"
-        ) from exc
-    if not (path / shard).is_dir():
-        return None, None  # the shard was removed by hand: no index, the caller reindexes
-    return info, shard
-
-
-def _write_info(path: Path, info: IndexInfo, shard: str) -> None:
-    body = json.dumps({"model": info.model, "dimension": info.dimension, "shard": shard})
-    tmp = path / f"{INFO_FILE}.tmp"
-    with open(tmp, "w") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path / INFO_FILE)
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-
-
-def _remove_stale_shards(path: Path, *, keep: str | None) -> None:
-    """Drop shard copies a crash left behind (an interrupted reset or optimize)."""
-    for child in path.iterdir():
-        if child.name.startswith(SHARD_PREFIX) and child.name != keep and child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)

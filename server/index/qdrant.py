@@ -9,8 +9,8 @@ indexes, which only changes speed.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 import numpy as np
 from qdrant_client import QdrantClient, models

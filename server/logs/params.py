@@ -25,8 +25,9 @@ ConversationId = Annotated[str, Field(
     "as names, e-mail addresses or account ids. A malformed id is rejected outright (invalid_parameters); an "
     "unknown one reads as an empty list."), AfterValidator(check_conversation_id)]
 Items = Annotated[list[dict[str, Any]], Field(
-    json_schema_extra={"minItems": 1, "maxItems": MAX_ITEMS}, description=f"1-{MAX_ITEMS} JSON objects, appended in order as one all-or-nothing batch (each at "
-    "most {max_payload} serialized, the batch at most {max_batch}; larger is payload_too_large). Each payload is "
+    json_schema_extra={"minItems": 1, "maxItems": MAX_ITEMS},
+    description=f"1-{MAX_ITEMS} JSON objects, appended in order as one all-or-nothing batch (each at most "
+    "{max_payload} serialized, the batch at most {max_batch}; larger is payload_too_large). Each payload is "
     "stored verbatim and comes back unchanged.")]
 IdempotencyKey = Annotated[Annotated[str, Field(json_schema_extra={
     "minLength": 1, "maxLength": MAX_KEY_LENGTH})] | None, Field(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from server.index.base import IndexUnavailable
 from server.logging_setup import Throttle

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class Outbox:
         if row.vector_model == self.embedder.name and row.vector is not None:
             return row.vector
         # Stored with another model: the authority's text is what counts, embed it again.
-        vector = self.embedder.embed_documents([document_text(row.content, row.occurred_at)])[0]
+        vector: np.ndarray = self.embedder.embed_documents([document_text(row.content, row.occurred_at)])[0]
         self.store.set_vector(row.id, vector, self.embedder.name)
         return vector
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from server.auth.principal import READ, Principal
@@ -133,7 +133,7 @@ def parse_timestamp(name: str, value: object) -> datetime:
         raise InvalidParameters(f"{name} must carry a timezone (e.g. Z or +02:00)")
     try:
         # 0001-01-01T00:00:00+01:00 is a valid RFC3339 text whose UTC instant lies before year 1.
-        parsed.astimezone(timezone.utc)
+        parsed.astimezone(UTC)
     except OverflowError:
         raise InvalidParameters(f"{name} must lie between years 1 and 9999 in UTC") from None
     return parsed
@@ -144,7 +144,7 @@ def check_timestamp(name: str, value: object) -> str:
     if value is None:
         return now_rfc3339()
     parsed = parse_timestamp(name, value)
-    return parsed.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return parsed.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def check_location(value: object) -> str | None:

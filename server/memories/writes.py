@@ -6,7 +6,10 @@ writes the vector index through the outbox. Blocking: call from a worker thread.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from embeddings.base import Embedder
 from server.auth.principal import WRITE, Principal
@@ -41,7 +44,7 @@ class MemoryWrites:
     def validate(self, **fields: Any) -> NewMemory:
         return validate_new(**fields, max_content_bytes=self.max_content_bytes)
 
-    def _document(self, memory: NewMemory, vector: Any) -> Document:
+    def _document(self, memory: NewMemory, vector: np.ndarray) -> Document:
         return Document(vector=vector, model=self.embedder.name,
                         terms=analyzed_text(document_text(memory.content, memory.occurred_at)))
 
@@ -61,9 +64,9 @@ class MemoryWrites:
         reference and timestamps an import keeps."""
         keeps = list(kept) if kept is not None else [None] * len(memories)
         results: list[Inserted] = []
-        for batch in batched(list(zip(memories, keeps)), EMBED_BATCH):
+        for batch in batched(list(zip(memories, keeps, strict=True)), EMBED_BATCH):
             decided = [self.store.decided(site_id, m, k) for m, k in batch]
-            todo = [pair for pair, outcome in zip(batch, decided) if outcome is None]
+            todo = [pair for pair, outcome in zip(batch, decided, strict=True) if outcome is None]
             inserted = iter(self._insert_batch(site_id, todo) if todo else [])
             results += [outcome if outcome is not None else next(inserted) for outcome in decided]
         return results
@@ -72,8 +75,8 @@ class MemoryWrites:
         documents = [document_text(m.content, m.occurred_at) for m, _ in batch]
         vectors = self.embedder.embed_documents(documents)
         words = self.words.new_words(site_id, documents)
-        inserted = self.store.insert(site_id, [(m, self._document(m, v), k) for (m, k), v in zip(batch, vectors)],
-                                     words)
+        rows = [(m, self._document(m, v), k) for (m, k), v in zip(batch, vectors, strict=True)]
+        inserted = self.store.insert(site_id, rows, words)
         self.words.add(site_id, words)
         self.outbox.index_ids([i.row_id for i in inserted if i.row_id is not None])
         return inserted

@@ -9,7 +9,7 @@ version), so only the others are read in full: their vectors and terms are most 
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

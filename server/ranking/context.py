@@ -8,8 +8,9 @@ MIN_USEFUL_TOKENS of it fit, otherwise dropped; every ranked candidate after it 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 VERSION = "1"
 SEPARATOR = "\n\n"

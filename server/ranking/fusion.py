@@ -25,10 +25,10 @@ The candidate set is scored as a whole: normalisation statistics and BM25 idf ar
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -140,7 +140,8 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     sd = float(x.std())
     if not sd > 1e-12:
         return np.zeros_like(x)
-    return (x - x.mean()) / sd
+    scores: np.ndarray = (x - x.mean()) / sd
+    return scores
 
 
 def neighbour_index(candidates: Sequence[Candidate], offsets: Sequence[int]) -> dict[int, np.ndarray]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 import Stemmer
@@ -49,13 +50,17 @@ STOP_WORDS: frozenset[str] = frozenset(
     """.split()
 )
 
+Item = TypeVar("Item", str, tuple[str, str])  # what BM25 counts: a term, or a pair of adjacent terms
+Doc = TypeVar("Doc")
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 _stemmer = Stemmer.Stemmer("english")
 
 
 @lru_cache(maxsize=65536)
 def _stem(token: str) -> str:
-    return _stemmer.stemWord(token)
+    stem: str = _stemmer.stemWord(token)
+    return stem
 
 
 def analyze(text: str) -> list[str]:
@@ -158,8 +163,8 @@ def term_weights(weighted_docs: Iterable[tuple[Sequence[str], float]]) -> dict[s
 
 
 def _bm25_core(
-    query_items: Mapping[object, float],
-    count: Callable[[object], np.ndarray | None],
+    query_items: Mapping[Item, float],
+    count: Callable[[Item], np.ndarray | None],
     lengths: np.ndarray,
     *,
     k1: float,
@@ -225,7 +230,7 @@ def bm25_scores(
         query_items[term] = query_items.get(term, 0.0) + weight
     found = _occurrences(docs, query_items)
 
-    def count(term: object) -> np.ndarray | None:
+    def count(term: str) -> np.ndarray | None:
         where = found.get(term)
         if not where:
             return None
@@ -234,11 +239,11 @@ def bm25_scores(
     return _bm25_core(query_items, count, lengths, k1=k1, b=b, delta=delta, context=context)
 
 
-def _occurrences(docs: Sequence[Sequence[object]], terms: Iterable[object]) -> dict[object, list[int]]:
+def _occurrences(docs: Sequence[Sequence[Doc]], terms: Iterable[Doc]) -> dict[Doc, list[int]]:
     """term -> index of the document of each of its occurrences (repeated for repeated terms), for the
     given terms only: one pass over every document's terms, instead of one scan of every document per term."""
     wanted = set(terms)
-    found: dict[object, list[int]] = {}
+    found: dict[Doc, list[int]] = {}
     for i, d in enumerate(docs):
         for term in d:
             if term in wanted:
@@ -249,7 +254,7 @@ def _occurrences(docs: Sequence[Sequence[object]], terms: Iterable[object]) -> d
 def bigrams(terms: Sequence[str]) -> list[tuple[str, str]]:
     """Adjacent pairs of analysed terms (stop words already removed, so 'support group' and
     'support a group' both give ('support', 'group'))."""
-    return list(zip(terms, terms[1:]))
+    return list(zip(terms, terms[1:], strict=False))  # each term with the next
 
 
 def bigram_bm25_scores(
@@ -274,8 +279,8 @@ def bigram_bm25_scores(
 
     holding = _occurrences(docs, (first for first, _ in pairs))
 
-    def count(pair: object) -> np.ndarray | None:
-        first, second = pair  # type: ignore[misc]
+    def count(pair: tuple[str, str]) -> np.ndarray | None:
+        first, second = pair
         out = None
         for i in dict.fromkeys(holding.get(first, ())):  # the documents holding the pair's first term
             d = docs[i]

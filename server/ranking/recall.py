@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
+from collections.abc import Sequence
+from typing import Any
 
 from embeddings.base import Embedder
 from server.errors import Unavailable

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from embeddings.base import Embedder
 from server.ranking.expansion import vocabulary_words
+from server.ranking.fusion import Candidate, document_text
+from server.ranking.lexical import _stem
 from server.storage.protocols import WordStore
 from server.storage.records import Words
-from server.ranking.lexical import _stem
-from server.ranking.fusion import document_text
 
 # Embedding batch for words: single words are a few tokens, so a large batch stays cheap.
 WORD_BATCH = 256
@@ -80,7 +80,7 @@ class WordVectors:
             return
         with self._lock:
             site = self._site(site_id)
-            for word, vector in zip(words.words, words.vectors):
+            for word, vector in zip(words.words, words.vectors, strict=True):
                 site.add(word, vector)
 
     def vocabulary(self, site_id: int) -> set[str]:
@@ -139,7 +139,7 @@ class WordVectors:
 
     # --- recall -----------------------------------------------------------------------------------
 
-    def pool(self, site_id: int, candidates: Sequence[Any]) -> tuple[list[str], np.ndarray]:
+    def pool(self, site_id: int, candidates: Sequence[Candidate]) -> tuple[list[str], np.ndarray]:
         """The candidates' distinct words as (stems, vectors), row for row. Each candidate's rows are
         worked out once and kept while its text is unchanged."""
         site = self._sites.get(site_id)
@@ -172,7 +172,7 @@ class WordVectors:
         with self._lock:
             for word in vocabulary_words(query):
                 row = site.rows.get(word) if site is not None else None
-                if row is not None:
+                if site is not None and row is not None:
                     out[word] = site.matrix[row]
                     continue
                 cached = self._query_words.get(word)
@@ -184,7 +184,7 @@ class WordVectors:
         if missing:
             vectors = self.embed(missing)
             with self._lock:
-                for word, vector in zip(missing, vectors):
+                for word, vector in zip(missing, vectors, strict=True):
                     out[word] = self._query_words[word] = vector
                 while len(self._query_words) > self._query_cache_size:
                     self._query_words.popitem(last=False)

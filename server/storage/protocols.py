@@ -11,7 +11,8 @@ Failures are AppErrors (`unavailable` for a busy, full or damaged store) or the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -242,14 +243,25 @@ class Snapshot(Protocol):
 class Storage(Protocol):
     """One authority: its stores, what it learned while serving, and its backend's own operations."""
 
-    logs: LogStore
-    sites: SiteStore
-    memories: MemoryStore
-    outbox: OutboxStore
-    candidates: CandidateStore
-    words: WordStore
-    health: StorageHealth
-    integrity_unchecked: bool  # start-up's bounded integrity check ran out of time
+    # Read-only members (properties to the type checker), so an implementation may hold its own store types.
+    @property
+    def logs(self) -> LogStore: ...
+    @property
+    def sites(self) -> SiteStore: ...
+    @property
+    def memories(self) -> MemoryStore: ...
+    @property
+    def outbox(self) -> OutboxStore: ...
+    @property
+    def candidates(self) -> CandidateStore: ...
+    @property
+    def words(self) -> WordStore: ...
+    @property
+    def health(self) -> StorageHealth: ...
+    @property
+    def integrity_unchecked(self) -> bool:
+        """Start-up's bounded integrity check ran out of time: the full check is still to run."""
+        ...
 
     def check_integrity(self) -> str | None:
         """Check the whole store; a message saying what is damaged, or None."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterable, TypedDict
+from datetime import UTC, datetime
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -22,7 +23,7 @@ RawItem = tuple[int, str, str]
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # --- conversation logs ------------------------------------------------------------------------------------

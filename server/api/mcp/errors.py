@@ -4,12 +4,13 @@ unexpected is logged with its traceback and reaches the client only as a generic
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+import mcp_types as mt
 import pydantic
 from fastmcp.exceptions import DisabledError, NotFoundError
 from fastmcp.exceptions import ValidationError as FastMCPValidationError
-from fastmcp.server.middleware import Middleware, MiddlewareContext
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools.base import ToolResult
 
 from server.api.failures import unexpected
 from server.api.mcp.results import error_result, validation_message
@@ -36,7 +37,8 @@ class ErrorMiddleware(Middleware):
     def __init__(self, health: StorageHealth | None = None) -> None:
         self._health = health
 
-    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+    async def on_call_tool(self, context: MiddlewareContext[mt.CallToolRequestParams],
+                           call_next: CallNext[mt.CallToolRequestParams, ToolResult]) -> ToolResult:
         try:
             return await call_next(context)
         except AppError as exc:

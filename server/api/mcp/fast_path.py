@@ -13,15 +13,18 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pydantic
 import pydantic_core
 from mcp.server.streamable_http import check_accept_headers
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.api.failures import unexpected
+from server.api.metrics import Metrics
 from server.api.operations.logs import LogOperations
 from server.api.principal import principal_of
 from server.arguments import Params
@@ -43,9 +46,6 @@ _TOOLS: dict[str, type[Params]] = {"append_memory": AppendParams, "recall_memory
 # holds no float.
 _FLOAT = re.compile(r"[0-9][.eE]")
 
-Message = dict[str, Any]
-Send = Callable[[Message], Awaitable[None]]
-Receive = Callable[[], Awaitable[Message]]
 Work = Callable[[], Awaitable[tuple[str, bytes]]]  # runs the call: (text content, structured content JSON)
 
 
@@ -60,7 +60,7 @@ class LogToolsFastPath:
     while running (storage unavailable) are rendered as the tools' error middleware renders them.
     """
 
-    def __init__(self, app: Any, *, ops: LogOperations, metrics: Any = None,
+    def __init__(self, app: ASGIApp, *, ops: LogOperations, metrics: Metrics | None = None,
                  health: StorageHealth | None = None, enabled: bool = True) -> None:
         self.app = app
         self._ops = ops
@@ -69,7 +69,7 @@ class LogToolsFastPath:
         self.enabled = enabled  # off: every call goes through the SDK (tests compare the two)
         self.answered = 0  # calls answered here rather than by the SDK
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not (self.enabled and scope["type"] == "http" and scope["method"] == "POST"
                 and scope["path"] == MCP_PATH and not scope.get("root_path")):
             await self.app(scope, receive, send)
@@ -94,7 +94,7 @@ class LogToolsFastPath:
         self.answered += 1
         await _respond(send, _tool_response(request_id, text, structured, is_error))
 
-    def _plan(self, scope: dict[str, Any], body: bytes) -> tuple[Any, str, Work] | None:
+    def _plan(self, scope: Scope, body: bytes) -> tuple[str | int, str, Work] | None:
         """(JSON-RPC id, tool name, the work) for a call the fast path answers, else None (the SDK answers)."""
         principal = principal_of(scope)
         if principal is None or not principal.is_basic or not _sdk_would_accept(scope):
@@ -144,7 +144,7 @@ class LogToolsFastPath:
         raise TypeError(f"no fast path for {type(params).__name__}")
 
 
-def _sdk_would_accept(scope: dict[str, Any]) -> bool:
+def _sdk_would_accept(scope: Scope) -> bool:
     """The SDK's own header checks for a JSON POST (else it answers, with its own error)."""
     accept = content_type = version = None
     for key, value in scope["headers"]:  # the first of each, as Starlette's Headers.get reads them
@@ -220,7 +220,7 @@ def _render_items(rows: list[RawItem]) -> tuple[str, bytes]:
     return text, ('{"items":[' + ",".join(texts) + "]}").encode()
 
 
-def _tool_response(request_id: Any, text: str, structured: bytes | None, is_error: bool) -> bytes:
+def _tool_response(request_id: str | int, text: str, structured: bytes | None, is_error: bool) -> bytes:
     """The JSON-RPC response body the SDK writes for a CallToolResult with one text content (and structured
     content unless it is None: the SDK leaves out fields that are None)."""
     return b"".join((

@@ -7,7 +7,7 @@ the same response.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fastmcp import FastMCP
 from fastmcp.tools.base import ToolResult

@@ -8,7 +8,7 @@ structured pack.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fastmcp import FastMCP
 from fastmcp.tools.base import ToolResult

@@ -2,15 +2,17 @@
 
 fastmcp builds a tool's input schema and argument validation from a function's signature, so the signature
 is made from the model's fields (the same annotations: bounds, defaults, descriptions, validators; the
-server validates strictly, as the models do), and the tool body validates the arguments into the model. The schema is then published with plain types for
-optional parameters (`plain_parameters`) and the configured limits filled into the descriptions.
+server validates strictly, as the models do), and the tool body validates the arguments into the model.
+The schema is then published with plain types for optional parameters (`plain_parameters`) and the
+configured limits filled into the descriptions.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-from typing import Annotated, Any, Awaitable, Callable, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, TypeVar
 
 from fastmcp import FastMCP
 from fastmcp.tools.base import Tool, ToolResult

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fastmcp import FastMCP
 from fastmcp.server.dependencies import get_http_request

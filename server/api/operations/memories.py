@@ -7,7 +7,8 @@ content limit) here. Blocking work runs in worker threads.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 

@@ -13,8 +13,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.datastructures import URLPath
 from starlette.routing import BaseRoute, Match, NoMatchFound
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from server.api.rest import errors
 from server.api.rest.errors import HANDLED, error_response
@@ -70,7 +71,7 @@ class RestApp:
             scope = {**scope, "root_path": root[: -len(PREFIX)]}
         started = False
 
-        async def tracking(message: Any) -> None:
+        async def tracking(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
@@ -106,5 +107,5 @@ class RestRoute(BaseRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
 
-    def url_path_for(self, name: str, /, **path_params: Any) -> Any:
+    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:  # Starlette's signature
         raise NoMatchFound(name, path_params)

@@ -8,9 +8,10 @@ and code not_found, anything unexpected -> 503 unavailable (logged with its trac
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -59,7 +60,7 @@ def error_response(error: AppError, *, status: int | None = None, headers: dict[
     return JSONResponse(error.to_dict(), status_code=status or error.status, headers=headers)
 
 
-def validation_message(errors: Any) -> str:
+def validation_message(errors: Sequence[Mapping[str, Any]]) -> str:  # pydantic's error dicts
     parts = []
     for err in list(errors)[:MAX_LISTED_ERRORS]:
         loc = [str(p) for p in err.get("loc", ())]
@@ -129,9 +130,10 @@ async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
                                      where=f"REST {request.method} {request.url.path}"))
 
 
-def install(api: Any) -> None:
+def install(api: FastAPI) -> None:
     """Map every failure of the FastAPI app onto the SPEC's error body."""
-    api.add_exception_handler(AppError, app_error)
-    api.add_exception_handler(RequestValidationError, validation_error)
-    api.add_exception_handler(StarletteHTTPException, http_error)
+    # Starlette types every handler as taking Exception; each here is registered for its own class.
+    api.add_exception_handler(AppError, app_error)  # type: ignore[arg-type]
+    api.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    api.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     api.add_exception_handler(Exception, unexpected_error)

@@ -12,7 +12,14 @@ from server.api.rest.errors import COMMON, documented
 from server.api.rest.params import ListMemoriesQuery
 from server.api.rest.security import AnyCaller, valid_unicode
 from server.api.schemas import ContextPack, Forgotten, Memory, MemoryPage, Remembered, Results
-from server.memories.params import ContextParams, RecallParams, ReferenceParams, RememberParams, SearchParams, UpdateParams
+from server.memories.params import (
+    ContextParams,
+    RecallParams,
+    ReferenceParams,
+    RememberParams,
+    SearchParams,
+    UpdateParams,
+)
 
 PREFIX = "/v1"
 Reference = Annotated[str, Path(description="The memory's reference (as `remember` returned it).")]
@@ -20,6 +27,13 @@ Reference = Annotated[str, Path(description="The memory's reference (as `remembe
 
 def memory_routes(ops: MemoryOperations) -> APIRouter:
     router = APIRouter(prefix=PREFIX, tags=["saved memories"], dependencies=[Depends(valid_unicode)])
+    _add_memory_routes(router, ops)
+    _add_retrieval_routes(router, ops)
+    return router
+
+
+def _add_memory_routes(router: APIRouter, ops: MemoryOperations) -> None:
+    """The memories as resources: create, list, read, change, delete."""
 
     @router.post("/memories", status_code=201, response_model=Remembered,
                  responses={200: {"model": Remembered, "description": "Already remembered: the same content "
@@ -62,6 +76,10 @@ def memory_routes(ops: MemoryOperations) -> APIRouter:
         """Delete a memory from storage and the vector index; 404 for an unknown (or invisible) reference."""
         return JSONResponse(await ops.forget(principal, ReferenceParams(reference=reference)))
 
+
+def _add_retrieval_routes(router: APIRouter, ops: MemoryOperations) -> None:
+    """recall, search_memory and recall_context."""
+
     @router.post("/recall", response_model=Results, responses=documented(*COMMON), summary="Recall (memory:read)")
     async def recall(body: RecallParams, principal: AnyCaller) -> JSONResponse:
         """Best-effort lookup: the most relevant visible memories, best first; weak matches are allowed, and
@@ -81,5 +99,3 @@ def memory_routes(ops: MemoryOperations) -> APIRouter:
         """Ranked as recall, packed in rank order under max_items and max_tokens (used_tokens <= max_tokens
         always holds for context_text). The structured content of the `recall_context` tool."""
         return JSONResponse(await ops.context(principal, body))
-
-    return router

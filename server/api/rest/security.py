@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request, Security
-from fastapi.security import HTTPBasic, HTTPBearer
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
 
 from server.api.operations.logs import require_basic
 from server.api.principal import require_principal
@@ -46,12 +46,14 @@ bearer_scheme = _DocumentedBearer(
 )
 
 
-async def any_credential(request: Request, _basic: Any = Security(basic_scheme),
-                         _bearer: Any = Security(bearer_scheme)) -> Principal:
+# The schemes document the credentials in the OpenAPI document; the auth middleware has checked them.
+async def any_credential(request: Request, _basic: HTTPBasicCredentials | None = Security(basic_scheme),
+                         _bearer: HTTPAuthorizationCredentials | None = Security(bearer_scheme)) -> Principal:
     return require_principal(request.scope)
 
 
-async def basic_credential(request: Request, _basic: Any = Security(basic_scheme)) -> Principal:
+async def basic_credential(request: Request,
+                           _basic: HTTPBasicCredentials | None = Security(basic_scheme)) -> Principal:
     """The operation's own Basic-only check, run before the request is validated: a Bearer caller learns
     that first, whatever else is wrong with the request."""
     principal = require_principal(request.scope)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Mapping
 
 from server.errors import NotFound
 from server.storage.files import private_file, refuse_live_target
@@ -38,7 +38,7 @@ def backup_database(source: Path, dest: Path, *, force: bool = False,
     if not source.is_file():
         raise NotFound(f"no database at {source}: is --data-dir right?")
     if dest.is_dir():
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         dest = dest / f"memory-{stamp}.db"
     refuse_live_target(dest, {source: "the live database", **(live or {})})
     if dest.exists() and not force:

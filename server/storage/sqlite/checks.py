@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from server.storage.checks import FAIL, OK, Check
 from server.storage.sqlite.connection import connect, quick_check

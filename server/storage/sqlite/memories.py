@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -199,7 +200,7 @@ def store_words(conn: sqlite3.Connection, site_id: int, words: Words, model: str
         return
     conn.executemany(
         "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
-        [(site_id, w, model, _blob(v)) for w, v in zip(words.words, words.vectors)],
+        [(site_id, w, model, _blob(v)) for w, v in zip(words.words, words.vectors, strict=True)],
     )
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sized
 
 from server.storage.records import Scope
 
 
-def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[Any]]:
-    clauses, args = [f"{alias}.site_id = ?"], [scope.site_id]
+def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[object]]:
+    clauses: list[str] = [f"{alias}.site_id = ?"]
+    args: list[object] = [scope.site_id]
     for column, allowed in scope.restrictions():
         values = sorted(allowed)
         clauses.append(f"{alias}.{column} IN ({','.join('?' * len(values))})")
@@ -19,6 +20,6 @@ def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[Any]]:
     return " AND ".join(clauses), args
 
 
-def marks(values: object) -> str:
+def marks(values: Sized) -> str:
     """`?,?,?` for a sized collection of bound values."""
-    return ",".join("?" * len(values))  # type: ignore[arg-type]
+    return ",".join("?" * len(values))

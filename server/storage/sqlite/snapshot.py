@@ -8,8 +8,9 @@ conversations in order of last activity, so that listing them after an import or
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from server.errors import NotFound
 from server.storage.records import RawItem

@@ -12,9 +12,10 @@ import logging
 import queue
 import sqlite3
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, TypeVar
 
 from server.errors import Unavailable
 from server.logging_setup import Throttle
@@ -24,6 +25,8 @@ from server.storage.sqlite.connection import connect, sqlite_failure
 log = logging.getLogger("memory_server.storage")
 
 T = TypeVar("T")
+# Jobs of every result type share one queue: the writer only passes each result to its own future.
+Job = tuple[Callable[[sqlite3.Connection], Any], "Future[Any]"]
 
 
 def transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -58,7 +61,7 @@ class Writer:
         self._conn = connect(path)
         self.health = StorageHealth("sqlite")
         self._throttle = Throttle(log)
-        self._jobs: queue.Queue[tuple[Callable[[sqlite3.Connection], object], Future] | None] = queue.Queue()
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
         self._thread.start()
@@ -68,7 +71,7 @@ class Writer:
         if self._closed:
             future.set_exception(Unavailable("the server is shutting down"))
         else:
-            self._jobs.put((work, future))  # type: ignore[arg-type]
+            self._jobs.put((work, future))
         return future
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -97,7 +100,7 @@ class Writer:
                 self._commit_group(group)
         self._conn.close()
 
-    def _commit_group(self, group: list[tuple[Callable[[sqlite3.Connection], object], Future]]) -> None:
+    def _commit_group(self, group: list[Job]) -> None:
         outcomes: list[tuple[bool, object]] = []
 
         def run_all(conn: sqlite3.Connection) -> None:
@@ -124,7 +127,7 @@ class Writer:
             return
         if self._conn.total_changes != changes:
             self.health.wrote()
-        for (_, future), (ok, value) in zip(group, outcomes):
+        for (_, future), (ok, value) in zip(group, outcomes, strict=True):
             if ok:
                 future.set_result(value)
             else:

@@ -112,7 +112,8 @@ def store(server: Server, dataset: data.Dataset, *, links: bool) -> float:
     return time.perf_counter() - start
 
 
-def ask(server: Server, dataset: data.Dataset, *, time_filters: bool, limit: int) -> tuple[list[list[str]], list[float]]:
+def ask(server: Server, dataset: data.Dataset, *, time_filters: bool,
+        limit: int) -> tuple[list[list[str]], list[float]]:
     found, latencies = [], []
     for q in dataset.questions:
         window = q.window if time_filters and q.kind == "past" else {}
@@ -156,7 +157,7 @@ def score(dataset: data.Dataset, found: list[list[str]]) -> dict[str, dict[str, 
 def misses(dataset: data.Dataset, found: list[list[str]], per_group: int = 5) -> dict[str, list[dict[str, Any]]]:
     contents = {m.key: m.content for m in dataset.memories}
     out: dict[str, list[dict[str, Any]]] = {}
-    for q, hits in zip(dataset.questions, found):
+    for q, hits in zip(dataset.questions, found, strict=False):
         group = "current" if q.kind == "current" else f"past:{q.subkind}"
         if (not hits or hits[0] != q.gold) and len(out.setdefault(group, [])) < per_group:
             out[group].append({"question": q.text, "window": q.window, "gold": contents[q.gold],

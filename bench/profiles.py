@@ -73,7 +73,7 @@ def score(dataset: data.Dataset, found: list[list[str]]) -> dict[str, dict[str, 
 def misses(dataset: data.Dataset, found: list[list[str]], per_category: int = 4) -> dict[str, list[dict[str, Any]]]:
     contents = {m.key: m.content for m in dataset.memories}
     out: dict[str, list[dict[str, Any]]] = {}
-    for q, hits in zip(dataset.questions, found):
+    for q, hits in zip(dataset.questions, found, strict=False):
         if recall_at(hits, q.gold, 5) < 1 and len(out.setdefault(q.category, [])) < per_category:
             out[q.category].append({"question": q.text, "gold": [contents[g] for g in q.gold],
                                     "first_hit": contents.get(hits[0]) if hits else None})

@@ -72,7 +72,7 @@ class Server:
         self.startup_seconds = 0.0
         self.http: httpx.Client | None = None
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         created = subprocess.run([sys.executable, "-m", "server", "site", "create", SITE, "--data-dir",
                                   str(self.data_dir)], cwd=ROOT, env=self.env, capture_output=True, text=True,
@@ -121,7 +121,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(timeout=20)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

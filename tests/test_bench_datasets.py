@@ -55,8 +55,8 @@ def test_evolving_versions_are_months_apart_in_2024_and_2025(evo: evolving.Datas
     for slot in evo.slots:
         assert len(set(slot.values)) == len(slot.values), slot.id
         assert all(date(2024, 1, 1) <= d <= date(2025, 12, 31) for d in slot.dates)
-        assert all((b - a).days >= evolving.MIN_GAP_DAYS for a, b in zip(slot.dates, slot.dates[1:]))
-        for k, (key, value, when) in enumerate(zip(slot.keys, slot.values, slot.dates), start=1):
+        assert all((b - a).days >= evolving.MIN_GAP_DAYS for a, b in zip(slot.dates, slot.dates[1:], strict=False))
+        for k, (key, value, when) in enumerate(zip(slot.keys, slot.values, slot.dates, strict=False), start=1):
             memory = memories[key]
             assert (memory.slot, memory.version, day(memory.occurred_at)) == (slot.id, k, when)
             assert value in memory.content

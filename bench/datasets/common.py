@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import calendar
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 MONTHS = list(calendar.month_name)[1:]
 MONTHS_SHORT = list(calendar.month_abbr)[1:]
 
 
 def rfc3339(value: datetime) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def at(day: date, hour: int = 9, minute: int = 0) -> datetime:
-    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=timezone.utc)
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC)
 
 
 def month_start(year: int, month: int) -> date:

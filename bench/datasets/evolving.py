@@ -457,7 +457,8 @@ def _subjects(rng: random.Random) -> tuple[list[Subject], list[str]]:
     firsts, lasts = list(FIRST_NAMES), list(LAST_NAMES)
     rng.shuffle(firsts)
     rng.shuffle(lasts)
-    people = [f"{f} {l}" for f, l in zip(firsts, lasts)]  # every first name unique: "Maria" is never ambiguous
+    # every first name unique: "Maria" is never ambiguous
+    people = [f"{first} {last}" for first, last in zip(firsts, lasts, strict=False)]
     subjects: list[Subject] = []
     for full in people[:N_PEOPLE]:
         first = full.split()[0]
@@ -544,7 +545,7 @@ def generate(seed: int = DEFAULT_SEED) -> Dataset:
             dates = _dates(rng, n)
             slot_id = f"{subject.id}.{attr.name}"
             keys = []
-            for k, (value, day) in enumerate(zip(values, dates), start=1):
+            for k, (value, day) in enumerate(zip(values, dates, strict=False), start=1):
                 key = f"{slot_id}#v{k}"
                 templates = attr.first if k == 1 else attr.update
                 while True:

@@ -741,7 +741,7 @@ def _project(rng: random.Random, name: str) -> Builder:
     count = rng.randint(2, 3)
     versions = sorted(pick("release") for _ in range(count))
     days = sorted(b.event_day() for _ in range(count))  # versions ship in order
-    for k, (version, day) in enumerate(zip(versions, days)):
+    for k, (version, day) in enumerate(zip(versions, days, strict=False)):
         highlight = pick("highlight")
         releases.append(b.event(f"release{k}", F("We shipped {n} {v} {when}, with {h}.",
                                                  "{n} {v} was released {when} with {h}.",

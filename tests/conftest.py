@@ -22,7 +22,7 @@ from server.db import connect, transaction
 from server.services import open_database
 from server.settings import Settings
 
-pytest_plugins = ["tests.conftest_embeddings"]
+pytest_plugins = ["tests.conftest_embeddings", "tests.postgres"]
 
 
 def free_port() -> int:

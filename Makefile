@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export FASTMCP_SHOW_SERVER_BANNER := false
 
-.PHONY: install models ts-clients run lint test bench bench-quality bench-perf bench-client clean
+.PHONY: install models ts-clients system-packages run lint test bench bench-quality bench-perf bench-client clean
 
 install: $(INSTALLED)
 
@@ -43,6 +43,11 @@ ts-clients: $(if $(NPM),$(TS_INSTALLED))
 $(TS_INSTALLED): $(TS_HARNESS)/package.json $(TS_HARNESS)/package-lock.json
 	$(NPM) ci --prefix $(TS_HARNESS) --no-audit --no-fund
 	touch $@
+
+# Debian packages some tests need and pip cannot bring (PostgreSQL's server binaries, Chromium), installed
+# with apt when missing; needs root. Without them those tests skip. .ci/run calls it before `make test`.
+system-packages:
+	bash .ci/system-packages
 
 run: install models
 	$(BIN)/memory-server serve

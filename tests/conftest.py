@@ -22,7 +22,7 @@ from server.auth import admin as auth
 from server.settings import Settings
 from server.storage.factory import open_storage
 
-pytest_plugins = ["tests.conftest_embeddings"]
+pytest_plugins = ["tests.conftest_embeddings", "tests.postgres"]
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -16,6 +16,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMORY_", extra="ignore")
 
     data_dir: Path = Field(Path("./data"), description="Where SQLite and the embedded index live.")
+    database_url: SecretStr | None = Field(None, description=(
+        "postgresql://… : PostgreSQL is the authority (several replicas may share it); unset: SQLite in the "
+        "data directory."))
     host: str = Field("127.0.0.1", description="HTTP bind address.")
     port: int = Field(8765, ge=0, le=65535, description="HTTP port.")
     transport: Literal["http", "stdio"] = Field("http", description="MCP transport for `serve`.")
@@ -65,6 +68,13 @@ class Settings(BaseSettings):
 
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")
     log_level: str = Field("INFO", description="Log level.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// URL (unset it to use SQLite in the data directory)")
+        return value
 
     @property
     def origins(self) -> frozenset[str]:

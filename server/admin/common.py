@@ -39,6 +39,9 @@ def _options(
     pass
 
 
+SECRET_SETTINGS = frozenset({"database_url", "qdrant_api_key"})
+
+
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment and flags; a bad value is a one-line error naming it, never a traceback."""
     from pydantic import ValidationError
@@ -53,7 +56,8 @@ def load_settings(**overrides: object) -> Settings:
             name = ".".join(str(p) for p in err.get("loc", ()))
             given = name in overrides and overrides[name] is not None
             flag = f"--{name.replace('_', '-')}" if given else f"MEMORY_{name.upper()}"
-            problems.append(f"{flag}: {err.get('msg', 'invalid')} (got {err.get('input')!r})")
+            shown = "" if name in SECRET_SETTINGS else f" (got {err.get('input')!r})"  # a URL may hold a password
+            problems.append(f"{flag}: {err.get('msg', 'invalid')}{shown}")
         fail(RuntimeError("; ".join(problems)))
 
 

@@ -133,7 +133,7 @@ async def run(args: argparse.Namespace) -> dict:
         settings = Settings(data_dir=Path(tmp), embedding_threads=args.threads)
         services = open_services(settings)
         try:
-            memories = services.load_memories()
+            loaded = services.load_memories()
             principal = services.local_principal("bench")
             mcp = build_mcp(services, local=lambda: principal)
             async with Client(mcp) as client:
@@ -141,8 +141,8 @@ async def run(args: argparse.Namespace) -> dict:
                 report = {"data": str(args.data), "memories": len(memories), "questions": len(questions),
                           "store_seconds": round(store_seconds, 1), "modes": {}}
                 for mode in (MODES if args.mode == "all" else (args.mode,)):
-                    memories.retrieval.ranking = mode
-                    memories.embedder.clear_cache()  # each mode pays for its query embeddings
+                    loaded.retrieval.ranking = mode
+                    loaded.embedder.clear_cache()  # each mode pays for its query embeddings
                     start = time.perf_counter()
                     found, latencies = await ask(client, questions, args.limit)
                     report["modes"][mode] = {

@@ -67,22 +67,29 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 class Server:
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        storage = open_storage(Settings(data_dir=data))
-        try:
-            exists = storage.sites.site_id("bench") is not None
-            self.secret = (auth.rotate_site if exists else auth.create_site)(storage.sites, "bench")
-        finally:
-            storage.close()
+    def __init__(self, data: Path, database_url: str | None = None, *, secret: str | None = None) -> None:
+        """`secret`: the site's, when another replica of one deployment created it."""
+        self.data, self.database_url = data, database_url
+        if secret is None:
+            storage = open_storage(self.settings())
+            try:
+                exists = storage.sites.site_id("bench") is not None
+                secret = (auth.rotate_site if exists else auth.create_site)(storage.sites, "bench")
+            finally:
+                storage.close()
+        self.secret = secret
         with socket_port() as port:
             self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
         self.auth = "Basic " + base64.b64encode(f"bench:{self.secret}".encode()).decode()
 
+    def settings(self) -> Settings:
+        return Settings(data_dir=self.data, database_url=self.database_url)
+
     def start(self) -> float:
         """Start the process; return seconds from spawn to /readyz 200."""
-        env = {**os.environ, "FASTMCP_SHOW_SERVER_BANNER": "false", "MEMORY_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, "FASTMCP_SHOW_SERVER_BANNER": "false", "MEMORY_LOG_LEVEL": "WARNING",
+               **({"MEMORY_DATABASE_URL": self.database_url} if self.database_url else {})}
         started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server", "serve", "--data-dir", str(self.data), "--port", str(self.port)],
@@ -161,11 +168,12 @@ def batch(n: int, tag: int) -> list[dict[str, Any]]:
     return [{"role": "user", "text": f"message {tag}-{i} " + "x" * 80, "n": i} for i in range(n)]
 
 
-async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str, Any]:
-    def process_cpu_seconds(pid: int) -> float:  # user + system CPU time of a process so far (Linux)
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def process_cpu_seconds(pid: int) -> float:  # user + system CPU time of a process so far (Linux)
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+
+async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str, Any]:
     server = Server(tmp / "logs")
     server.start()
     out: dict[str, Any] = {}
@@ -187,7 +195,7 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
                 for shape in ("many", "hot"):
                     server_cpu = process_cpu_seconds(server.proc.pid)
                     client_cpu = resource.getrusage(resource.RUSAGE_SELF)
-                    items = await append_load(call, clients, shape, duration)
+                    items = await append_load([server], clients, shape, duration)
                     requests = max(1, items // 10)
                     acknowledged += items
                     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -215,8 +223,9 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
     return out
 
 
-async def append_load(call: Caller, clients: int, shape: str, duration: float) -> int:
-    """Appends of 10 items from `clients` concurrent keep-alive connections until `duration` is over.
+async def append_load(servers: list[Server], clients: int, shape: str, duration: float) -> int:
+    """Appends of 10 items from `clients` concurrent keep-alive connections (spread over the replicas)
+    until `duration` is over.
 
     The load comes from RawConnection, not httpx: on 2 cores shared by client and server, httpx's ~0.7 ms of
     CPU per request would be more than the server's own cost and would cap what is measured."""
@@ -229,7 +238,7 @@ async def append_load(call: Caller, clients: int, shape: str, duration: float) -
         conversation = "hot-conversation" if shape == "hot" else f"conversation-{n:04d}"
         body = json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
             "name": "append_memory", "arguments": {"conversation_id": conversation, "items": payload}}}).encode()
-        connection = await RawConnection.open(call.server)
+        connection = await RawConnection.open(servers[n % len(servers)])
         try:
             while time.perf_counter() < deadline:
                 reply = json.loads(await connection.post("/mcp", body))
@@ -288,7 +297,7 @@ def raw_sqlite_appends(path: Path, duration: float) -> int:
 
 
 async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any]:
-    storage = open_storage(Settings(data_dir=server.data))  # beside the server, as a second writer
+    storage = open_storage(server.settings())  # beside the server, as a second writer
     try:
         site_id = storage.sites.site_id("bench")
         assert site_id is not None
@@ -302,12 +311,19 @@ async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any
     replay = await timed(pages, lambda i: call("replay_memory", conversation_id="long-conversation",
                                                 limit=1000, offset=i * 1000))
     raw = []
-    conn = sqlite3.connect(Settings(data_dir=server.data).db_path)  # the baseline: raw sqlite3 reads
+    if server.database_url is None:
+        conn = sqlite3.connect(server.settings().db_path)  # the baseline: raw sqlite3 reads
+        sql, label = ("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND"
+                      " conversation_id = 'long-conversation' AND seq >= ? ORDER BY seq LIMIT 1000"), "raw_sqlite"
+    else:
+        import psycopg
+
+        conn = psycopg.connect(server.database_url, autocommit=True)  # type: ignore[assignment]
+        sql, label = ("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s AND"
+                      " conversation_id = 'long-conversation' AND seq >= %s ORDER BY seq LIMIT 1000"), "raw_psycopg"
     for i in range(pages):
         start = time.perf_counter()
-        fetched = conn.execute("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND"
-                               " conversation_id = 'long-conversation' AND seq >= ? ORDER BY seq LIMIT 1000",
-                               (site_id, i * 1000)).fetchall()
+        fetched = conn.execute(sql, (site_id, i * 1000)).fetchall()
         [json.loads(p) for _, _, p in fetched]
         raw.append(time.perf_counter() - start)
     conn.close()
@@ -315,7 +331,7 @@ async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any
         "conversation_items": items,
         "recall_memory_50": summary(tail),
         "replay_memory_1000": {**summary(replay), "items_per_s": round(1000 / statistics.median(replay))},
-        "baseline_raw_sqlite_1000": {**summary(raw), "items_per_s": round(1000 / statistics.median(raw))},
+        f"baseline_{label}_1000": {**summary(raw), "items_per_s": round(1000 / statistics.median(raw))},
     }
 
 
@@ -357,10 +373,10 @@ def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
     return vectors, False
 
 
-def load_corpus(data: Path, embedder: Any, n: int) -> dict[str, Any]:
-    """Fill a data directory with n memories in BUCKETS buckets, reusing cached vectors."""
+def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = None) -> dict[str, Any]:
+    """Fill a data directory (and database) with n memories in BUCKETS buckets, reusing cached vectors."""
     vectors, cached = corpus_vectors(embedder, n)
-    services = open_services(Settings(data_dir=data))
+    services = open_services(Settings(data_dir=data, database_url=database_url))
     try:
         memories = services.load_memories(embedder=embedder)
         site_id, _ = auth.ensure_site(services.storage.sites, "bench")
@@ -375,7 +391,7 @@ def load_corpus(data: Path, embedder: Any, n: int) -> dict[str, Any]:
                 batch.append((memory, Document(vector=vectors[i], model=embedder.name, terms=terms), None))
             # The cached vectors go in as remember would store them; words are backfilled below.
             inserted = services.storage.memories.insert(site_id, batch, Words())
-            memories.outbox.index_ids([i.row_id for i in inserted if i.row_id is not None])
+            memories.writes.index.written([i.row_id for i in inserted if i.row_id is not None])
         seconds = time.perf_counter() - start
         memories.backfill_words()  # what the server's first start would do in the background
         optimize_start = time.perf_counter()
@@ -413,11 +429,11 @@ async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) ->
                             "per_s": round(bulk / bulk_seconds, 1)}}
 
 
-async def bench_search(tmp: Path, embedder: Any, size: int) -> dict[str, Any]:
+async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | None = None) -> dict[str, Any]:
     data = tmp / f"search-{size}"
-    loaded = load_corpus(data, embedder, size)
+    loaded = load_corpus(data, embedder, size, database_url)
     vectors = loaded.pop("vectors")
-    server = Server(data)
+    server = Server(data, database_url)
     startup = server.start()
     rng = random.Random(size)
     # Four phases, four disjoint query sets: no phase is helped by another's cached query embeddings.
@@ -442,8 +458,10 @@ async def bench_search(tmp: Path, embedder: Any, size: int) -> dict[str, Any]:
         out["server_peak_rss_mb"] = server.peak_rss_mb()
     finally:
         server.stop()
-    query_vectors = embedder.embed_documents(queries["search_memory"])
-    out["baseline_qdrant_local"] = qdrant_local_baseline(tmp / f"qdrant-local-{size}", vectors, query_vectors, buckets)
+    if database_url is None:  # the index baseline does not depend on the authority
+        query_vectors = embedder.embed_documents(queries["search_memory"])
+        out["baseline_qdrant_local"] = qdrant_local_baseline(tmp / f"qdrant-local-{size}", vectors, query_vectors,
+                                                             buckets)
     return out
 
 
@@ -487,6 +505,15 @@ def qdrant_local_baseline(path: Path, vectors: np.ndarray, queries: np.ndarray, 
 
 def table(report: dict[str, Any]) -> str:
     lines = ["", f"memory-server performance ({report['machine']})", ""]
+    lines += _tables(report)
+    if "postgres" in report:
+        lines += ["", "with PostgreSQL as the authority (append throughput: two replicas where marked)", ""]
+        lines += _tables(report["postgres"])
+    return "\n".join(lines)
+
+
+def _tables(report: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
     logs = report.get("logs")
     if logs:
         for name, s in logs["append_ack"].items():
@@ -496,53 +523,62 @@ def table(report: dict[str, Any]) -> str:
             lines.append(f"append throughput, {name:<24} {v:>9} items/s")
         r = logs["reads"]
         lines.append(f"recall_memory(50) p50 {r['recall_memory_50']['p50_ms']} ms")
+        base = next(key for key in r if key.startswith("baseline_"))
         lines.append(f"replay_memory(1000) {r['replay_memory_1000']['items_per_s']} items/s"
-                     f"  (raw sqlite {r['baseline_raw_sqlite_1000']['items_per_s']} items/s)")
+                     f"  ({base.removeprefix('baseline_').removesuffix('_1000').replace('_', ' ')} "
+                     f"{r[base]['items_per_s']} items/s)")
     rem = report.get("remember")
     if rem:
         one = rem["one_at_a_time"]
         lines.append(f"remember one at a time: p50 {one['p50_ms']} ms, {one['per_s']}/s;"
                      f" bulk import {rem['bulk_import']['per_s']}/s ({rem['bulk_import']['memories']})")
     for size, s in report.get("search", {}).items():
-        base = s["baseline_qdrant_local"]
         index = s.get("index") or {}
         lines.append(f"{size} memories (vectors cached: {s['vectors_cached']}; HNSW over "
                      f"{index.get('indexed_vectors', '?')}/{index.get('points', '?')} points), start-up to /readyz "
-                     f"{s['startup_to_ready_s']} s (qdrant local reopen {base['reopen_s']} s), server peak RSS "
-                     f"{s['server_peak_rss_mb']} MB")
+                     f"{s['startup_to_ready_s']} s, server peak RSS {s['server_peak_rss_mb']} MB")
         for name in ("recall", "recall_bucket", "search_memory", "search_memory_bucket"):
             lines.append(f"  {name:<22} p50 {s[name]['p50_ms']:>7} ms  p95 {s[name]['p95_ms']:>7} ms"
                          f"  p99 {s[name]['p99_ms']:>7} ms")
+        base = s.get("baseline_qdrant_local")
+        if base is None:
+            continue
+        lines.append(f"  qdrant local reopen {base['reopen_s']} s")
         for name, key in (("search", "search"), ("search bucket", "search_bucket")):
             lines.append(f"  qdrant local {name:<13} p50 {base[key]['p50_ms']:>7} ms  p95 {base[key]['p95_ms']:>7} ms"
                          f"  p99 {base[key]['p99_ms']:>7} ms")
         ratio = base["search_bucket"]["p50_ms"] / max(s["search_memory_bucket"]["p50_ms"], 1e-9)
         lines.append(f"  search_memory with a bucket filter: {ratio:.1f}x faster than qdrant local at p50"
                      " (ours includes query embedding and MCP over HTTP)")
-    return "\n".join(lines)
+    return lines
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"machine": f"{os.cpu_count()} cores, {sys.platform}, Python {sys.version.split()[0]}"}
-    only = set(args.only.split(","))
-    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
-        tmp = Path(tmp_name)
-        if "logs" in only:
-            report["logs"] = await bench_logs(tmp, duration=args.duration, read_items=args.read_items)
-        if only & {"remember", "search"}:
-            from embeddings.factory import load_embedder, resolve_model_dir
-            from server.services import PROJECT_ROOT
-            from server.settings import Settings
+    only, storages = set(args.only.split(",")), set(args.storage.split(","))
+    embedder = None
+    if only & {"remember", "search"}:
+        from embeddings.factory import load_embedder, resolve_model_dir
+        from server.services import PROJECT_ROOT
 
-            embedder = load_embedder(resolve_model_dir(os.environ.get("MEMORY_EMBEDDING_MODEL"),
-                                                       project_root=PROJECT_ROOT), threads=1,
-                                     engine=Settings().embedding_engine)
-            if "remember" in only:
+        embedder = load_embedder(resolve_model_dir(os.environ.get("MEMORY_EMBEDDING_MODEL"),
+                                                   project_root=PROJECT_ROOT), threads=1,
+                                 engine=Settings().embedding_engine)
+    if "sqlite" in storages:
+        with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
+            tmp = Path(tmp_name)
+            if "logs" in only:
+                report["logs"] = await bench_logs(tmp, duration=args.duration, read_items=args.read_items)
+            if "remember" in only and embedder is not None:
                 report["remember"] = await bench_remember(tmp, embedder, single=args.single, bulk=args.bulk)
-            if "search" in only:
+            if "search" in only and embedder is not None:
                 report["search"] = {}
                 for size in (int(s) for s in args.sizes.split(",")):
                     report["search"][str(size)] = await bench_search(tmp, embedder, size)
+    if "postgres" in storages:
+        from bench import postgres
+
+        report["postgres"] = await postgres.bench(args, embedder, only)
     report["client_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return report
 
@@ -550,6 +586,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="logs,remember,search")
+    parser.add_argument("--storage", default="sqlite", help="sqlite, postgres or both (sqlite,postgres): the "
+                        "authority the figures are measured on; postgres runs a private server")
     parser.add_argument("--sizes", default="10000")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput run")
     parser.add_argument("--read-items", type=int, default=100_000)

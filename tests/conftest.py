@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from server.api.app import create_app
 from server.auth import admin as auth
 from server.settings import Settings
 from server.storage.factory import open_storage
+
+from tests import backends
 
 pytest_plugins = ["tests.conftest_embeddings", "tests.postgres"]
 
@@ -91,7 +94,70 @@ class ThreadedServer:
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
+    """Settings for a data directory; on PostgreSQL (a contract suite's second run) with its own database."""
+    url = backends.current.database_url(data_dir)
+    if url is not None and "database_url" not in overrides:
+        overrides["database_url"] = url
     return Settings(data_dir=data_dir, **overrides)
+
+
+def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Rows of `sql` (`?` placeholders) read straight from the settings' authority, SQLite or PostgreSQL:
+    the oracle tests check stored state against."""
+    if settings.database_url is None:
+        with contextlib.closing(sqlite3.connect(settings.db_path)) as db:
+            return db.execute(sql, args).fetchall()
+    import psycopg
+
+    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+        return [tuple(row) for row in conn.execute(sql.replace("?", "%s"), args).fetchall()]  # type: ignore[arg-type]
+
+
+def execute(settings: Settings, sql: str, *args: Any) -> None:
+    """Change stored state behind the server's back (as damage, a clock step or an operator would)."""
+    if settings.database_url is None:
+        with contextlib.closing(sqlite3.connect(settings.db_path)) as db, db:
+            db.execute(sql, args)
+        return
+    import psycopg
+
+    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+        conn.execute(sql.replace("?", "%s"), args)  # type: ignore[arg-type]
+
+
+# --- storage backends: a module marked `backends` runs on SQLite and on PostgreSQL ------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "backends: run the module's tests on every storage backend")
+    config.addinivalue_line("markers", "sqlite_only: a test of SQLite itself (files, its backup), in a backends module")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("backends") is None:
+        return
+    names = ("sqlite",) if metafunc.definition.get_closest_marker("sqlite_only") else backends.BACKENDS
+    metafunc.parametrize("backend", names, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The storage backend of this module's tests ("sqlite" unless the module is marked `backends`).
+    Module-scoped fixtures that open storage must request it, so they are made again per backend."""
+    name = getattr(request, "param", "sqlite")
+    if name != "postgres":
+        yield name
+        return
+    from tests.postgres import PostgresDatabases
+
+    pytest.importorskip("server.storage.postgres.storage")
+    databases = PostgresDatabases(request.getfixturevalue("postgres_server"))
+    backends.current.use("postgres", databases.create)
+    try:
+        yield name
+    finally:
+        backends.current.use("sqlite")
+        databases.drop_all()
 
 
 @pytest.fixture

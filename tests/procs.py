@@ -21,6 +21,7 @@ import pytest
 from fastmcp import Client
 
 from conftest import free_port
+from tests import backends  # one module object whichever way a test imports procs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
@@ -52,9 +53,8 @@ def run_cli(*args: str, data_dir: Path | None = None, env: dict[str, str] | None
     command = (executable or [sys.executable, "-m", "server"]) + list(args)
     if data_dir is not None:
         command += ["--data-dir", str(data_dir)]
-    return subprocess.run(
-        command, cwd=REPO_ROOT, env=env or server_env(), capture_output=True, text=True, timeout=120
-    )
+    env = {**backends.current.env(data_dir), **(env or server_env())}  # the data dir's authority
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def parse_fields(output: str) -> dict[str, str]:
@@ -78,7 +78,7 @@ class ServerProcess:
         self.base = f"http://{host}:{self.port}"
         self.url = f"{self.base}/mcp"
         self.log_path = log_path or data_dir.parent / f"server-{self.port}.log"
-        self._env = env or server_env()
+        self._env = {**backends.current.env(data_dir), **(env or server_env())}
         self._preexec = preexec  # e.g. resource limits, applied in the child before exec
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from fastmcp import Client
 
 from server.auth.principal import READ, WRITE
 
-from conftest import LiveServer, admin, make_settings, serve
+from conftest import LiveServer, admin, make_settings, query, serve
 from procs import parse_fields, run_cli
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -81,8 +80,11 @@ def b64(text: str | bytes) -> str:
 # --- credentials at the HTTP edge ---------------------------------------------------------------------
 
 
+pytestmark = pytest.mark.backends
+
+
 @pytest.fixture(scope="module")
-def edge(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+def edge(backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
     """One server for the many read-mostly checks below (each writes nothing, or only to its own ids). They
     send dozens of bad credentials on purpose, so failed sign-ins are not limited here (tests/test_sign_in.py
     covers the limit)."""
@@ -268,9 +270,8 @@ async def test_site_delete_removes_its_data(live: LiveServer) -> None:
     assert deleted.returncode == 0, deleted.stderr
     assert_401(await post(live.url, rpc("list_conversations", {}), live.basic_header()))
 
-    with sqlite3.connect(live.settings.db_path) as db:
-        for table in ("log_items", "conversations", "append_keys", "tokens"):
-            assert db.execute(f"SELECT COUNT(*) FROM {table} WHERE site_id = ?", (old_id,)).fetchone()[0] == 0
+    for table in ("log_items", "conversations", "append_keys", "tokens"):
+        assert query(live.settings, f"SELECT COUNT(*) FROM {table} WHERE site_id = ?", old_id) == [(0,)]
 
     # A site re-created under the same name is a new, empty tenant.
     recreated = parse_fields(run_cli("site", "create", live.site, data_dir=live.settings.data_dir).stdout)

@@ -8,19 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastmcp import Client
 
 from server.auth import admin as auth
 from server.storage.factory import open_storage
 
 from conftest import LiveServer, admin, make_settings
-from procs import REPO_ROOT, ServerProcesses, batch_payloads, check_log, read_all, server_processes  # noqa: F401
+from procs import (  # noqa: F401
+    REPO_ROOT,
+    ServerProcesses,
+    batch_payloads,
+    check_log,
+    read_all,
+    server_env,
+    server_processes,
+)
+from tests import backends
+
+pytestmark = pytest.mark.backends
 
 CONVERSATION = "conv-contended-0001"
 
@@ -64,15 +77,16 @@ async def test_many_http_clients_one_conversation(live: LiveServer) -> None:
 
 
 async def test_two_server_processes_one_database(tmp_path: Path, server_processes: ServerProcesses) -> None:
-    """Two servers append to one SQLite file. The embedded vector index admits one process per data
-    directory, so the second server gets a data directory of its own whose memory.db is a symlink to the
-    first's: SQLite resolves the link, so both share one database, one WAL and one lock."""
+    """Two servers append to one authority. The embedded vector index admits one process per data
+    directory, so the second server gets a data directory of its own; on SQLite its memory.db is a symlink
+    to the first's (SQLite resolves the link, so both share one database, one WAL and one lock)."""
     data_dir, second_dir = tmp_path / "data", tmp_path / "data-2"
     secret = admin(make_settings(data_dir), lambda sites: auth.create_site(sites, "acme"))
     second_dir.mkdir()
     (second_dir / "memory.db").symlink_to(data_dir / "memory.db")
     first = server_processes.start(data_dir)
-    second = server_processes.start(second_dir)
+    # On PostgreSQL the second server is given the first one's database, as SQLite is given its file.
+    second = server_processes.start(second_dir, env=server_env(**backends.current.env(data_dir)))
     writers, batches = 8, 8
     rng = random.Random(11)
 
@@ -91,7 +105,8 @@ async def test_two_server_processes_one_database(tmp_path: Path, server_processe
     assert_exactly_once(views[0], acks)
     # Both really served appends, through the one WAL beside the real file.
     assert {w % 2 for (w, _) in acks} == {0, 1}
-    assert (data_dir / "memory.db-wal").exists() and not (second_dir / "memory.db-wal").exists()
+    if backends.current.name == "sqlite":
+        assert (data_dir / "memory.db-wal").exists() and not (second_dir / "memory.db-wal").exists()
 
 
 # A child process: its own storage (its own writer on the same SQLite file); prints the acknowledgements as
@@ -129,7 +144,7 @@ async def test_processes_appending_through_sqlite(tmp_path: Path) -> None:
     children = [
         subprocess.Popen([sys.executable, "-c", APPENDER, str(settings.data_dir), str(site_id), str(w),
                           str(batches), CONVERSATION], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, env={**os.environ, **backends.current.env(settings.data_dir)})
         for w in range(writers)
     ]
     acks = {}

@@ -14,12 +14,15 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastmcp import Client
 
 from server.auth import admin as auth
 
 from conftest import admin, make_settings
 from procs import ServerProcess, ServerProcesses, batch_payloads, check_log, read_all, server_processes  # noqa: F401
+
+pytestmark = pytest.mark.backends
 
 SITE = "acme"
 WRITERS = 6

@@ -4,13 +4,15 @@ as remembered ones."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import httpx2
+import pytest
 
-from conftest import wait_ready
+from conftest import make_settings, query, wait_ready
 from procs import ServerProcess, parse_fields, run_cli
+
+pytestmark = pytest.mark.backends
 
 MEMORIES = [
     "Maria started a new job at the bakery on Elm Street last spring.",
@@ -35,12 +37,8 @@ def recall_all(server: ServerProcess, auth: tuple[str, str]) -> list[list[tuple[
                 for query in QUERIES]
 
 
-def words(db: Path) -> set[str]:
-    conn = sqlite3.connect(db)
-    try:
-        return {row[0] for row in conn.execute("SELECT word FROM memory_words")}
-    finally:
-        conn.close()
+def words(data_dir: Path) -> set[str]:
+    return {row[0] for row in query(make_settings(data_dir), "SELECT word FROM memory_words")}
 
 
 def test_imported_memories_rank_exactly_as_remembered_ones(tmp_path: Path) -> None:
@@ -61,7 +59,7 @@ def test_imported_memories_rank_exactly_as_remembered_ones(tmp_path: Path) -> No
     assert imported_run.returncode == 0, imported_run.stderr
     assert parse_fields(imported_run.stdout)["memories created"] == str(len(MEMORIES))
     # The words were stored by the import itself, before any server ran a backfill.
-    assert words(second / "memory.db") == words(first / "memory.db")
+    assert words(second) == words(first)
     with ServerProcess(second) as server:
         wait_ready(server.base)
         imported = recall_all(server, ("acme", secret2))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
@@ -23,7 +22,7 @@ from fastmcp import Client
 from server.api.app import build_mcp
 from server.services import open_services
 
-from conftest import LiveServer, admin, make_settings, serve
+from conftest import LiveServer, admin, execute, make_settings, serve
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 KIB = 1024
@@ -34,8 +33,11 @@ MAX_BATCH = 4 * 1024 * KIB
 # --- fixtures and helpers ---------------------------------------------------------------------------
 
 
+pytestmark = pytest.mark.backends
+
+
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+def srv(backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
     with serve(make_settings(tmp_path_factory.mktemp("logs") / "data"), embedder) as server:
         yield server
 
@@ -235,9 +237,8 @@ async def test_list_order_follows_commits_even_if_the_clock_steps_back(srv: Live
     async with Client(srv.url, auth=httpx2.BasicAuth(name, secret)) as client:
         await append(client, "conv-earlier-01", [{"n": 0}])
         site_id = admin(srv.settings, lambda sites: sites.site_id(name))
-        with sqlite3.connect(srv.settings.db_path) as db:
-            db.execute("UPDATE conversations SET last_activity_us = last_activity_us + 3600000000"
-                       " WHERE site_id = ? AND conversation_id = 'conv-earlier-01'", (site_id,))
+        execute(srv.settings, "UPDATE conversations SET last_activity_us = last_activity_us + 3600000000"
+                " WHERE site_id = ? AND conversation_id = 'conv-earlier-01'", site_id)
         await append(client, "conv-later-0001", [{"n": 1}])
         listed = (await ok(client, "list_conversations", {}))["conversations"]
         assert [x["conversation_id"] for x in listed] == ["conv-later-0001", "conv-earlier-01"]
@@ -360,7 +361,7 @@ async def test_batch_over_4_mib_over_http_is_rejected_and_nothing_written(srv: L
 
 
 @pytest.fixture(scope="module")
-async def inproc(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+async def inproc(backend: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
     """The tools in-process (no HTTP body cap in the way), acting for a local site."""
     services = open_services(make_settings(tmp_path_factory.mktemp("inproc") / "data"))
     principal = services.local_principal("local")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,13 +22,16 @@ from server.api.app import create_app
 from server.auth import admin as auth
 from server.ranking.fusion import document_text
 
-from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
+from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, query, serve
 
 PAYLOAD_LIMIT = 256 * 1024
 
 
+pytestmark = pytest.mark.backends
+
+
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+def shared(backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
     """One server for the many input-validation cases (each checks that its request changed nothing)."""
     with serve(make_settings(tmp_path_factory.mktemp("shared") / "data"), embedder) as server:
         yield server
@@ -928,19 +930,12 @@ async def test_memory_routes_are_503_while_the_index_is_down_and_logs_still_work
 
 
 def backlog(live: LiveServer) -> int:
-    """Rows the vector index does not have yet, read from the server's SQLite file (the authority)."""
-    conn = sqlite3.connect(f"file:{live.settings.db_path}?mode=ro", uri=True)
-    try:
-        pending = conn.execute("SELECT count(*) FROM memories WHERE indexed = 0").fetchone()[0]
-        return pending + conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0]
-    finally:
-        conn.close()
+    """Rows the vector index does not have yet, read from the authority."""
+    [(pending,)] = query(live.settings, "SELECT count(*) FROM memories WHERE indexed = 0")
+    [(deletions,)] = query(live.settings, "SELECT count(*) FROM index_deletions")
+    return int(pending) + int(deletions)
 
 
 def stored_vector(live: LiveServer, reference: str) -> np.ndarray:
-    conn = sqlite3.connect(f"file:{live.settings.db_path}?mode=ro", uri=True)
-    try:
-        blob = conn.execute("SELECT vector FROM memories WHERE reference = ?", (reference,)).fetchone()[0]
-        return np.frombuffer(blob, dtype=np.float32).copy()
-    finally:
-        conn.close()
+    [(blob,)] = query(live.settings, "SELECT vector FROM memories WHERE reference = ?", reference)
+    return np.frombuffer(bytes(blob), dtype=np.float32).copy()

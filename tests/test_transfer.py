@@ -22,10 +22,12 @@ from fastmcp import Client
 from server.auth import admin as auth
 from server.storage.factory import open_storage
 from server.storage.records import APPENDED, PRESENT
-from server.storage.sqlite.connection import connect
 
-from conftest import LiveServer, make_settings, serve
+from conftest import LiveServer, make_settings, query, serve
 from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
+from tests import backends
+
+pytestmark = pytest.mark.backends
 
 SITE = "acme"
 
@@ -75,12 +77,9 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
 
 
 def db_counts(data_dir: Path) -> dict[str, int]:
-    conn = connect(make_settings(data_dir).db_path, readonly=True)
-    try:
-        return {name: conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
-                for name in ("sites", "memories", "conversations", "log_items")}
-    finally:
-        conn.close()
+    settings = make_settings(data_dir)
+    return {name: int(query(settings, f"SELECT count(*) FROM {name}")[0][0])
+            for name in ("sites", "memories", "conversations", "log_items")}
 
 
 async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -105,12 +104,12 @@ async def replay_all(client: Client, conversation_id: str, page: int = 7) -> lis
 async def observe(client: Client, conversations: list[str]) -> dict[str, Any]:
     """What a client sees: replay pages, list_conversations, and recall answers."""
     recalls, scores = {}, {}
-    for query in QUERIES:
-        hits = (await call(client, "recall", query=query, limit=4))["results"]
-        recalls[query] = [(h["reference"], h["content"], h["type"], h["location"], h["project"], h["team"],
+    for question in QUERIES:
+        hits = (await call(client, "recall", query=question, limit=4))["results"]
+        recalls[question] = [(h["reference"], h["content"], h["type"], h["location"], h["project"], h["team"],
                            h["bucket"], h["tags"], h["metadata"], h["provenance"], h["occurred_at"], h["created_at"])
                           for h in hits]
-        scores[query] = [h["score"] for h in hits]
+        scores[question] = [h["score"] for h in hits]
     listed = (await call(client, "list_conversations", limit=100))["conversations"]
     return {
         "replay": {cid: await replay_all(client, cid) for cid in conversations},
@@ -160,6 +159,8 @@ def test_import_log_items_continues_gaplessly_and_keeps_recorded_at(tmp_path: Pa
 
 
 async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: Path, embedder: Any) -> None:
+    """From SQLite to the backend under test: on PostgreSQL this is how a deployment moves there."""
+    backends.current.keep_on_sqlite(tmp_path / "source")
     source = make_settings(tmp_path / "source")
     conversations = ["conv-transfer-a", "conv-transfer-b", "conv-transfer-c"]
     rng = random.Random(7)
@@ -214,8 +215,8 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
         [json.dumps(p, ensure_ascii=False) for p in before["replay"]["conv-transfer-a"][0]]
     assert after["list"] == before["list"]  # counts, first/last recorded_at, newest activity first
     assert after["recall"] == before["recall"]  # same references in the same order, same attributes
-    for query, scores in before["scores"].items():  # re-embedded in batches: equal up to float noise
-        assert after["scores"][query] == pytest.approx(scores, abs=1e-4)
+    for question, scores in before["scores"].items():  # re-embedded in batches: equal up to float noise
+        assert after["scores"][question] == pytest.approx(scores, abs=1e-4)
 
     # And a re-export of the imported directory is the same file, line for line (but the header).
     again = tmp_path / "again.jsonl"
@@ -307,15 +308,11 @@ def test_bad_lines_are_reported_by_number_and_the_rest_is_imported(tmp_path: Pat
     assert "gap" in rejected[14] and "conflict" in rejected[15] and "recorded_at" in rejected[16]
     assert "line 18: skipped: duplicate of mem_import_good" in done.stderr
 
-    conn = connect(make_settings(data).db_path, readonly=True)
-    try:
-        items = conn.execute("SELECT seq, payload FROM log_items ORDER BY seq").fetchall()
-        assert [tuple(i) for i in items] == [(0, '{"n":0}'), (1, '{"n":1}'), (2, '{"n":2}')]
-        memory = conn.execute("SELECT reference, created_at, updated_at, indexed FROM memories").fetchall()
-        assert [tuple(m) for m in memory] == [
-            ("mem_import_good", "2024-01-01T00:00:00.000000Z", "2024-02-01T00:00:00.000000Z", 1)]
-    finally:
-        conn.close()
+    settings = make_settings(data)
+    items = query(settings, "SELECT seq, payload FROM log_items ORDER BY seq")
+    assert items == [(0, '{"n":0}'), (1, '{"n":1}'), (2, '{"n":2}')]
+    memory = query(settings, "SELECT reference, created_at, updated_at, indexed FROM memories")
+    assert memory == [("mem_import_good", "2024-01-01T00:00:00.000000Z", "2024-02-01T00:00:00.000000Z", 1)]
 
     unsupported = write_jsonl(tmp_path / "v2.jsonl", [{"kind": "header", "version": 2}, log_line(conv, 3, {})])
     done = cli("import", str(unsupported), data_dir=data)
@@ -430,6 +427,7 @@ async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, l
 # --- backup ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 async def test_backup_while_appending_holds_everything_acknowledged_before_it(tmp_path: Path,
                                                                               live: LiveServer) -> None:
     conv = "conv-backup-000001"
@@ -488,6 +486,7 @@ async def test_backup_while_appending_holds_everything_acknowledged_before_it(tm
     assert json.loads(exported[0])["counts"]["log_items"] == len(rows)
 
 
+@pytest.mark.sqlite_only
 def test_backup_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     data = tmp_path / "data"
     open_storage(make_settings(data)).close()
@@ -509,3 +508,16 @@ def test_backup_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     assert same.returncode == 1 and "live database" in same.stderr
     missing = cli("backup", str(tmp_path / "x.db"), data_dir=tmp_path / "nowhere")
     assert missing.returncode == 1 and "no database" in missing.stderr
+
+
+def test_backup_on_postgresql_points_to_pg_dump_and_export(tmp_path: Path, backend: str) -> None:
+    if backend != "postgres":
+        pytest.skip("SQLite's backup is tested above")
+    data = tmp_path / "data"
+    ok("site", "create", SITE, data_dir=data)
+    target = tmp_path / "b.db"
+    refused = cli("backup", str(target), data_dir=data)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "pg_dump" in refused.stderr and "memory-server export" in refused.stderr
+    assert not target.exists()
+    assert "postgresql://" not in refused.stderr  # the URL (and any password in it) is never echoed

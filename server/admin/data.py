@@ -217,9 +217,12 @@ def reindex(data_dir: DataDir = None) -> None:
     try:
         services.closers.append(index.close)
         memories = services.load_memories(index=index, repair_index=False)
-        with Progress() as progress:
-            task = progress.add_task("reindexing", total=services.storage.memories.count())
-            done = memories.outbox.reindex(progress=lambda n: progress.advance(task, n))
+        if memories.follower is not None:  # this server's own index of a shared authority: only it is rebuilt
+            done = memories.follower.rebuild()
+        else:
+            with Progress() as progress:
+                task = progress.add_task("reindexing", total=services.storage.memories.count())
+                done = memories.outbox.reindex(progress=lambda n: progress.advance(task, n))
         memories.words.load(services.storage.words)
         memories.backfill_words()
         typer.echo(f"reindexed {done} memories with {memories.embedder.name}")
@@ -254,6 +257,7 @@ def backup(
     data_dir: DataDir = None,
 ) -> None:
     """Copy the SQLite database to PATH while the server runs (online backup API), then verify the copy.
+    On PostgreSQL it says how to back up instead (pg_dump, or `export`).
 
     The vector index is not copied: it is derived from the database. After restoring, run `memory-server
     reindex` (with the server backend, snapshot the Qdrant collection instead).
@@ -262,6 +266,11 @@ def backup(
     from server.storage.sqlite.backup import backup_database
 
     settings = load_settings(data_dir=data_dir)
+    if settings.database_url is not None:
+        fail(RuntimeError(
+            "the authority is PostgreSQL (MEMORY_DATABASE_URL): back it up with PostgreSQL's own tools, e.g. "
+            "`pg_dump --format=custom --file memory.dump \"$MEMORY_DATABASE_URL\"` (restore with pg_restore), or "
+            "write a consistent export of every site with `memory-server export FILE`"))
     try:
         result = backup_database(settings.db_path, path, force=force, live=live_paths(settings))
     except (AppError, FileExistsError, RuntimeError, OSError) as exc:

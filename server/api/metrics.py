@@ -154,11 +154,13 @@ class _ServicesCollector(Collector):
         if memories is None:
             return
         try:
-            backlog = memories.outbox.backlog()
+            follower = memories.follower
+            backlog = follower.lag() if follower is not None else memories.outbox.backlog()
         except Exception:  # storage trouble shows on /readyz; a scrape must still succeed
             return
         yield GaugeMetricFamily(f"{PREFIX}_index_backlog",
-                                "Memories waiting to be written to or deleted from the vector index.",
+                                "Memories waiting to be written to or deleted from the vector index (an index "
+                                "following a shared authority: changes of it not applied yet).",
                                 value=backlog)
 
 

@@ -2,17 +2,21 @@
 
 Once: the whole integrity check if start-up's was cut short; index the backlog start-up left (see
 STARTUP_SYNC_LIMIT); drop index points whose row is gone; embed the words of older memories. Then, every
-MAINTENANCE_INTERVAL_S: retry any backlog, and build HNSW when enough points are unoptimised.
+MAINTENANCE_INTERVAL_S: retry any backlog, and build HNSW when enough points are unoptimised. An index that
+follows a shared authority (server/memories/follower.py) applies its changes every FOLLOW_INTERVAL_S instead
+of keeping an outbox.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from server.index.base import IndexUnavailable
 from server.logging_setup import Throttle
+from server.memories.follower import CHANGE_RETENTION_S, FOLLOW_INTERVAL_S, IndexFollower
 from server.memories.system import Memories
 from server.storage.protocols import Storage
 
@@ -38,31 +42,62 @@ def _check_integrity(storage: Storage) -> int:
 
 
 def start_maintenance(storage: Storage, memories: Memories | None, stop: threading.Event) -> threading.Thread:
-    throttle = Throttle(log)
-
     def run() -> None:
         if storage.integrity_unchecked:
             _once(lambda: _check_integrity(storage), "", "the full integrity check of the database failed to run")
         if memories is None:
             return
-        outbox = memories.outbox
-        _once(lambda: outbox.sync() if outbox.backlog() else 0, "indexed %d memories in the background",
-              "indexing the backlog failed; retrying later")
-        _once(outbox.reconcile, "removed %d index points with no stored memory", "index reconciliation failed")
-        _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
-              "embedding the vocabulary of earlier memories failed")
-        while not stop.wait(MAINTENANCE_INTERVAL_S):
-            try:
-                if outbox.backlog():
-                    outbox.sync()
-                # Builds HNSW in a child process once enough points are unoptimised; a no-op otherwise.
-                memories.index.optimize()
-            except IndexUnavailable as exc:  # a full disk, an unreachable server: say so once a minute
-                throttle.log(logging.WARNING, "maintenance", "index maintenance waits: %s", exc)
-            except Exception:
-                throttle.log(logging.WARNING, "maintenance", "index maintenance failed; retrying later",
-                             exc_info=True)
+        if memories.follower is not None:
+            _follow(memories, memories.follower, stop)
+        else:
+            _keep_outbox(memories, stop)
 
     thread = threading.Thread(target=run, name="index-maintenance", daemon=True)
     thread.start()
     return thread
+
+
+def _keep_outbox(memories: Memories, stop: threading.Event) -> None:
+    """The index belongs to this authority: index its backlog, drop orphan points, build HNSW."""
+    outbox = memories.outbox
+    _once(lambda: outbox.sync() if outbox.backlog() else 0, "indexed %d memories in the background",
+          "indexing the backlog failed; retrying later")
+    _once(outbox.reconcile, "removed %d index points with no stored memory", "index reconciliation failed")
+    _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
+          "embedding the vocabulary of earlier memories failed")
+    throttle = Throttle(log)
+    while not stop.wait(MAINTENANCE_INTERVAL_S):
+        with _reported(throttle):
+            if outbox.backlog():
+                outbox.sync()
+            # Builds HNSW in a child process once enough points are unoptimised; a no-op otherwise.
+            memories.index.optimize()
+
+
+def _follow(memories: Memories, follower: IndexFollower, stop: threading.Event) -> None:
+    """This server's own index follows a shared authority: apply the others' changes every
+    FOLLOW_INTERVAL_S; build HNSW and forget old changes every MAINTENANCE_INTERVAL_S."""
+    _once(follower.catch_up, "applied %d changes of the authority to the index", "following the authority failed")
+    _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
+          "embedding the vocabulary of earlier memories failed")
+    throttle = Throttle(log)
+    ticks_per_upkeep = max(1, round(MAINTENANCE_INTERVAL_S / FOLLOW_INTERVAL_S))
+    tick = 0
+    while not stop.wait(FOLLOW_INTERVAL_S):
+        tick += 1
+        with _reported(throttle):
+            follower.catch_up()
+            if tick % ticks_per_upkeep == 0:
+                memories.index.optimize()
+                memories.storage.outbox.prune_changes(CHANGE_RETENTION_S)
+
+
+@contextlib.contextmanager
+def _reported(throttle: Throttle) -> Iterator[None]:
+    """A failed round is said once a minute and retried on the next."""
+    try:
+        yield
+    except IndexUnavailable as exc:  # a full disk, an unreachable server: expected, said once a minute
+        throttle.log(logging.WARNING, "maintenance", "index maintenance waits: %s", exc)
+    except Exception:
+        throttle.log(logging.WARNING, "maintenance", "index maintenance failed; retrying later", exc_info=True)

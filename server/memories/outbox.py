@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -29,6 +30,15 @@ class IndexMismatch(Exception):
     """The index was built with another model; its vectors cannot be compared with this model's."""
 
 
+class IndexSync(Protocol):
+    """What the write path tells the vector index after each commit: the outbox (an index of the authority's
+    own) or an IndexFollower (an index of this server's own, following a shared authority)."""
+
+    def written(self, ids: Sequence[int]) -> None: ...
+
+    def deleted(self, ids: Sequence[int]) -> None: ...
+
+
 class Outbox:
     def __init__(self, store: OutboxStore, index: VectorIndex, embedder: Embedder) -> None:
         self.store = store
@@ -40,19 +50,31 @@ class Outbox:
     def expected(self) -> IndexInfo:
         return IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension)
 
-    def check_model(self) -> None:
-        """Refuse an index built with another model; initialise a new one."""
+    def check_model(self, *, outbox: bool = True) -> bool:
+        """Refuse an index built with another model; initialise a new one (True: it was new; with `outbox`,
+        every row is then the backlog)."""
         info = self.index.info()
         if info is None:
             self.index.reset(self.expected())
-            self.store.mark_all_unindexed()
-            return
+            if outbox:
+                self.store.mark_all_unindexed()
+            return True
         if info != self.expected():
             expected = self.expected()
             raise IndexMismatch(
                 f"the vector index was built with {info.model} ({info.dimension} dimensions) but the configured "
                 f"model is {expected.model} ({expected.dimension} dimensions); run `memory-server reindex` to "
                 "rebuild the index from SQLite with the configured model")
+        return False
+
+    def written(self, ids: Sequence[int]) -> None:
+        self.index_ids(ids)
+
+    def deleted(self, ids: Sequence[int]) -> None:
+        self.apply_deletions(ids)
+
+    def points(self, rows: Sequence[IndexRow]) -> list[IndexPoint]:
+        return [IndexPoint(id=row.id, vector=self._vector(row), payload=row.payload()) for row in rows]
 
     def index_ids(self, ids: Sequence[int]) -> None:
         """Write committed rows to the index and mark them indexed; on failure they stay in the backlog."""
@@ -62,7 +84,7 @@ class Outbox:
             # Rows are read under the lock: a row updated after this read is indexed again by its updater,
             # after us, so the index never ends on an older state of a row than the authority holds.
             rows = self.store.index_rows(ids)
-            points = [IndexPoint(id=row.id, vector=self._vector(row), payload=row.payload()) for row in rows]
+            points = self.points(rows)
             try:
                 self.index.upsert(points)
                 # Marked indexed only once the index has it on disk: a point lost to a power cut after the

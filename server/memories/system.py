@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from embeddings.base import Embedder
 from embeddings.tokens import TokenCounter
 from server.index.base import VectorIndex
+from server.memories.follower import FOLLOW_FILE, IndexFollower
 from server.memories.outbox import Outbox
 from server.memories.writes import MemoryWrites
 from server.ranking.candidates import CandidateSource
@@ -35,35 +36,59 @@ class Memories:
     writes: MemoryWrites
     source: CandidateSource
     retrieval: Retrieval
+    follower: IndexFollower | None = None  # this server's own index follows a shared authority
 
     def backfill_words(self) -> int:
         """Embed the words of memories saved without word vectors from this model (query expansion)."""
         return self.words.backfill(self.storage.words)
 
     def reindex(self) -> int:
-        done = self.outbox.reindex()
+        done = self.follower.rebuild() if self.follower is not None else self.outbox.reindex()
         self.words.load(self.storage.words)
         self.backfill_words()
         return done
 
 
+def follows_authority(settings: Settings) -> bool:
+    """An embedded index on a shared authority (PostgreSQL, maybe several replicas) follows its change feed;
+    otherwise the index belongs to the authority's one process (SQLite) or is shared (Qdrant server), and the
+    outbox keeps it."""
+    return settings.database_url is not None and settings.index_backend == "embedded"
+
+
 def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, tokens: TokenCounter,
-                   index: VectorIndex) -> Memories:
+                   index: VectorIndex, follow: bool | None = None) -> Memories:
+    """`follow`: whether the index follows the authority's change feed (default: `follows_authority`)."""
     words = WordVectors(embedder)
     outbox = Outbox(storage.outbox, index, embedder)
+    follower = None
+    if follows_authority(settings) if follow is None else follow:
+        follower = IndexFollower(outbox, storage.outbox, words, storage.words, authority=storage.identity,
+                                 state_path=settings.index_path / FOLLOW_FILE)
     source = CandidateSource(storage.candidates, index, model=embedder.name)
     return Memories(
         storage=storage, index=index, embedder=embedder, tokens=tokens, words=words, outbox=outbox,
-        writes=MemoryWrites(storage.memories, outbox, embedder, words, max_content_bytes=settings.max_content_bytes),
+        writes=MemoryWrites(storage.memories, follower or outbox, embedder, words,
+                            max_content_bytes=settings.max_content_bytes),
         source=source,
         retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking),
+        follower=follower,
     )
 
 
 def repair(memories: Memories, *, startup_sync_limit: int = STARTUP_SYNC_LIMIT) -> None:
     """At start-up: refuse an index built with another model, load the words, index a small backlog now."""
-    memories.outbox.check_model()
+    follower = memories.follower
+    new_index = memories.outbox.check_model(outbox=follower is None)
     memories.words.load(memories.storage.words)
+    if follower is not None:
+        follower.start(new_index=new_index)
+        lag = follower.lag()
+        if lag > startup_sync_limit:
+            log.info("the index is %d changes behind the authority: catching up in the background", lag)
+        elif follower.catch_up():
+            log.info("the index caught up with the authority")
+        return
     backlog = memories.outbox.backlog()
     if backlog > startup_sync_limit:
         log.info("%d memories are not in the vector index yet: indexing them in the background", backlog)

@@ -1,7 +1,8 @@
 """The write path of saved memories: remember, bulk remember (imports too), update, forget.
 
 Each write commits to the authority first, with the memory's embedding and the site's new words, then
-writes the vector index through the outbox. Blocking: call from a worker thread.
+tells the vector index (through the outbox, or this server's follower of a shared authority).
+Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from embeddings.base import Embedder
 from server.auth.principal import WRITE, Principal
 from server.errors import InvalidParameters, NotFound, Unavailable
 from server.index.base import batched
-from server.memories.outbox import Outbox
+from server.memories.outbox import IndexSync
 from server.memories.validation import check_write_bounds, plausible_reference, scope_for, validate_new
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyzed_text
@@ -33,10 +34,10 @@ UPDATE_ATTEMPTS = 5
 
 
 class MemoryWrites:
-    def __init__(self, store: MemoryStore, outbox: Outbox, embedder: Embedder, words: WordVectors, *,
+    def __init__(self, store: MemoryStore, index: IndexSync, embedder: Embedder, words: WordVectors, *,
                  max_content_bytes: int) -> None:
         self.store = store
-        self.outbox = outbox
+        self.index = index
         self.embedder = embedder
         self.words = words
         self.max_content_bytes = max_content_bytes
@@ -78,7 +79,7 @@ class MemoryWrites:
         rows = [(m, self._document(m, v), k) for (m, k), v in zip(batch, vectors, strict=True)]
         inserted = self.store.insert(site_id, rows, words)
         self.words.add(site_id, words)
-        self.outbox.index_ids([i.row_id for i in inserted if i.row_id is not None])
+        self.index.written([i.row_id for i in inserted if i.row_id is not None])
         return inserted
 
     def forget(self, principal: Principal, reference: str) -> None:
@@ -86,14 +87,14 @@ class MemoryWrites:
         row_id = self.store.delete(scope_for(principal), reference) if plausible_reference(reference) else None
         if row_id is None:
             raise NotFound(f"no memory with reference {reference!r}")
-        self.outbox.apply_deletions([row_id])
+        self.index.deleted([row_id])
 
     def update(self, principal: Principal, reference: str, changes: dict[str, Any]) -> StoredMemory:
         """Change some attributes of a visible memory (PATCH). `changes` maps attribute names to new values;
         None resets an attribute to what `remember` would default it to (content and occurred_at cannot be
         reset). The merged memory is validated as `remember` validates, must stay inside a bounded token's
         bounds, and may not take the identity of another memory. A change of content or occurred_at
-        re-embeds; any change re-indexes through the outbox."""
+        re-embeds; any change re-indexes the memory."""
         principal.require(WRITE)
         unknown = set(changes) - set(EDITABLE)
         if unknown:
@@ -128,7 +129,7 @@ class MemoryWrites:
             self.words.add(scope.site_id, words)
             if row_id is None:
                 raise NotFound(f"no memory with reference {reference!r}")
-            self.outbox.index_ids([row_id])
+            self.index.written([row_id])
             updated = self.store.get(scope, reference)
             if updated is None:
                 raise NotFound(f"no memory with reference {reference!r}")

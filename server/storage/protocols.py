@@ -20,6 +20,7 @@ from server.storage.health import StorageHealth
 from server.storage.records import (
     AppendAck,
     CandidateRow,
+    ChangePage,
     ConversationPage,
     Document,
     IndexRow,
@@ -167,6 +168,25 @@ class OutboxStore(Protocol):
         """(indexed memories, unindexed memories, queued deletions)."""
         ...
 
+    # The change feed: every insert, change and deletion of a memory, numbered in commit order, so a server
+    # with an index of its own (one replica of several on a shared authority) can follow what others write.
+
+    def change_mark(self) -> int:
+        """The number of the newest change (0: none yet)."""
+        ...
+
+    def ids_after(self, after: int, limit: int) -> list[int]:
+        """Ids of stored memories above `after`, ascending (a whole index rebuilt page by page)."""
+        ...
+
+    def changes(self, after: int, limit: int) -> ChangePage:
+        """Up to `limit` changes after change number `after`, oldest first."""
+        ...
+
+    def prune_changes(self, older_than_s: float) -> int:
+        """Forget changes older than this (never the numbering); returns how many went."""
+        ...
+
 
 class CandidateStore(Protocol):
     """The reads recall ranks from."""
@@ -223,6 +243,10 @@ class WordStore(Protocol):
         """Store words per site and move the backfill mark, in one transaction."""
         ...
 
+    def vectors(self, site_id: int, words: Sequence[str], model: str) -> Words:
+        """The stored vectors (made by `model`) of those of `words` the site has."""
+        ...
+
 
 class Snapshot(Protocol):
     """A consistent read-only view of the whole store (or one site), for export."""
@@ -258,6 +282,11 @@ class Storage(Protocol):
     def words(self) -> WordStore: ...
     @property
     def health(self) -> StorageHealth: ...
+    @property
+    def identity(self) -> str:
+        """Names this authority (random, made with its schema): an index that follows it records whose
+        changes it applied."""
+        ...
     @property
     def integrity_unchecked(self) -> bool:
         """Start-up's bounded integrity check ran out of time: the full check is still to run."""

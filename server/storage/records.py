@@ -209,6 +209,18 @@ class StoredMemory:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangePage:
+    """The memories changed after a point of the authority's change feed (numbered in commit order), each
+    once, with what became of it last."""
+
+    changed: list[int]  # inserted or changed
+    deleted: list[int]
+    mark: int  # the last change read: `after` for the next page
+    more: bool  # cut at the limit: more changes follow
+    truncated: bool  # changes after `after` were pruned: only a rebuild from the whole store catches up
+
+
+@dataclass(frozen=True, slots=True)
 class IndexRow:
     """What the vector index needs of a memory: its vector (if stored with `vector_model`) and payload."""
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from server.storage.records import IndexRow
+from server.storage.records import ChangePage, IndexRow
 from server.storage.sqlite.scope import marks
 from server.storage.sqlite.writer import Readers, Writer
 
@@ -71,12 +72,50 @@ class SqliteOutboxStore:
                 f"SELECT id FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()}
         return found
 
+    def change_mark(self) -> int:
+        row = self._readers.get().execute("SELECT seq FROM sqlite_sequence WHERE name = 'memory_changes'").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def ids_after(self, after: int, limit: int) -> list[int]:
+        return [int(r[0]) for r in self._readers.get().execute(
+            "SELECT id FROM memories WHERE id > ? ORDER BY id LIMIT ?", (after, limit)).fetchall()]
+
+    def changes(self, after: int, limit: int) -> ChangePage:
+        conn = self._readers.get()
+        conn.execute("BEGIN")  # one snapshot: the rows, and whether the ones before them are still kept
+        try:
+            rows = conn.execute("SELECT seq, id, deleted FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
+                                (after, limit)).fetchall()
+            first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()[0]
+            newest = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memory_changes'").fetchone()
+        finally:
+            conn.execute("COMMIT")
+        mark = int(newest[0]) if newest is not None else 0
+        truncated = after < mark and (first is None or int(first) > after + 1)
+        return collapse([(int(r[0]), int(r[1]), bool(r[2])) for r in rows], after, limit, truncated)
+
+    def prune_changes(self, older_than_s: float) -> int:
+        cut = time.time() - older_than_s
+        return int(self._writer.run_sync(
+            lambda conn: conn.execute("DELETE FROM memory_changes WHERE changed_at < ?", (cut,)).rowcount))
+
     def counts(self) -> tuple[int, int, int]:
         conn = self._readers.get()
         indexed, pending = conn.execute(
             "SELECT coalesce(sum(indexed = 1), 0), coalesce(sum(indexed = 0), 0) FROM memories").fetchone()
         deletions = conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0]
         return int(indexed), int(pending), int(deletions)
+
+
+def collapse(rows: Sequence[tuple[int, int, bool]], after: int, limit: int, truncated: bool) -> ChangePage:
+    """(seq, id, deleted) rows in seq order -> each id once, as its last change left it."""
+    last: dict[int, bool] = {}
+    for _, row_id, deleted in rows:
+        last.pop(row_id, None)  # re-inserted last, so the order follows each id's final change
+        last[row_id] = deleted
+    return ChangePage(changed=[i for i, gone in last.items() if not gone],
+                      deleted=[i for i, gone in last.items() if gone],
+                      mark=rows[-1][0] if rows else after, more=len(rows) >= limit, truncated=truncated)
 
 
 def _index_row(row: sqlite3.Row) -> IndexRow:

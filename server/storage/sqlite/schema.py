@@ -108,6 +108,30 @@ SCHEMA = [
         through_id INTEGER NOT NULL
     );
     """,
+    # 4: the authority's identity, and the change feed of memories (what a replica's own index follows).
+    # AUTOINCREMENT numbers changes in commit order (one writer at a time) and never reuses a number.
+    # Only what the index holds counts as a change, so marking a row indexed is none.
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta (key, value) VALUES ('identity', lower(hex(randomblob(16))));
+    CREATE TABLE memory_changes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id INTEGER NOT NULL,
+        deleted INTEGER NOT NULL,
+        changed_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0)  -- unix seconds
+    );
+    CREATE INDEX memory_changes_by_time ON memory_changes (changed_at);
+    CREATE TRIGGER memories_change_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memory_changes (id, deleted) VALUES (new.id, 0);
+    END;
+    CREATE TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team, bucket, tags,
+        metadata, provenance, occurred_at, vector, vector_model ON memories BEGIN
+        INSERT INTO memory_changes (id, deleted) VALUES (new.id, 0);
+    END;
+    CREATE TRIGGER memories_change_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memory_changes (id, deleted) VALUES (old.id, 1);
+    END;
+    """,
 ]
 
 

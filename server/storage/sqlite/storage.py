@@ -67,7 +67,8 @@ class SqliteStorage:
         self.outbox = SqliteOutboxStore(self._writer, self._readers)
         self.candidates = SqliteCandidateStore(self._readers)
         self.words = SqliteWordStore(self._writer, self._readers)
-        self._identity = _identity(path)
+        self._file = _file_identity(path)
+        self.identity = str(self._readers.get().execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()[0])
 
     def check_integrity(self) -> str | None:
         conn = connect(self.path, readonly=True)
@@ -93,10 +94,10 @@ class SqliteStorage:
             self._readers.get().execute("SELECT count(*) FROM sites").fetchone()
         except Exception as exc:
             reasons.append(f"sqlite: {exc}")
-        identity = _identity(self.path)
+        identity = _file_identity(self.path)
         if identity is None:
             reasons.append(f"sqlite: {self.path} is gone (deleted or moved while the server runs)")
-        elif self._identity is not None and identity != self._identity:
+        elif self._file is not None and identity != self._file:
             reasons.append(f"sqlite: {self.path} was replaced by another file while the server runs")
         elif not os.access(self.path, os.R_OK | os.W_OK) or not os.access(self.path.parent, os.W_OK):
             reasons.append(f"sqlite: {self.path} or its directory is not writable")
@@ -116,7 +117,7 @@ class SqliteStorage:
         self._readers.close()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def _file_identity(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from server.storage.records import Words
 from server.storage.sqlite.memories import store_words
+from server.storage.sqlite.outbox import CHUNK
+from server.storage.sqlite.scope import marks
 from server.storage.sqlite.writer import Readers, Writer
 
 
@@ -41,3 +43,16 @@ class SqliteWordStore:
                          (model, through_id))
 
         self._writer.run_sync(save)
+
+    def vectors(self, site_id: int, words: Sequence[str], model: str) -> Words:
+        found: dict[str, np.ndarray] = {}
+        conn = self._readers.get()
+        for start in range(0, len(words), CHUNK):
+            chunk = list(words[start:start + CHUNK])
+            for word, blob in conn.execute(
+                    "SELECT word, vector FROM memory_words WHERE site_id = ? AND model = ?"
+                    f" AND word IN ({marks(chunk)})", (site_id, model, *chunk)).fetchall():
+                found[str(word)] = np.frombuffer(blob, dtype=np.float32)
+        if not found:
+            return Words()
+        return Words(tuple(found), np.stack(list(found.values())))

@@ -10,7 +10,13 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from server.arguments import NULL_IS_DEFAULT, WHOLE_NUMBER, Params
-from server.logs.validation import CONVERSATION_ID, MAX_ITEMS, MAX_KEY_LENGTH, check_conversation_id
+from server.logs.validation import (
+    CONVERSATION_ID,
+    CONVERSATION_ID_RULE,
+    MAX_ITEMS,
+    MAX_KEY_LENGTH,
+    check_conversation_id,
+)
 
 MAX_PAGE = 1000
 TAIL_COUNT = 50
@@ -20,8 +26,8 @@ REST_REPLAY_LIMIT = 100
 
 ConversationId = Annotated[str, Field(
     json_schema_extra={"pattern": CONVERSATION_ID.pattern},
-    description="The pseudonymous handle of the conversation, minted by the client: 8-64 characters from "
-    "[A-Za-z0-9_-] (UUIDs and nanoids fit), stable for one conversation, never derived from personal data such "
+    description=f"The pseudonymous handle of the conversation, minted by the client: {CONVERSATION_ID_RULE} "
+    "(UUIDs and nanoids fit), stable for one conversation, never derived from personal data such "
     "as names, e-mail addresses or account ids. A malformed id is rejected outright (invalid_parameters); an "
     "unknown one reads as an empty list."), AfterValidator(check_conversation_id)]
 Items = Annotated[list[dict[str, Any]], Field(

@@ -12,6 +12,7 @@ from server.storage import cursors
 from server.values import MAX_DEPTH, check_unicode, within_depth
 
 CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+CONVERSATION_ID_RULE = "8-64 characters of [A-Za-z0-9_-]"
 MAX_ITEMS = 1000
 MAX_KEY_LENGTH = 128
 MAX_CURSOR_INT = 2**63 - 1
@@ -26,7 +27,7 @@ class LogLimits:
 def check_conversation_id(value: object) -> str:
     # fullmatch: with match(), `$` also accepts a trailing newline ("conv-0001\n").
     if not isinstance(value, str) or not CONVERSATION_ID.fullmatch(value):
-        raise InvalidParameters("conversation_id must be 8-64 characters of [A-Za-z0-9_-]")
+        raise InvalidParameters(f"conversation_id must be {CONVERSATION_ID_RULE}")
     return value
 
 

@@ -12,9 +12,12 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, ValidationInfo
 from pydantic.json_schema import SkipJsonSchema
 
-from server.arguments import NULL_IS_DEFAULT, WHOLE_NUMBER, Params
+from server.arguments import NULL_IS_DEFAULT, WHOLE_NUMBER, Params, size_text
 from server.memories.validation import (
     LOCATION,
+    LOCATION_RULE,
+    MAX_JSON_BYTES,
+    MAX_LOCATION,
     MAX_QUERY,
     MAX_TAGS,
     SHORT_WORD,
@@ -29,6 +32,7 @@ SEARCH_LIMIT, MAX_SEARCH = 10, 100
 CONTEXT_ITEMS, MAX_CONTEXT_ITEMS = 8, 50
 CONTEXT_TOKENS, MAX_CONTEXT_TOKENS = 1500, 12000
 LIST_LIMIT, MAX_LIST = 20, 100
+MAX_PROVENANCE_FILTER = 512  # characters of a provenance value a listing filters on
 
 # Python's str.isspace() characters: `content` and `query` must hold something else (str.strip() is the check).
 NOT_BLANK = r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
@@ -102,7 +106,7 @@ class RememberParams(Params):
     type: Annotated[str | None, word_field("fact, decision, note, preference, event, or another short word. "
                                            "Default note"), WORD] = None
     location: Annotated[str | None, Field(json_schema_extra={"pattern": LOCATION.pattern},
-                                          description="Path-like filing place, 1-512 characters, e.g. "
+                                          description=f"Where it is filed: {LOCATION_RULE}, e.g. "
                                                       "projects/memory-os/decisions.")] = None
     project: Annotated[str | None, word_field("The project it belongs to"), WORD] = None
     team: Annotated[str | None, word_field("The team it belongs to"), WORD] = None
@@ -110,7 +114,7 @@ class RememberParams(Params):
     tags: Annotated[list[Tag] | None, tags_field(f"Up to {MAX_TAGS} short labels ({WORD_RULE} each): a JSON array of "
                                                  "strings, e.g. [\"release\"]."), TAGS] = None
     metadata: Annotated[dict[str, Any] | None, Field(description=(
-        "Any JSON object, kept and returned as given (at most 64 KiB serialized)."))] = None
+        f"Any JSON object, kept and returned as given (at most {size_text(MAX_JSON_BYTES)} serialized)."))] = None
     provenance: Annotated[dict[str, Any] | None, Field(description=(
         "Where it came from, as a JSON object: source, agent, conversation_id and seq of the log item it was "
         "taken from..."))] = None
@@ -151,13 +155,13 @@ class ListMemoriesParams(Params):
     bucket: FilterBucket = None
     type: FilterType = None
     tag: FilterTags = None
-    location: Annotated[str | None, Field(max_length=512,
+    location: Annotated[str | None, Field(max_length=MAX_LOCATION,
                                           description="Only memories filed exactly here.")] = None
-    provenance_source: Annotated[str | None, Field(max_length=512, description=(
+    provenance_source: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
         "Only memories whose provenance.source equals this."))] = None
-    provenance_agent: Annotated[str | None, Field(max_length=512, description=(
+    provenance_agent: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
         "Only memories whose provenance.agent equals this."))] = None
-    provenance_conversation_id: Annotated[str | None, Field(max_length=512, description=(
+    provenance_conversation_id: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
         "Only memories whose provenance.conversation_id equals this."))] = None
     limit: Annotated[int, bounded_field(1, MAX_LIST, LIST_LIMIT, "Page size"), WHOLE_NUMBER,
                      NULL_IS_DEFAULT] = LIST_LIMIT
@@ -173,7 +177,7 @@ class UpdateParams(Params):
                                          description="New content (re-embeds the memory); not null.")] = None
     type: Annotated[str | None, word_field("New type"), WORD] = None
     location: Annotated[str | None, Field(json_schema_extra={"pattern": LOCATION.pattern},
-                                          description="New filing place (1-512 characters).")] = None
+                                          description=f"New filing place ({LOCATION_RULE}).")] = None
     project: Annotated[str | None, word_field("New project"), WORD] = None
     team: Annotated[str | None, word_field("New team"), WORD] = None
     bucket: Annotated[str | None, word_field("New bucket"), WORD] = None

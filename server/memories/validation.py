@@ -18,9 +18,13 @@ from server.storage import cursors
 from server.storage.records import NewMemory, Scope, now_rfc3339
 from server.values import MAX_DEPTH, check_json_unicode, check_unicode, within_depth
 
-SHORT_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
-WORD_RULE = "1-64 characters of [A-Za-z0-9_.:-], starting with a letter or digit"
-LOCATION = re.compile(r"^[^\x00-\x1f]{1,512}$")
+MAX_WORD = 64
+SHORT_WORD = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{MAX_WORD - 1}}}$")
+WORD_RULE = f"1-{MAX_WORD} characters of [A-Za-z0-9_.:-], starting with a letter or digit"
+MAX_LOCATION = 512
+LOCATION = re.compile(rf"^[^\x00-\x1f]{{1,{MAX_LOCATION}}}$")
+LOCATION_RULE = f"a path-like string of 1-{MAX_LOCATION} characters"
+MAX_TIMESTAMP = 64  # characters: any RFC3339 timestamp fits
 MAX_TAGS = 32
 MAX_JSON_BYTES = 64 * 1024
 MAX_QUERY = 4096
@@ -90,7 +94,7 @@ def check_word(name: str, value: object, *, optional: bool = True) -> str | None
     if value is None and optional:
         return None
     if not isinstance(value, str) or not SHORT_WORD.fullmatch(value):
-        raise InvalidParameters(f"{name} must be 1-64 characters of [A-Za-z0-9_.:-], starting alphanumeric")
+        raise InvalidParameters(f"{name} must be {WORD_RULE}")
     return value
 
 
@@ -123,7 +127,7 @@ def check_object(name: str, value: object) -> dict[str, Any]:
 
 def parse_timestamp(name: str, value: object) -> datetime:
     """An RFC3339 timestamp with a timezone, or invalid_parameters."""
-    if not isinstance(value, str) or not 1 <= len(value) <= 64:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_TIMESTAMP:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
@@ -151,7 +155,7 @@ def check_location(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not LOCATION.fullmatch(value):
-        raise InvalidParameters("location must be a path-like string of 1-512 characters")
+        raise InvalidParameters(f"location must be {LOCATION_RULE}")
     return check_unicode("location", value)
 
 

@@ -15,18 +15,19 @@ from server.api.schemas import AppendResult, ConversationsResult, ItemsResult
 from server.errors import InvalidParameters
 from server.logs.params import (
     REST_REPLAY_LIMIT,
+    TAIL_COUNT,
     AppendParams,
     IdempotencyKey,
     ListConversationsParams,
     ReplayParams,
     TailParams,
 )
-from server.logs.validation import CONVERSATION_ID
+from server.logs.validation import CONVERSATION_ID, CONVERSATION_ID_RULE, MAX_ITEMS
 
 PREFIX = "/v1"
 ConversationId = Annotated[str, Path(
-    pattern=CONVERSATION_ID.pattern, min_length=8, max_length=64,
-    description="8-64 characters of [A-Za-z0-9_-], minted by the client. An unknown one reads as empty.")]
+    pattern=CONVERSATION_ID.pattern,
+    description=f"{CONVERSATION_ID_RULE}, minted by the client. An unknown one reads as empty.")]
 
 
 class ListQuery(ListConversationsParams):
@@ -40,7 +41,10 @@ def log_routes(ops: LogOperations) -> APIRouter:
                  responses={200: {"model": AppendResult, "description": "A retry with a known idempotency key: "
                                   "the original acknowledgement, duplicate=true, nothing appended."},
                             **documented(*COMMON, 404)},
-                 summary="Append to a conversation log (Basic only)")
+                 summary="Append to a conversation log (Basic only)",
+                 description=f"Append 1-{MAX_ITEMS} JSON objects as one all-or-nothing batch; the acknowledgement "
+                 "means durable. 201 when appended; 200 with duplicate=true for a retry with an idempotency key "
+                 "already used on this conversation. Same as the `append_memory` tool.")
     async def append(
         conversation_id: ConversationId,
         principal: BasicCaller,
@@ -48,9 +52,6 @@ def log_routes(ops: LogOperations) -> APIRouter:
         idempotency_header: Annotated[IdempotencyKey, Header(alias="Idempotency-Key", description=(
             "Same as the body's idempotency_key (if both are given they must be equal)."))] = None,
     ) -> JSONResponse:
-        """Append 1-1000 JSON objects as one all-or-nothing batch; the acknowledgement means durable. 201 when
-        appended; 200 with duplicate=true for a retry with an idempotency key already used on this
-        conversation. Same as the `append_memory` tool."""
         key = body.idempotency_key
         if idempotency_header is not None:
             if key is not None and key != idempotency_header:
@@ -61,14 +62,14 @@ def log_routes(ops: LogOperations) -> APIRouter:
         return JSONResponse(dict(ack), status_code=200 if ack["duplicate"] else 201)
 
     @router.get("/conversations/{conversation_id}/items", response_model=ItemsResult,
-                responses=documented(*COMMON, 404), summary="Read a conversation log (Basic only)")
+                responses=documented(*COMMON, 404), summary="Read a conversation log (Basic only)",
+                description=f"Two modes. Replay (like `replay_memory`) when `offset` or `limit` is given: up to "
+                f"`limit` items (default {REST_REPLAY_LIMIT}) from `offset` (default 0); page on with offset = last "
+                f"seq + 1 until a short page. Tail (like `recall_memory`) otherwise: the last `count` items (default "
+                f"{TAIL_COUNT}). `count` together with `offset` or `limit` is invalid_parameters. Items are "
+                "ascending by seq; an unknown conversation reads as empty.")
     async def read_items(conversation_id: ConversationId, principal: BasicCaller,
                          query: Annotated[ItemsQuery, Query()]) -> JSONResponse:
-        """Two modes. Replay (like `replay_memory`) when `offset` or `limit` is given: up to `limit` items
-        (default 100) from `offset` (default 0); page on with offset = last seq + 1 until a short page.
-        Tail (like `recall_memory`) otherwise: the last `count` items (default 50). `count` together with
-        `offset` or `limit` is invalid_parameters. Items are ascending by seq; an unknown conversation reads
-        as empty."""
         if query.count is not None and (query.offset is not None or query.limit is not None):
             raise InvalidParameters("give either count (tail) or offset/limit (replay), not both")
         if query.offset is None and query.limit is None:

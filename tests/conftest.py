@@ -134,14 +134,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "backend" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("backends") is None:
+    if "storage_backend" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("backends") is None:
         return
     names = ("sqlite",) if metafunc.definition.get_closest_marker("sqlite_only") else backends.BACKENDS
-    metafunc.parametrize("backend", names, indirect=True, scope="module")
+    metafunc.parametrize("storage_backend", names, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+def storage_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """The storage backend of this module's tests ("sqlite" unless the module is marked `backends`).
     Module-scoped fixtures that open storage must request it, so they are made again per backend."""
     name = getattr(request, "param", "sqlite")

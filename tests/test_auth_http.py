@@ -84,7 +84,7 @@ pytestmark = pytest.mark.backends
 
 
 @pytest.fixture(scope="module")
-def edge(backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+def edge(storage_backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
     """One server for the many read-mostly checks below (each writes nothing, or only to its own ids). They
     send dozens of bad credentials on purpose, so failed sign-ins are not limited here (tests/test_sign_in.py
     covers the limit)."""

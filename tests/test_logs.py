@@ -37,7 +37,7 @@ pytestmark = pytest.mark.backends
 
 
 @pytest.fixture(scope="module")
-def srv(backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+def srv(storage_backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
     with serve(make_settings(tmp_path_factory.mktemp("logs") / "data"), embedder) as server:
         yield server
 
@@ -361,7 +361,7 @@ async def test_batch_over_4_mib_over_http_is_rejected_and_nothing_written(srv: L
 
 
 @pytest.fixture(scope="module")
-async def inproc(backend: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+async def inproc(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
     """The tools in-process (no HTTP body cap in the way), acting for a local site."""
     services = open_services(make_settings(tmp_path_factory.mktemp("inproc") / "data"))
     principal = services.local_principal("local")

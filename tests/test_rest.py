@@ -31,7 +31,7 @@ pytestmark = pytest.mark.backends
 
 
 @pytest.fixture(scope="module")
-def shared(backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
+def shared(storage_backend: str, tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[LiveServer]:
     """One server for the many input-validation cases (each checks that its request changed nothing)."""
     with serve(make_settings(tmp_path_factory.mktemp("shared") / "data"), embedder) as server:
         yield server

@@ -510,8 +510,8 @@ def test_backup_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "no database" in missing.stderr
 
 
-def test_backup_on_postgresql_points_to_pg_dump_and_export(tmp_path: Path, backend: str) -> None:
-    if backend != "postgres":
+def test_backup_on_postgresql_points_to_pg_dump_and_export(tmp_path: Path, storage_backend: str) -> None:
+    if storage_backend != "postgres":
         pytest.skip("SQLite's backup is tested above")
     data = tmp_path / "data"
     ok("site", "create", SITE, data_dir=data)

@@ -106,7 +106,9 @@ for root, _, files in os.walk(sys.argv[1]):
 
 
 class EdgeIndex:
-    def __init__(self, path: Path, *, indexing_threshold_kb: int = INDEXING_THRESHOLD_KB) -> None:
+    def __init__(self, path: Path, *, indexing_threshold_kb: int = INDEXING_THRESHOLD_KB,
+                 optimizer: Sequence[str] = (sys.executable, "-c", _OPTIMIZER)) -> None:
+        """`optimizer`: the command that builds HNSW over a copy of the shard (its directory is appended)."""
         self._path = Path(path)
         self._threshold_kb = indexing_threshold_kb
         self._path.mkdir(parents=True, exist_ok=True)
@@ -117,6 +119,8 @@ class EdgeIndex:
         self._journal: list[UpdateOperation] | None = None  # writes made while a copy is optimized
         self._generation = 0  # bumped by reset(): an optimize started before it must not swap in
         self._optimizer: subprocess.Popen[bytes] | None = None
+        self._optimizer_command = list(optimizer)
+        self.optimizing = threading.Event()  # set while a build runs in its child process
         self._closed = False
         self._shard: EdgeShard | None = None
         self._shard_dir: Path | None = None
@@ -326,15 +330,17 @@ class EdgeIndex:
 
     def _run_optimizer(self, build_dir: Path) -> None:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _OPTIMIZER, str(build_dir)],
+            [*self._optimizer_command, str(build_dir)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         self._optimizer = proc
+        self.optimizing.set()
         try:
             _, stderr = proc.communicate()  # waits without the GIL: searches go on meanwhile
         finally:
             self._optimizer = None
+            self.optimizing.clear()
         if self._closed:
             raise IndexUnavailable(f"the embedded index at {self._path} was closed during optimize()")
         if proc.returncode != 0:

@@ -262,6 +262,9 @@ def backup(
     from server.storage.sqlite.backup import backup_database
 
     settings = load_settings(data_dir=data_dir)
+    if settings.database_url is not None:
+        fail(RuntimeError("backup copies the SQLite database; with MEMORY_DATABASE_URL set, back up PostgreSQL "
+                          "with its own tools (pg_dump, or base backups and WAL archiving)"))
     try:
         result = backup_database(settings.db_path, path, force=force, live=live_paths(settings))
     except (AppError, FileExistsError, RuntimeError, OSError) as exc:

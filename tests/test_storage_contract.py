@@ -19,6 +19,16 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from storage_support import (
+    WHEN,
+    check_acks,
+    corpus,
+    document,
+    memory,
+    remember,
+    run_appenders,
+    vector,
+)
 
 from server.errors import InvalidParameters, NotFound, Unavailable
 from server.ranking.candidates import CandidateSource
@@ -36,21 +46,11 @@ from server.storage.records import (
     Scope,
     StaleRow,
     TokenRecord,
-    WouldBlock,
     Words,
+    WouldBlock,
 )
 
 from conftest import make_settings
-from storage_support import (
-    WHEN,
-    check_acks,
-    corpus,
-    document,
-    memory,
-    remember,
-    run_appenders,
-    vector,
-)
 from tests.postgres import PostgresServer
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
@@ -104,7 +104,8 @@ async def test_append_acknowledges_gapless_seqs_and_keeps_payload_text(storage: 
     assert storage.logs.replay(sid, "conv-0001", 2, 10) == items[2:]
     assert storage.logs.replay(sid, "conv-0001", 3, 10) == []
     assert storage.logs.replay(sid, "conv-0001", 2**63 + 5, 10) == []
-    assert storage.logs.tail(sid, "conv-unknown", 5) == [] and storage.logs.tail(site(storage, "b"), "conv-0001", 5) == []
+    assert storage.logs.tail(sid, "conv-unknown", 5) == []
+    assert storage.logs.tail(site(storage, "b"), "conv-0001", 5) == []
 
 
 async def test_an_idempotency_key_answers_its_first_acknowledgement(storage: Storage) -> None:
@@ -233,7 +234,8 @@ def test_insert_decides_duplicates_and_kept_references(storage: Storage) -> None
     assert remember(storage, sid, "the sky is blue", project="p").outcome == DUPLICATE
     assert storage.memories.decided(sid, memory("the sky is blue"), None) is None  # other filing: new
     assert remember(storage, other, "the sky is blue", project="p").outcome == CREATED  # other site: new
-    kept = Kept(reference="mem_kept", created_at="2020-01-01T00:00:00.000000Z", updated_at="2020-02-01T00:00:00.000000Z")
+    kept = Kept(reference="mem_kept", created_at="2020-01-01T00:00:00.000000Z",
+                updated_at="2020-02-01T00:00:00.000000Z")
     assert remember(storage, sid, "imported", kept=kept).outcome == CREATED
     assert remember(storage, sid, "imported", kept=kept).outcome == PRESENT
     assert remember(storage, sid, "something else", kept=kept).outcome == CONFLICT
@@ -296,7 +298,8 @@ def test_delete_get_page_by_ids(storage: Storage) -> None:
     assert storage.memories.get(Scope(sid, teams=frozenset({"t2"})), made[1].reference) is None
     assert storage.memories.delete(Scope(sid, teams=frozenset({"t2"})), made[1].reference) is None
     assert storage.memories.delete(scope, made[1].reference) == made[1].row_id
-    assert storage.memories.delete(scope, made[1].reference) is None and storage.memories.get(scope, made[1].reference) is None
+    assert storage.memories.delete(scope, made[1].reference) is None
+    assert storage.memories.get(scope, made[1].reference) is None
     assert made[1].row_id in storage.outbox.deletions()
     found = storage.memories.by_ids([made[0].row_id, made[1].row_id, 10**9])
     assert list(found) == [made[0].row_id] and found[made[0].row_id].tags == ("a", "n0")
@@ -331,6 +334,67 @@ def test_outbox(storage: Storage) -> None:
     storage.memories.delete(Scope(sid), b.reference)
     outbox.clear_all_deletions()
     assert outbox.backlog() == 0 and outbox.index_rows([]) == []
+
+
+def test_change_feed(storage: Storage) -> None:
+    sid = site(storage)
+    outbox = storage.outbox
+    assert outbox.change_mark() == 0 and outbox.changes(0, 10).changed == [] and len(storage.identity) == 32
+    a, b = remember(storage, sid, "first memory"), remember(storage, sid, "second memory")
+    start = outbox.change_mark()
+    assert start == 2 and outbox.ids_after(0, 10) == [a.row_id, b.row_id] and outbox.ids_after(a.row_id, 10) == [
+        b.row_id]
+    stored = storage.memories.get(Scope(sid), a.reference)
+    assert stored is not None
+    outbox.mark_indexed([(a.row_id, stored.updated_at)])
+    assert outbox.change_mark() == start  # being indexed changes nothing the index holds
+    storage.memories.update(sid, a.reference, memory("first memory, changed"), based_on={},
+                            document=document("first memory, changed"), words=Words())
+    storage.memories.delete(Scope(sid), b.reference)
+    page = outbox.changes(start, 10)
+    assert (page.changed, page.deleted, page.mark, page.more, page.truncated) == (
+        [a.row_id], [b.row_id], outbox.change_mark(), False, False)
+    assert outbox.changes(0, 10).deleted == [b.row_id]  # inserted, then deleted: deleted, once
+    cut = outbox.changes(0, 1)
+    assert cut.more and cut.mark == 1 and cut.changed == [a.row_id]
+    assert outbox.prune_changes(3600.0) == 0 and outbox.prune_changes(-1.0) >= 4
+    assert outbox.changes(0, 10).truncated and not outbox.changes(outbox.change_mark(), 10).truncated
+    remember(storage, sid, "third memory")
+    assert outbox.changes(page.mark, 10).truncated is False and outbox.change_mark() == page.mark + 1
+
+
+def test_change_numbers_follow_commit_order_across_servers(both: tuple[Storage, Storage], postgres_url: str,
+                                                           tmp_path: Path) -> None:
+    """Two servers write memories at once while a third follows the feed: following it page by page from
+    where it left off finds every memory (a number that committed after a later one would be skipped)."""
+    writers = [open_storage(make_settings(tmp_path / f"w{n}", database_url=postgres_url)) for n in range(2)]
+    follower = both[1]
+    sid = site(follower)
+    stop = threading.Event()
+
+    def write(storage: Storage, writer: int) -> None:
+        for n in range(60):
+            remember(storage, sid, f"writer {writer} memory {n}")
+
+    threads = [threading.Thread(target=write, args=(w, n)) for n, w in enumerate(writers)]
+    seen: set[int] = set()
+    mark = 0
+    try:
+        for thread in threads:
+            thread.start()
+        while not stop.is_set():
+            done = not any(thread.is_alive() for thread in threads)
+            page = follower.outbox.changes(mark, 7)
+            seen.update(page.changed)
+            mark = page.mark
+            if done and not page.more:
+                stop.set()
+        assert seen == set(follower.outbox.ids_after(0, 1000)) and len(seen) == 120
+    finally:
+        for thread in threads:
+            thread.join()
+        for w in writers:
+            w.close()
 
 
 def test_words(storage: Storage) -> None:
@@ -377,7 +441,8 @@ def test_candidates(storage: Storage) -> None:
     best = candidates.best_by_terms(scope, ["appl"], 10)
     assert best == [ids[3], ids[0], ids[1]]  # three occurrences first; shorter before longer
     assert candidates.best_by_terms(Scope(sid, teams=frozenset({"b"})), ["appl", "sky"], 10) == [ids[4], ids[1]]
-    assert candidates.best_by_terms(scope, ["nothing"], 10) == [] and candidates.best_by_terms(scope, ["appl"], 1) == [ids[3]]
+    assert candidates.best_by_terms(scope, ["nothing"], 10) == []
+    assert candidates.best_by_terms(scope, ["appl"], 1) == [ids[3]]
     newest = candidates.newest_with_terms
     assert newest(scope, ["appl"], every=False, limit=10, examine=100, exclude=set()) == [ids[3], ids[1], ids[0]]
     assert newest(scope, ["appl", "red"], every=True, limit=10, examine=100, exclude=set()) == [ids[0]]
@@ -458,7 +523,8 @@ async def test_snapshot_is_consistent_while_writes_go_on(storage: Storage, tmp_p
         assert list(exported[0]["metadata"]) == ["b", "a"]
         items = list(snapshot.log_items())
         assert [(s, c, item[0], item[2]) for s, c, item in items] == [
-            ("acme", "conv-0001", 0, '{"n":0}'), ("acme", "conv-0001", 1, '{"n":1}'), ("other", "conv-0002", 0, '{"n":0}')]
+            ("acme", "conv-0001", 0, '{"n":0}'), ("acme", "conv-0001", 1, '{"n":1}'),
+            ("other", "conv-0002", 0, '{"n":0}')]
     finally:
         snapshot.close()
     one = storage.snapshot("other")

@@ -7,13 +7,14 @@ retried even when the connection broke after COMMIT was sent.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from server.storage.postgres.database import Database
-from server.storage.records import IndexRow
+from server.storage.postgres.database import Conn, Database
+from server.storage.records import ChangePage, IndexRow, collapse_changes
 
 
 class PostgresOutboxStore:
@@ -75,6 +76,33 @@ class PostgresOutboxStore:
         rows = self._db.read(lambda conn: conn.execute(
             "SELECT id FROM memories WHERE id = ANY(%s::bigint[])", [list(ids)]).fetchall())
         return {int(r[0]) for r in rows}
+
+    def change_mark(self) -> int:
+        row = self._db.read(lambda conn: conn.execute("SELECT seq FROM memory_change_counter").fetchone())
+        return int(row[0]) if row else 0
+
+    def ids_after(self, after: int, limit: int) -> list[int]:
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s", [after, limit]).fetchall())
+        return [int(r[0]) for r in rows]
+
+    def changes(self, after: int, limit: int) -> ChangePage:
+        def read(conn: Conn) -> tuple[list[tuple[Any, ...]], Any, Any]:
+            rows = conn.execute("SELECT seq, id, deleted FROM memory_changes WHERE seq > %s ORDER BY seq LIMIT %s",
+                                [after, limit]).fetchall()
+            first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()
+            newest = conn.execute("SELECT seq FROM memory_change_counter").fetchone()
+            return rows, first[0] if first else None, newest[0] if newest else 0
+
+        # One snapshot: the rows, and whether the ones before them are still kept.
+        rows, first, newest = self._db.read(read, snapshot=True)
+        truncated = after < int(newest) and (first is None or int(first) > after + 1)
+        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2])) for r in rows], after, limit, truncated)
+
+    def prune_changes(self, older_than_s: float) -> int:
+        cut = time.time() - older_than_s
+        return int(self._db.write(lambda conn: conn.execute(
+            "DELETE FROM memory_changes WHERE changed_at < %s", [cut]).rowcount, single=True, idempotent=True))
 
     def counts(self) -> tuple[int, int, int]:
         row = self._db.read(lambda conn: conn.execute(

@@ -174,6 +174,45 @@ SCHEMA = [
         through_id BIGINT NOT NULL
     );
     """,
+    # 4: the authority's identity, and the change feed of memories (what a replica's own index follows).
+    # Numbers must follow commit order, which a sequence does not (a later number can commit first, and a
+    # follower reading past it would never see the earlier one). So each change takes its number from one
+    # counter row, in a trigger deferred to COMMIT: the row lock orders the committing transactions, and it
+    # is taken last, holding nothing else up. Only what the index holds counts as a change, so marking a
+    # row indexed is none.
+    """
+    CREATE TABLE meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO meta (key, value) VALUES ('identity', replace(gen_random_uuid()::text, '-', ''));
+    CREATE TABLE memory_change_counter (id INTEGER PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL);
+    INSERT INTO memory_change_counter (id, seq) VALUES (1, 0);
+    CREATE TABLE memory_changes (
+        seq BIGINT PRIMARY KEY,
+        id BIGINT NOT NULL,
+        deleted INTEGER NOT NULL,
+        changed_at DOUBLE PRECISION NOT NULL DEFAULT extract(epoch FROM clock_timestamp())  -- unix seconds
+    );
+    CREATE INDEX memory_changes_by_time ON memory_changes (changed_at);
+    CREATE FUNCTION memories_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        number BIGINT;
+    BEGIN
+        UPDATE memory_change_counter SET seq = seq + 1 WHERE id = 1 RETURNING seq INTO number;
+        IF TG_OP = 'DELETE' THEN
+            INSERT INTO memory_changes (seq, id, deleted) VALUES (number, OLD.id, 1);
+        ELSE
+            INSERT INTO memory_changes (seq, id, deleted) VALUES (number, NEW.id, 0);
+        END IF;
+        RETURN NULL;
+    END
+    $$;
+    CREATE CONSTRAINT TRIGGER memories_change_insert AFTER INSERT ON memories
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    CREATE CONSTRAINT TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team,
+        bucket, tags, metadata, provenance, occurred_at, vector, vector_model ON memories
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    CREATE CONSTRAINT TRIGGER memories_change_delete AFTER DELETE ON memories
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

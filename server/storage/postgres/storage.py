@@ -48,6 +48,8 @@ class PostgresStorage:
         self.outbox = PostgresOutboxStore(self._db)
         self.candidates = PostgresCandidateStore(self._db)
         self.words = PostgresWordStore(self._db)
+        row = self._db.read(lambda conn: conn.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone())
+        self.identity = str(row[0]) if row else ""
 
     def check_integrity(self) -> str | None:
         """A cheap sanity read of every table the server needs; PostgreSQL verifies pages as it reads them."""

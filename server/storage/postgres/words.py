@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -43,3 +43,14 @@ class PostgresWordStore:
                          [model, through_id])
 
         self._db.write(save, idempotent=True)
+
+    def vectors(self, site_id: int, words: Sequence[str], model: str) -> Words:
+        if not words:
+            return Words()
+        rows = self._db.read(lambda conn: conn.cursor(binary=True).execute(
+            "SELECT word, vector FROM memory_words WHERE site_id = %s AND model = %s AND word = ANY(%s::text[])",
+            [site_id, model, list(words)]).fetchall())
+        if not rows:
+            return Words()
+        return Words(tuple(str(word) for word, _ in rows),
+                     np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows]))

@@ -22,6 +22,8 @@ from conftest import wait_ready
 from oauth_support import Owner, RawClient, callback_of, parse_form, pkce
 from procs import ServerProcess, parse_fields, run_cli, server_env
 
+pytestmark = pytest.mark.backends
+
 LIMIT = 5  # MEMORY_SIGN_IN_FAILURES_PER_MINUTE of the rate-limit test's server
 
 
@@ -39,7 +41,7 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def site(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """One server for the checks below; they send bad credentials on purpose, so its sign-in limit is out of
     their way (one test has a server with the limit of its own)."""
     server = Site(tmp_path_factory.mktemp("oauth-failures"))

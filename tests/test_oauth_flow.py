@@ -22,6 +22,8 @@ from conftest import wait_ready
 from oauth_support import Owner, RawClient, mcp_client, oauth_client
 from procs import ServerProcess, parse_fields, run_cli, server_env
 
+pytestmark = pytest.mark.backends
+
 SECRETS = re.compile(r"\b(?:msa|msr|msc|mcs)_[A-Za-z0-9_-]{20,}")
 
 
@@ -50,7 +52,7 @@ class Fresh:
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
+def fresh(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
     server = Fresh(tmp_path_factory.mktemp("oauth-flow") / "data")
     try:
         wait_ready(server.base)

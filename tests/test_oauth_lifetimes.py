@@ -18,6 +18,7 @@ from conftest import wait_ready
 from oauth_support import Owner, RawClient, mcp_client, oauth_client, wait_for
 from procs import ServerProcess, parse_fields, run_cli, server_env
 
+pytestmark = pytest.mark.backends
 
 def make_site(data: Path) -> str:
     created = run_cli("site", "create", "acme", data_dir=data)

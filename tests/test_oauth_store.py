@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -23,13 +26,14 @@ from server.api.oauth.clients import RegisteredClient
 from server.api.oauth.provider import IssuedCode, Lifetimes, SiteAuthorizationServer
 from server.auth import admin
 from server.auth.authenticator import Authenticator
-from server.auth.oauth import digest
+from server.auth.oauth import digest, new_grant_id
 from server.auth.principal import READ, WRITE
 from server.errors import Unauthorized
 from server.settings import Settings
 from server.storage.factory import open_storage
-from server.storage.oauth_records import Bounds
+from server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthCode
 from server.storage.protocols import Storage
+from server.storage.records import now_rfc3339
 
 from conftest import make_settings, query
 from oauth_support import pkce
@@ -179,7 +183,120 @@ async def test_of_two_racing_refreshes_neither_keeps_tokens(authority: Authority
         authority.authenticator().authenticate(f"Bearer {won[0].access_token}")
 
 
-async def test_every_replica_sees_a_revocation_on_its_next_request(authority: Authority) -> None:
+@contextmanager
+def replica(a: Authority) -> Iterator[tuple[Storage, SiteAuthorizationServer]]:
+    """A second server on the same authority (its own connections, pools or writer thread)."""
+    other = open_storage(a.settings)
+    try:
+        yield other, SiteAuthorizationServer(other.oauth, issuer=BASE, resource=RESOURCE, lifetimes=Lifetimes(),
+                                             clock=a.clock)
+    finally:
+        other.close()
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run the calls in threads released together; their results (or exceptions), in order."""
+    start = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+
+    def run(n: int) -> None:
+        start.wait()
+        try:
+            results[n] = calls[n]()
+        except Exception as exc:  # noqa: BLE001 (handed to the test)
+            results[n] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+def issued(kind: str, now: float, life: float = 3600.0) -> tuple[str, IssuedToken]:
+    secret = secrets.token_urlsafe(16)
+    return secret, IssuedToken(digest(secret), kind, (READ, WRITE), now + life)
+
+
+def new_grant(a: Authority) -> NewGrant:
+    return NewGrant(id=new_grant_id(), site_id=a.site_id, client_id="client-x", bounds=Bounds((READ, WRITE)),
+                    resource=RESOURCE, created_at=now_rfc3339(), expires_at=a.clock.now + 3600)
+
+
+async def test_two_replicas_racing_for_one_code_or_refresh_token_one_wins(authority: Authority) -> None:
+    now = authority.clock.now
+    with replica(authority) as (other, _):
+        stores = (authority.storage.oauth, other.oauth)
+        for _ in range(10):  # each code: both servers redeem it at the same moment
+            code = OAuthCode(client_id="client-x", site_id=authority.site_id, bounds=Bounds((READ,)),
+                             resource=RESOURCE, code_challenge="c", redirect_uri="http://127.0.0.1:5000/cb",
+                             redirect_uri_explicit=True, expires_at=now + 60)
+            key = digest(secrets.token_urlsafe(16))
+            assert stores[0].add_code(key, code, now=now)
+            grants = [new_grant(authority) for _ in stores]
+            outcomes = at_once(*(partial(s.redeem_code, key, g, [issued(ACCESS, now)[1]], now=now)
+                                 for s, g in zip(stores, grants, strict=True)))
+            assert sorted(outcomes) == [False, True], outcomes
+            winner = grants[outcomes.index(True)]
+            assert stores[1].code(key) == replace(code, used=True, grant_id=winner.id)
+        assert count(authority, "oauth_grants") == 10 and count(authority, "oauth_tokens") == 10
+
+        grant = new_grant(authority)
+        refresh, token = issued(REFRESH, now)
+        assert stores[0].redeem_code(digest("none"), grant, [token], now=now) is False  # no such code
+        assert stores[0].add_code(digest("c2"), replace(code, expires_at=now + 60), now=now)
+        assert stores[0].redeem_code(digest("c2"), grant, [token], now=now)
+        for round_ in range(20):  # each refresh token: both servers rotate it at the same moment
+            fresh = [issued(REFRESH, now + round_) for _ in stores]
+            outcomes = at_once(*(partial(s.rotate_refresh, digest(refresh), [t[1]], now=now + round_,
+                                         grant_expires_at=now + 7200 + round_)
+                                 for s, t in zip(stores, fresh, strict=True)))
+            assert sorted(outcomes) == [False, True], outcomes
+            refresh = fresh[outcomes.index(True)][0]
+            live = query(authority.settings, "SELECT count(*) FROM oauth_tokens WHERE grant_id = ? AND rotated = 0",
+                         grant.id)
+            assert live == [(1,)]  # the winner's: the loser stored nothing
+        record = stores[1].token(digest(refresh))
+        assert record is not None and not record.rotated and record.grant.expires_at == now + 7200 + 19
+
+
+async def test_a_refresh_racing_a_revocation_or_the_sites_deletion_leaves_nothing_behind(
+        authority: Authority) -> None:
+    now = authority.clock.now
+    with replica(authority) as (other, _):
+        for round_ in range(6):
+            name = f"site-{round_}"
+            admin.create_site(authority.storage.sites, name)
+            grant = replace(new_grant(authority), site_id=admin.require_site(authority.storage.sites, name))
+            refresh, token = issued(REFRESH, now)
+            code = OAuthCode(client_id="client-x", site_id=grant.site_id, bounds=Bounds((READ,)), resource=RESOURCE,
+                             code_challenge="c", redirect_uri="http://127.0.0.1:5000/cb", redirect_uri_explicit=True,
+                             expires_at=now + 60)
+            assert authority.storage.oauth.add_code(digest(name), code, now=now)
+            assert authority.storage.oauth.redeem_code(digest(name), grant, [token], now=now)
+            rotate = partial(authority.storage.oauth.rotate_refresh, digest(refresh),
+                             [issued(ACCESS, now)[1], issued(REFRESH, now)[1]], now=now, grant_expires_at=now + 1)
+            if round_ % 2:
+                rotated, revoked = at_once(rotate, partial(other.oauth.revoke_grant, grant.id))
+                assert revoked is True and isinstance(rotated, bool)
+                assert query(authority.settings, "SELECT revoked_at IS NOT NULL FROM oauth_grants WHERE id = ?",
+                             grant.id) == [(True,)]
+            else:
+                later = replace(code, expires_at=now + 60)
+                rotated, added, deleted = at_once(
+                    rotate, partial(other.oauth.add_code, digest(f"{name}-2"), later, now=now),
+                    partial(other.sites.delete_site, name))
+                assert deleted is True and isinstance(rotated, bool) and isinstance(added, bool)
+                for table in ("oauth_codes", "oauth_grants"):
+                    assert query(authority.settings, f"SELECT count(*) FROM {table} WHERE site_id = ?",
+                                 grant.site_id) == [(0,)]
+                assert query(authority.settings, "SELECT count(*) FROM oauth_tokens WHERE grant_id = ?",
+                             grant.id) == [(0,)]
+
+
+async def test_every_replica_sees_a_revocation_on_its_next_request(authority: Authority, storage_backend: str) -> None:
+    sqlite = storage_backend == "sqlite"
     flow = await signed_in(authority, Bounds((READ,), buckets=("b1",)))
     tokens = await authority.provider.exchange_authorization_code(flow.client, flow.code)
     other = open_storage(authority.settings)  # a second server process on the same authority
@@ -189,7 +306,8 @@ async def test_every_replica_sees_a_revocation_on_its_next_request(authority: Au
         for authenticator in (here, there):
             principal = authenticator.authenticate(header)
             assert (principal.kind, principal.scopes, principal.buckets) == ("oauth", {READ}, {"b1"})
-            assert authenticator.authenticate_nowait(header) == principal
+            # PostgreSQL is never read on the event loop: the request goes on to `authenticate` in a thread.
+            assert authenticator.authenticate_nowait(header) == (principal if sqlite else None)
         (grant,) = authority.storage.oauth.grants(authority.site_id)
         assert grant.client_name == "In-process" and grant.bounds == Bounds((READ,), buckets=("b1",))
         assert other.oauth.revoke_grant(grant.id) and not other.oauth.revoke_grant(grant.id)

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 ACCESS, REFRESH = "access", "refresh"
 
+# Used codes are kept this long after they expire, so that presenting one again still revokes its grant.
+CODE_REPLAY_WINDOW_S = 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class Bounds:

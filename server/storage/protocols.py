@@ -1,8 +1,9 @@
 """The storage seam: what the rest of the server asks of its authority, whatever the backend.
 
-Seven narrow protocols, each implemented once per backend (`server.storage.sqlite` today): conversation
-logs, sites and tokens, OAuth clients and grants, saved memories, the outbox to the vector index, the reads
-recall ranks from, and the words query expansion uses. No SQL, connection or backend type appears in a signature.
+Seven narrow protocols, each implemented once per backend (`server.storage.sqlite`,
+`server.storage.postgres`): conversation logs, sites and tokens, OAuth clients and grants, saved memories,
+the outbox to the vector index, the reads recall ranks from, and the words query expansion uses. No SQL,
+connection or backend type appears in a signature.
 
 Writes that callers await (`LogStore.append`) are coroutines; everything else blocks and is called from a
 worker thread (the SQLite writer thread serialises writes; reads use per-thread connections).

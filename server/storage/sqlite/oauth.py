@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from server.storage.oauth_records import (
+    CODE_REPLAY_WINDOW_S,
     Bounds,
     IssuedToken,
     NewGrant,
@@ -26,9 +27,6 @@ from server.storage.oauth_records import (
 from server.storage.records import WouldBlock, now_rfc3339
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.writer import Readers, Writer
-
-# Used codes are kept this long after they expire, so that presenting one again still revokes its grant.
-CODE_REPLAY_WINDOW_S = 3600.0
 
 _GRANT = ("SELECT g.*, s.name AS site, c.client_name FROM oauth_grants g JOIN sites s ON s.id = g.site_id"
           " LEFT JOIN oauth_clients c ON c.client_id = g.client_id")

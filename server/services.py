@@ -118,7 +118,8 @@ def open_services(settings: Settings, *, integrity_budget_s: float | None = None
     storage = storage or open_storage(settings, integrity_budget_s=integrity_budget_s)
     services = Services(
         settings=settings, storage=storage,
-        authenticator=Authenticator(storage.sites, nowait=nowait_sign_in),
+        authenticator=Authenticator(storage.sites, nowait=nowait_sign_in, oauth=storage.oauth,
+                                    resource=settings.mcp_resource),
         logs=LogOperations(storage.logs, LogLimits(settings.max_payload_bytes, settings.max_batch_bytes)),
     )
     services.closers.append(storage.close)

@@ -5,8 +5,10 @@ Every setting has an environment variable `MEMORY_<NAME>`; a command-line flag w
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,6 +49,15 @@ class Settings(BaseSettings):
     sign_in_failures_per_minute: int = Field(
         10, ge=1, description="Failed sign-ins per client address per minute before 429 with Retry-After.")
 
+    public_url: str | None = Field(None, description=(
+        "The externally visible base URL (https://memory.example.com behind a reverse proxy): the OAuth "
+        "issuer, and the base of the /mcp resource and the metadata URLs. Unset: derived from the bind "
+        "address (http://127.0.0.1:8765)."))
+    oauth_access_token_s: int = Field(3600, ge=1, le=86400, description="Lifetime of an OAuth access token.")
+    oauth_refresh_token_s: int = Field(30 * 86400, ge=60, description=(
+        "Lifetime of an OAuth refresh token; each refresh issues a new one (an unused grant ends after it)."))
+    oauth_code_s: int = Field(60, ge=1, le=60, description="Lifetime of an OAuth authorization code (at most 60 s).")
+
     index_backend: Literal["embedded", "server"] = Field("embedded", description="Vector index backend.")
     qdrant_url: str | None = Field(None, description="Qdrant server URL for the server backend.")
     qdrant_api_key: str | None = Field(None, description="Qdrant API key for the server backend.")
@@ -76,6 +87,26 @@ class Settings(BaseSettings):
             raise ValueError("must be a postgresql:// URL (unset it to use SQLite in the data directory)")
         return value
 
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        return None if value is None or not value.strip() else check_public_url(value)
+
+    @property
+    def public_base(self) -> str:
+        """The base URL clients reach this server at (no trailing slash)."""
+        if self.public_url is not None:
+            return self.public_url
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def mcp_resource(self) -> str:
+        """The MCP endpoint as an OAuth protected resource (RFC 8707): what access tokens are bound to."""
+        return f"{self.public_base}/mcp"
+
     @property
     def origins(self) -> frozenset[str]:
         return frozenset(o.strip().lower().rstrip("/") for o in self.allowed_origins.split(",") if o.strip())
@@ -87,3 +118,28 @@ class Settings(BaseSettings):
     @property
     def index_path(self) -> Path:
         return self.data_dir / "index"
+
+
+def check_public_url(value: str) -> str:
+    """A base URL fit to be an OAuth issuer (RFC 8414): http(s), a host, no path, query, fragment or user;
+    https unless the host is a loopback address (tokens must not cross a network in clear)."""
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname or ""
+        _ = parts.port  # raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ValueError(f"not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError("must be an http:// or https:// URL with a host, e.g. https://memory.example.com")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("must be a bare origin (scheme, host and port): serve the server at the root of its host")
+    if parts.scheme != "https" and not _loopback(host):
+        raise ValueError("must use https:// (plain http is accepted for loopback addresses only)")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 app = typer.Typer(help="memory-server: durable conversation logs and saved memories for AI agents.",
                   pretty_exceptions_enable=False, no_args_is_help=True, add_completion=False)
 site_app = typer.Typer(help="Manage sites (tenants) and their Basic credentials.", no_args_is_help=True)
-token_app = typer.Typer(help="Manage Bearer tokens.", no_args_is_help=True)
+token_app = typer.Typer(help="Manage Bearer tokens and OAuth grants.", no_args_is_help=True)
 app.add_typer(site_app, name="site")
 app.add_typer(token_app, name="token")
 

@@ -1,5 +1,6 @@
 """create_app(settings) -> the one ASGI app: MCP at /mcp, REST under /v1 (OpenAPI at /openapi.json),
-health at /healthz and /readyz, metrics at /metrics.
+health at /healthz and /readyz, metrics at /metrics, and the OAuth 2.1 authorization server of the sites
+(metadata under /.well-known/, /register, /authorize, /oauth/consent, /token, /revoke: see api/oauth).
 
 Every request passes, outermost first: observability (request id, access log, HTTP metrics), the browser
 guard (Origin, Host), authentication (a Principal in the scope) and the body limit; then the REST app, or
@@ -11,17 +12,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from embeddings.base import Embedder
 from server.api.mcp.fast_path import LogToolsFastPath
 from server.api.mcp.server import build_mcp
 from server.api.metrics import Metrics
 from server.api.middleware import AuthMiddleware, BrowserGuard, SignInGuard, is_loopback
+from server.api.oauth.consent import ConsentPage
+from server.api.oauth.provider import Lifetimes, SiteAuthorizationServer
+from server.api.oauth.routes import oauth_routes, resource_metadata_url
 from server.api.observability import RequestObservabilityMiddleware, metrics_endpoint
 from server.api.readiness import probes
 from server.api.rest.app import RestApp
@@ -64,14 +69,17 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     rest = RestApp(services)
     # Plain log-tool calls are answered without the SDK's per-request machinery (see its module).
     fast_path = LogToolsFastPath(mcp_app, ops=services.logs, metrics=metrics, health=services.storage.health)
+    public_host = urlsplit(settings.public_url).hostname if settings.public_url else None
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
-                Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=fast_path)],
+                Route("/openapi.json", rest.openapi_endpoint), *oauth(settings, services, sign_in), rest.route,
+                Mount("/", app=fast_path)],
         middleware=[
             Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response
-            Middleware(BrowserGuard, allowed_origins=settings.origins, loopback_only=is_loopback(settings.host)),
+            Middleware(BrowserGuard, allowed_origins=settings.origins, loopback_only=is_loopback(settings.host),
+                       public_host=public_host),
             Middleware(AuthMiddleware, authenticator=services.authenticator, max_body=settings.max_request_bytes,
-                       sign_in=sign_in),
+                       sign_in=sign_in, resource_metadata=resource_metadata_url(settings.public_base)),
         ],
         lifespan=lifespan,
     )
@@ -79,6 +87,18 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     app.state.metrics = metrics
     app.state.log_fast_path = fast_path
     return app
+
+
+def oauth(settings: Settings, services: Services, sign_in: SignInGuard) -> list[BaseRoute]:
+    """The authorization server: issuer MEMORY_PUBLIC_URL, tokens bound to its /mcp; failed sign-ins on
+    the consent page count with those on /mcp and /v1 (one SignInGuard)."""
+    lifetimes = Lifetimes(access_s=settings.oauth_access_token_s, refresh_s=settings.oauth_refresh_token_s,
+                          code_s=settings.oauth_code_s)
+    provider = SiteAuthorizationServer(services.storage.oauth, issuer=settings.public_base,
+                                       resource=settings.mcp_resource, lifetimes=lifetimes)
+    consent = ConsentPage(provider, authenticator=services.authenticator, sign_in=sign_in,
+                          secure_cookie=settings.public_base.startswith("https://"))
+    return list(oauth_routes(provider, consent, health=services.storage.health))
 
 
 def lift_sdk_body_limit(mcp_app: Any, limit: int) -> None:

@@ -6,12 +6,14 @@ affected), and, when the server listens on a loopback address, a `Host` that is 
 rebinding: a page of evil.example re-pointed at 127.0.0.1 sends `Host: evil.example`). Both get 403.
 
 Authentication happens in `AuthMiddleware`, before any tool runs: no or invalid credentials get HTTP 401
-with a `WWW-Authenticate` challenge. A valid credential becomes a Principal in the ASGI scope's state, where
-tools and REST routes read it. A credential verified before is settled on the event loop at once; every
-other one is checked on one dedicated thread (a burst of guesses costs at most one core, and scrypt's
-16 MiB buffers are reused by that one thread instead of piling up in every worker thread's malloc arena),
-and a client address with too many recent failures gets 429 with `Retry-After` without its credential
-being checked at all.
+with a `WWW-Authenticate` challenge that also names the OAuth protected resource metadata (RFC 9728), where
+clients that cannot send a fixed header find how to sign in. An OAuth access token is one more credential
+kind of the same Authenticator, so /mcp and /v1 treat it as a Bearer token with its grant's scopes. A valid
+credential becomes a Principal in the ASGI scope's state, where tools and REST routes read it. A credential
+verified before is settled on the event loop at once; every other one is checked on one dedicated thread (a
+burst of guesses costs at most one core, and scrypt's 16 MiB buffers are reused by that one thread instead
+of piling up in every worker thread's malloc arena), and a client address with too many recent failures
+gets 429 with `Retry-After` without its credential being checked at all.
 """
 
 from __future__ import annotations
@@ -45,11 +47,23 @@ SIGN_IN_WINDOW_S = 60.0
 TRACKED_ADDRESSES = 10_000  # addresses whose failures are remembered (the oldest are forgotten first)
 
 
-async def send_error(send: Send, error: AppError) -> None:
+def challenge(resource_metadata: str | None = None, *, invalid_token: bool = False) -> str:
+    """The WWW-Authenticate of a 401: Bearer first, naming the protected resource metadata (RFC 9728 §5.1),
+    where OAuth clients discover how to sign in (some read only a header that starts with Bearer), then
+    Basic for the site credential. `invalid_token`: a Bearer token was presented and refused (RFC 6750)."""
+    bearer = 'Bearer realm="memory-server"'
+    if invalid_token:
+        bearer += ', error="invalid_token"'
+    if resource_metadata:
+        bearer += f', resource_metadata="{resource_metadata}"'
+    return f'{bearer}, Basic realm="memory-server", charset="UTF-8"'
+
+
+async def send_error(send: Send, error: AppError, *, www_authenticate: str = CHALLENGE) -> None:
     body = json.dumps(error.to_dict()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if isinstance(error, Unauthorized):
-        headers.append((b"www-authenticate", CHALLENGE.encode()))
+        headers.append((b"www-authenticate", www_authenticate.encode()))
     if isinstance(error, RateLimited):
         headers.append((b"retry-after", str(error.retry_after).encode()))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
@@ -74,10 +88,13 @@ def _host_name(host_header: str) -> str:
 class BrowserGuard:
     """403 for a foreign `Origin` on /mcp and /v1, and for a non-loopback `Host` on a loopback server."""
 
-    def __init__(self, app: ASGIApp, *, allowed_origins: frozenset[str], loopback_only: bool) -> None:
+    def __init__(self, app: ASGIApp, *, allowed_origins: frozenset[str], loopback_only: bool,
+                 public_host: str | None = None) -> None:
         self.app = app
         self._allowed_origins = allowed_origins
         self._loopback_only = loopback_only
+        # MEMORY_PUBLIC_URL's host (a reverse proxy on this machine passing the public Host through)
+        self._hosts = LOOPBACK_NAMES | ({public_host.lower()} if public_host else set())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -90,9 +107,9 @@ class BrowserGuard:
     def _refusal(self, scope: Scope) -> str | None:
         if self._loopback_only:
             host = _header(scope, b"host")
-            if host is None or _host_name(host) not in LOOPBACK_NAMES:
+            if host is None or _host_name(host) not in self._hosts:
                 return ("this server listens on a loopback address and answers only requests for localhost, "
-                        "127.0.0.1 or [::1] (Host header)")
+                        "127.0.0.1, [::1] or the host of MEMORY_PUBLIC_URL (Host header)")
         origin = _header(scope, b"origin")
         if origin is not None and scope["path"].startswith(PROTECTED_PREFIXES):
             if origin.strip().lower().rstrip("/") not in self._allowed_origins:
@@ -159,11 +176,13 @@ class SignInGuard:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, max_body: int, sign_in: SignInGuard) -> None:
+    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, max_body: int, sign_in: SignInGuard,
+                 resource_metadata: str | None = None) -> None:
         self.app = app
         self._authenticator = authenticator
         self._max_body = max_body
         self._sign_in = sign_in
+        self._challenges = (challenge(resource_metadata), challenge(resource_metadata, invalid_token=True))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIXES):
@@ -178,18 +197,19 @@ class AuthMiddleware:
             try:
                 principal = await self._sign_in_slowly(authenticator, header, scope)
             except AppError as exc:
-                await send_error(send, exc)
+                bearer = (header or "").strip()[:7].lower() == "bearer "
+                await send_error(send, exc, www_authenticate=self._challenges[bearer])
                 return
         length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self._max_body:
             await send_error(send, PayloadTooLarge(f"request body over {self._max_body} bytes"))
             return
-        body = await _read_body(receive, self._max_body)
+        body = await read_body(receive, self._max_body)
         if body is None:
             await send_error(send, PayloadTooLarge(f"request body over {self._max_body} bytes"))
             return
         scope.setdefault("state", {})["principal"] = principal
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay_body(body, receive), send)
 
     async def _sign_in_slowly(self, authenticator: Authenticator, header: str | None, scope: Scope) -> Principal:
         if not header:  # nothing was tried: not a failed sign-in (clients probe before sending credentials)
@@ -205,7 +225,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
+async def read_body(receive: Receive, limit: int) -> bytes | None:
     """Read the whole body, or None once it grows past `limit` (a chunked body has no Content-Length)."""
     chunks: list[bytes] = []
     size = 0
@@ -222,7 +242,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     sent = False
 
     async def wrapped() -> Message:

@@ -1,8 +1,10 @@
-"""Credentials -> Principal. Basic (one per site, full access) and Bearer tokens (scoped, bounded).
+"""Credentials -> Principal. Basic (one per site, full access), Bearer tokens (scoped, bounded) and OAuth
+access tokens (a grant's scopes and bounds, bound to this server's /mcp resource).
 
 Verified Basic credentials are cached by (site, stored hash, digest of the presented secret): a rotation or
 deletion changes or removes the stored hash, so CLI changes take effect on the next request. Every request
-still reads its site (or token), since the CLI changes credentials from another process.
+still reads its site (or token), since the CLI changes credentials from another process; an OAuth access
+token's row and grant are read on every request too, so a revocation through any replica counts at once.
 
 `authenticate_nowait` settles a credential verified before on the event loop (the store reads without
 waiting); whatever it cannot settle at once goes to `authenticate` in a thread, so failures (and their
@@ -15,19 +17,26 @@ import base64
 import binascii
 import hashlib
 import threading
+import time
+from collections.abc import Callable
 
+from server.auth.oauth import ACCESS_PREFIX, MAX_SECRET_LENGTH, access_principal, digest
 from server.auth.principal import Principal, site_principal
 from server.auth.secrets import TOKEN_PREFIX, dummy_hash, token_hash, verify_secret
 from server.errors import AppError, Unauthorized
-from server.storage.protocols import SiteStore
+from server.storage.protocols import OAuthStore, SiteStore
 from server.storage.records import WouldBlock
 
 VERIFIED_CACHE = 10_000
 
 
 class Authenticator:
-    def __init__(self, sites: SiteStore, *, nowait: bool = False) -> None:
+    def __init__(self, sites: SiteStore, *, nowait: bool = False, oauth: OAuthStore | None = None,
+                 resource: str = "", clock: Callable[[], float] = time.time) -> None:
         self._sites = sites
+        self._oauth = oauth  # None: OAuth access tokens are not accepted (e.g. a CLI's authenticator)
+        self._resource = resource  # the audience OAuth access tokens must have been issued for
+        self._clock = clock
         self.nowait = nowait  # may authenticate_nowait read the store on the event loop (a server: yes)
         self._verified: set[tuple[int, str, str]] = set()
         self._lock = threading.Lock()
@@ -91,7 +100,14 @@ class Authenticator:
         return site_principal(credential.site_id, credential.name)
 
     def _bearer(self, value: str, *, settle: bool) -> Principal:
-        if not value.startswith(TOKEN_PREFIX) or len(value) > 200:
+        if len(value) > MAX_SECRET_LENGTH:
+            raise Unauthorized("invalid token")
+        if value.startswith(ACCESS_PREFIX) and self._oauth is not None:
+            record = self._oauth.token(digest(value), nowait=not settle)
+            if record is None:
+                raise Unauthorized("invalid or revoked token")
+            return access_principal(record, resource=self._resource, now=self._clock())
+        if not value.startswith(TOKEN_PREFIX):
             raise Unauthorized("invalid token")
         token = self._sites.token(token_hash(value), nowait=not settle)
         if token is None or token.revoked_at:

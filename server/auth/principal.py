@@ -15,7 +15,7 @@ SCOPES = (READ, WRITE)
 class Principal:
     site_id: int
     site: str
-    kind: str  # "basic", "bearer" or "local" (stdio)
+    kind: str  # "basic", "bearer", "oauth" (an OAuth access token: as "bearer") or "local" (stdio)
     scopes: frozenset[str]
     teams: frozenset[str] | None = None  # None: unbounded
     projects: frozenset[str] | None = None

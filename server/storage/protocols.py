@@ -1,8 +1,9 @@
 """The storage seam: what the rest of the server asks of its authority, whatever the backend.
 
-Six narrow protocols, each implemented once per backend (`server.storage.sqlite` today): conversation logs,
-sites and tokens, saved memories, the outbox to the vector index, the reads recall ranks from, and the
-words query expansion uses. No SQL, connection or backend type appears in a signature.
+Seven narrow protocols, each implemented once per backend (`server.storage.sqlite`,
+`server.storage.postgres`): conversation logs, sites and tokens, OAuth clients and grants, saved memories,
+the outbox to the vector index, the reads recall ranks from, and the words query expansion uses. No SQL,
+connection or backend type appears in a signature.
 
 Writes that callers await (`LogStore.append`) are coroutines; everything else blocks and is called from a
 worker thread (the SQLite writer thread serialises writes; reads use per-thread connections).
@@ -17,6 +18,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from server.storage.health import StorageHealth
+from server.storage.oauth_records import (
+    IssuedToken,
+    NewGrant,
+    OAuthClient,
+    OAuthCode,
+    OAuthGrant,
+    OAuthTokenRecord,
+    PendingAuthorization,
+)
 from server.storage.records import (
     AppendAck,
     CandidateRow,
@@ -91,6 +101,68 @@ class SiteStore(Protocol):
 
     def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
         """The token with this hash, for sign-in (revoked ones included: the caller refuses them)."""
+        ...
+
+
+class OAuthStore(Protocol):
+    """The authorization server's state: clients, pending requests, codes, grants and their tokens.
+
+    Keys are SHA-256 hex digests of the secrets (see `oauth_records`); `now` is the caller's clock. Every
+    read goes to the authority (no caching), so a revocation is seen by every replica on its next request.
+    Deleting a site deletes its codes, grants and tokens (not the clients: they belong to no site)."""
+
+    def add_client(self, client: OAuthClient) -> None: ...
+
+    def client(self, client_id: str) -> OAuthClient | None: ...
+
+    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float) -> None:
+        """Store a pending authorization request (and forget the expired ones)."""
+        ...
+
+    def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
+        """The pending request, or None if there is none or it expired."""
+        ...
+
+    def set_request_csrf(self, request_hash: str, csrf_hash: str, *, now: float) -> bool:
+        """Replace the request's CSRF token digest; False if the request is gone or expired."""
+        ...
+
+    def take_request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
+        """Delete the request and return it: of concurrent callers exactly one gets it. None if it was gone
+        or expired."""
+        ...
+
+    def add_code(self, code_hash: str, code: OAuthCode, *, now: float) -> bool:
+        """Store an unused code (and forget codes expired long enough that a replay no longer matters);
+        False, storing nothing, if its site no longer exists."""
+        ...
+
+    def code(self, code_hash: str) -> OAuthCode | None:
+        """The code, used or not, expired or not (the caller decides)."""
+        ...
+
+    def redeem_code(self, code_hash: str, grant: NewGrant, tokens: Sequence[IssuedToken], *, now: float) -> bool:
+        """Atomically: if the code exists, is unused, has not expired and its site exists, mark it used by
+        `grant`, store the grant and its tokens, and return True. Otherwise store nothing: False."""
+        ...
+
+    def token(self, token_hash: str, *, nowait: bool = False) -> OAuthTokenRecord | None:
+        """An access or refresh token with its grant, for sign-in and refresh. nowait: as `SiteStore.token`."""
+        ...
+
+    def rotate_refresh(self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float,
+                       grant_expires_at: float) -> bool:
+        """Atomically: if this refresh token exists, was never rotated, has not expired and its grant is
+        not revoked, mark it rotated, store `tokens` for the same grant, move the grant's expiry to
+        `grant_expires_at` (and forget the grant's expired tokens); True. Otherwise store nothing: False."""
+        ...
+
+    def grants(self, site_id: int) -> list[OAuthGrant]:
+        """The site's grants, oldest first, revoked ones included."""
+        ...
+
+    def revoke_grant(self, grant_id: str) -> bool:
+        """Revoke a grant (every token of it stops working); False if there is no such unrevoked grant."""
         ...
 
 
@@ -272,6 +344,8 @@ class Storage(Protocol):
     def logs(self) -> LogStore: ...
     @property
     def sites(self) -> SiteStore: ...
+    @property
+    def oauth(self) -> OAuthStore: ...
     @property
     def memories(self) -> MemoryStore: ...
     @property

@@ -18,7 +18,8 @@ from __future__ import annotations
 from server.storage.postgres.database import Conn
 from server.storage.records import now_rfc3339
 
-# Tables holding a site's data, emptied when the site is deleted (memories_fts before memories, see sites.py).
+# Tables holding a site's data, emptied when the site is deleted (memories_fts before memories, see sites.py;
+# its OAuth codes, grants and tokens go by oauth.delete_site_rows).
 SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memory_words", "memories"]
 
 # Any constant: every memory-server migrating this database takes the same one.
@@ -212,6 +213,67 @@ SCHEMA = [
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
     CREATE CONSTRAINT TRIGGER memories_change_delete AFTER DELETE ON memories
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
+    # 5: OAuth 2.1 (server/api/oauth): registered clients, authorization requests waiting on the consent page,
+    # codes, grants and their tokens, as on SQLite. Every secret is stored as its SHA-256 digest; times are
+    # unix seconds. A site's codes, grants and tokens are deleted with it (oauth.delete_site_rows, from
+    # sites.delete_site), in the order of the locks that keep them consistent (see oauth.py).
+    """
+    CREATE TABLE oauth_clients (
+        client_id TEXT COLLATE "C" PRIMARY KEY,
+        secret_hash TEXT COLLATE "C",          -- NULL: a public client
+        client_name TEXT,
+        metadata TEXT NOT NULL,                -- JSON: the registered metadata, without the secret
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE oauth_requests (
+        request_hash TEXT COLLATE "C" PRIMARY KEY,
+        client_id TEXT COLLATE "C" NOT NULL,
+        params TEXT NOT NULL,                  -- JSON: the validated authorization request
+        csrf_hash TEXT COLLATE "C",
+        expires_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX oauth_requests_by_expiry ON oauth_requests (expires_at);
+    CREATE TABLE oauth_codes (
+        code_hash TEXT COLLATE "C" PRIMARY KEY,
+        client_id TEXT COLLATE "C" NOT NULL,
+        site_id BIGINT NOT NULL,
+        scopes TEXT NOT NULL,                  -- JSON lists; bounds NULL when unbounded
+        teams TEXT,
+        projects TEXT,
+        buckets TEXT,
+        resource TEXT COLLATE "C" NOT NULL,
+        code_challenge TEXT COLLATE "C" NOT NULL,
+        redirect_uri TEXT COLLATE "C" NOT NULL,
+        redirect_uri_explicit INTEGER NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        grant_id TEXT COLLATE "C"              -- set when exchanged: a used code
+    );
+    CREATE INDEX oauth_codes_by_expiry ON oauth_codes (expires_at);
+    CREATE INDEX oauth_codes_by_site ON oauth_codes (site_id);
+    CREATE TABLE oauth_grants (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        site_id BIGINT NOT NULL,
+        client_id TEXT COLLATE "C" NOT NULL,
+        scopes TEXT NOT NULL,
+        teams TEXT,
+        projects TEXT,
+        buckets TEXT,
+        resource TEXT COLLATE "C" NOT NULL,
+        created_at TEXT COLLATE "C" NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,  -- when its current refresh token expires
+        revoked_at TEXT COLLATE "C"
+    );
+    CREATE INDEX oauth_grants_by_site ON oauth_grants (site_id, created_at, id);
+    CREATE TABLE oauth_tokens (
+        token_hash TEXT COLLATE "C" PRIMARY KEY,
+        grant_id TEXT COLLATE "C" NOT NULL,
+        kind TEXT COLLATE "C" NOT NULL,        -- access or refresh
+        scopes TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        rotated INTEGER NOT NULL DEFAULT 0     -- a refresh token already exchanged
+    );
+    CREATE INDEX oauth_tokens_by_grant ON oauth_tokens (grant_id);
     """,
 ]
 

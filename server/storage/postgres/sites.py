@@ -12,6 +12,7 @@ from typing import Any
 
 from server.errors import InvalidParameters
 from server.storage.postgres.database import Conn, Database
+from server.storage.postgres.oauth import delete_site_rows
 from server.storage.postgres.schema import SITE_TABLES
 from server.storage.records import SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
 
@@ -49,7 +50,8 @@ class PostgresSiteStore:
         return [SiteRecord(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     def delete_site(self, name: str) -> bool:
-        """Delete a site, its tokens and all its data (the index drops the orphaned points at start-up)."""
+        """Delete a site, its tokens, OAuth grants and all its data (the index drops the orphaned points at
+        start-up)."""
         return self._db.write(lambda conn: delete_site(conn, name))
 
     def add_token(self, token: TokenRecord, token_hash: str) -> None:
@@ -98,6 +100,7 @@ def delete_site(conn: Conn, name: str) -> bool:
     conn.execute("DELETE FROM memories_fts f USING memories m WHERE m.id = f.id AND m.site_id = %s", [site_id])
     for table in SITE_TABLES:
         conn.execute(f"DELETE FROM {table} WHERE site_id = %s", [site_id])  # memories: queued for the index
+    delete_site_rows(conn, site_id)  # OAuth codes, grants and their tokens
     conn.execute("DELETE FROM sites WHERE id = %s", [site_id])
     return True
 

@@ -9,6 +9,7 @@ from server.storage.postgres.database import RETRY_BUDGET_S, Database, connect
 from server.storage.postgres.errors import first_line, postgres_failure, unreachable
 from server.storage.postgres.logs import PostgresLogStore
 from server.storage.postgres.memories import PostgresMemoryStore
+from server.storage.postgres.oauth import PostgresOAuthStore
 from server.storage.postgres.outbox import PostgresOutboxStore
 from server.storage.postgres.schema import migrate
 from server.storage.postgres.sites import PostgresSiteStore
@@ -44,6 +45,7 @@ class PostgresStorage:
         self.health = self._db.health
         self.logs = PostgresLogStore(self._db)
         self.sites = PostgresSiteStore(self._db)
+        self.oauth = PostgresOAuthStore(self._db)
         self.memories = PostgresMemoryStore(self._db)
         self.outbox = PostgresOutboxStore(self._db)
         self.candidates = PostgresCandidateStore(self._db)

@@ -132,6 +132,71 @@ SCHEMA = [
         INSERT INTO memory_changes (id, deleted) VALUES (old.id, 1);
     END;
     """,
+    # 5: OAuth 2.1 (server/api/oauth): registered clients, authorization requests waiting on the consent page,
+    # codes, grants and their tokens. Every secret is stored as its SHA-256 digest; times are unix seconds.
+    # A site's codes, grants and tokens go with it (the trigger: this step leaves SITE_TABLES alone).
+    """
+    CREATE TABLE oauth_clients (
+        client_id TEXT PRIMARY KEY,
+        secret_hash TEXT,                      -- NULL: a public client
+        client_name TEXT,
+        metadata TEXT NOT NULL,                -- JSON: the registered metadata, without the secret
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE oauth_requests (
+        request_hash TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        params TEXT NOT NULL,                  -- JSON: the validated authorization request
+        csrf_hash TEXT,
+        expires_at REAL NOT NULL
+    );
+    CREATE INDEX oauth_requests_by_expiry ON oauth_requests (expires_at);
+    CREATE TABLE oauth_codes (
+        code_hash TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        site_id INTEGER NOT NULL,
+        scopes TEXT NOT NULL,                  -- JSON lists; bounds NULL when unbounded
+        teams TEXT,
+        projects TEXT,
+        buckets TEXT,
+        resource TEXT NOT NULL,
+        code_challenge TEXT NOT NULL,
+        redirect_uri TEXT NOT NULL,
+        redirect_uri_explicit INTEGER NOT NULL,
+        expires_at REAL NOT NULL,
+        grant_id TEXT                          -- set when exchanged: a used code
+    );
+    CREATE INDEX oauth_codes_by_expiry ON oauth_codes (expires_at);
+    CREATE INDEX oauth_codes_by_site ON oauth_codes (site_id);
+    CREATE TABLE oauth_grants (
+        id TEXT PRIMARY KEY,
+        site_id INTEGER NOT NULL,
+        client_id TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        teams TEXT,
+        projects TEXT,
+        buckets TEXT,
+        resource TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at REAL NOT NULL,              -- when its current refresh token expires
+        revoked_at TEXT
+    );
+    CREATE INDEX oauth_grants_by_site ON oauth_grants (site_id);
+    CREATE TABLE oauth_tokens (
+        token_hash TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        kind TEXT NOT NULL,                    -- access or refresh
+        scopes TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        rotated INTEGER NOT NULL DEFAULT 0     -- a refresh token already exchanged
+    );
+    CREATE INDEX oauth_tokens_by_grant ON oauth_tokens (grant_id);
+    CREATE TRIGGER oauth_site_deleted AFTER DELETE ON sites BEGIN
+        DELETE FROM oauth_tokens WHERE grant_id IN (SELECT id FROM oauth_grants WHERE site_id = old.id);
+        DELETE FROM oauth_grants WHERE site_id = old.id;
+        DELETE FROM oauth_codes WHERE site_id = old.id;
+    END;
+    """,
 ]
 
 

@@ -13,6 +13,7 @@ from server.storage.sqlite.candidates import SqliteCandidateStore
 from server.storage.sqlite.connection import connect, is_damage, quick_check
 from server.storage.sqlite.logs import SqliteLogStore
 from server.storage.sqlite.memories import SqliteMemoryStore
+from server.storage.sqlite.oauth import SqliteOAuthStore
 from server.storage.sqlite.outbox import SqliteOutboxStore
 from server.storage.sqlite.schema import migrate
 from server.storage.sqlite.sites import SqliteSiteStore
@@ -63,6 +64,7 @@ class SqliteStorage:
         self.health = self._writer.health
         self.logs = SqliteLogStore(self._writer, self._readers)
         self.sites = SqliteSiteStore(self._writer, self._readers, path)
+        self.oauth = SqliteOAuthStore(self._writer, self._readers, path)
         self.memories = SqliteMemoryStore(self._writer, self._readers)
         self.outbox = SqliteOutboxStore(self._writer, self._readers)
         self.candidates = SqliteCandidateStore(self._readers)

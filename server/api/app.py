@@ -1,5 +1,5 @@
 """create_app(settings) -> the one ASGI app: MCP at /mcp, REST under /v1 (OpenAPI at /openapi.json),
-health at /healthz and /readyz, metrics at /metrics.
+the web console under /ui/, health at /healthz and /readyz, metrics at /metrics.
 
 Every request passes, outermost first: observability (request id, access log, HTTP metrics), the browser
 guard (Origin, Host), authentication (a Principal in the scope) and the body limit; then the REST app, or
@@ -15,9 +15,11 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 
 from embeddings.base import Embedder
+from server.api.console.app import console_app
 from server.api.mcp.fast_path import LogToolsFastPath
 from server.api.mcp.server import build_mcp
 from server.api.metrics import Metrics
@@ -64,9 +66,12 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     rest = RestApp(services)
     # Plain log-tool calls are answered without the SDK's per-request machinery (see its module).
     fast_path = LogToolsFastPath(mcp_app, ops=services.logs, metrics=metrics, health=services.storage.health)
+    console = console_app(services, sign_in=sign_in)  # its own sessions: AuthMiddleware guards only /mcp, /v1
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
-                Route("/openapi.json", rest.openapi_endpoint), rest.route, Mount("/", app=fast_path)],
+                Route("/openapi.json", rest.openapi_endpoint), rest.route,
+                Route("/ui", lambda request: RedirectResponse("/ui/", status_code=308)), Mount("/ui", app=console),
+                Mount("/", app=fast_path)],
         middleware=[
             Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response
             Middleware(BrowserGuard, allowed_origins=settings.origins, loopback_only=is_loopback(settings.host)),

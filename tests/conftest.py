@@ -150,7 +150,6 @@ def storage_backend(request: pytest.FixtureRequest) -> Iterator[str]:
         return
     from tests.postgres import PostgresDatabases
 
-    pytest.importorskip("server.storage.postgres.storage")
     databases = PostgresDatabases(request.getfixturevalue("postgres_server"))
     backends.current.use("postgres", databases.create)
     try:

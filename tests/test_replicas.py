@@ -31,7 +31,6 @@ from procs import (  # noqa: F401
 )
 from tests.postgres import PostgresServer
 
-pytest.importorskip("server.storage.postgres.storage")
 
 SITE = "acme"
 CONVERSATIONS = [f"conv-replicated-{n}" for n in range(4)]

@@ -898,6 +898,8 @@ async def test_unexpected_failures_are_503_without_details(tmp_path: Path, embed
 class BrokenIndex:
     """An index that cannot be opened: the saved-memory half of the server stays unavailable."""
 
+    shared = False
+
     def info(self) -> Any:
         raise OSError("index directory unreadable")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embeddings.base import Embedder
 from server.index.base import IndexInfo, VectorIndex
@@ -21,13 +21,16 @@ from server.storage.checks import FAIL, OK, SKIP, WARN, Check
 from server.storage.files import exposed
 from server.storage.sqlite.checks import SqliteState, sqlite_checks
 
+if TYPE_CHECKING:
+    from server.storage.postgres.checks import PostgresState
+
 __all__ = ["FAIL", "OK", "SKIP", "WARN", "Check", "run_checks"]
 
 
 @dataclass
 class _State:
     embedder: Embedder | None = None
-    storage: SqliteState = field(default_factory=SqliteState)
+    storage: SqliteState | PostgresState = field(default_factory=SqliteState)
     index: VectorIndex | None = None
     index_held: bool = False  # a running server holds the embedded index
 
@@ -42,13 +45,17 @@ def run_checks(settings: Settings, *, project_root: Path,
     state = _State()
     try:
         yield from _guarded("model", lambda: iter([_check_model(settings, state, project_root, load_embedder)]))
-        data_dir = settings.data_dir
-        if not data_dir.is_dir():
-            yield Check("data directory", FAIL, f"{data_dir.resolve()} does not exist",
-                        "start the server once (it creates it), or pass the right --data-dir")
-            return
-        yield from _guarded("permissions", lambda: _check_permissions(settings))
-        yield from _guarded("sqlite", lambda: sqlite_checks(settings.db_path, state.storage))
+        if settings.database_url is not None:
+            yield from _guarded("postgres", lambda: _postgres(settings, state))
+        else:
+            data_dir = settings.data_dir
+            if not data_dir.is_dir():
+                yield Check("data directory", FAIL, f"{data_dir.resolve()} does not exist",
+                            "start the server once (it creates it), or pass the right --data-dir")
+                return
+            yield from _guarded("permissions", lambda: _check_permissions(settings))
+            sqlite = state.storage = SqliteState()
+            yield from _guarded("sqlite", lambda: sqlite_checks(settings.db_path, sqlite))
         if state.storage.conn is None:
             return
         yield from _guarded("index", lambda: _check_index(settings, state))
@@ -57,6 +64,17 @@ def run_checks(settings: Settings, *, project_root: Path,
         if state.index is not None:
             state.index.close()
         state.storage.close()
+
+
+def _postgres(settings: Settings, state: _State) -> Iterator[Check]:
+    """The database's checks (the data directory then holds only the embedded index, if any)."""
+    from server.storage.postgres.checks import PostgresState, postgres_checks  # psycopg only when it is used
+
+    if settings.data_dir.is_dir():
+        yield from _check_permissions(settings)
+    postgres = state.storage = PostgresState()
+    url = settings.database_url.get_secret_value() if settings.database_url is not None else ""
+    yield from postgres_checks(url, postgres)
 
 
 def _guarded(name: str, checks: Callable[[], Iterator[Check]]) -> Iterator[Check]:

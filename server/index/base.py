@@ -71,6 +71,9 @@ class IndexInfo:
 
 
 class VectorIndex(Protocol):
+    # Whether every server of a deployment uses this one index (a Qdrant server), rather than each its own.
+    shared: bool
+
     def info(self) -> IndexInfo | None:
         """The recorded model/dimension, or None for an index never initialised."""
         ...

@@ -106,6 +106,8 @@ for root, _, files in os.walk(sys.argv[1]):
 
 
 class EdgeIndex:
+    shared = False  # in this server's data directory
+
     def __init__(self, path: Path, *, indexing_threshold_kb: int = INDEXING_THRESHOLD_KB,
                  optimizer: Sequence[str] = (sys.executable, "-c", _OPTIMIZER)) -> None:
         """`optimizer`: the command that builds HNSW over a copy of the shard (its directory is appended)."""

@@ -36,6 +36,8 @@ UPSERT_BATCH = 512
 
 
 class QdrantServerIndex:
+    shared = True
+
     def __init__(self, client: QdrantClient, collection: str, *, url: str | None = None) -> None:
         self._client = client
         self._collection = collection

@@ -49,11 +49,11 @@ class Memories:
         return done
 
 
-def follows_authority(settings: Settings) -> bool:
-    """An embedded index on a shared authority (PostgreSQL, maybe several replicas) follows its change feed;
-    otherwise the index belongs to the authority's one process (SQLite) or is shared (Qdrant server), and the
-    outbox keeps it."""
-    return settings.database_url is not None and settings.index_backend == "embedded"
+def follows_authority(settings: Settings, index: VectorIndex) -> bool:
+    """An index of this server's own on a shared authority (PostgreSQL, maybe several replicas) follows its
+    change feed; otherwise the index belongs to the authority's one process (SQLite) or is shared by every
+    server (Qdrant server), and the outbox keeps it."""
+    return settings.database_url is not None and not index.shared
 
 
 def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, tokens: TokenCounter,
@@ -62,7 +62,7 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
     words = WordVectors(embedder)
     outbox = Outbox(storage.outbox, index, embedder)
     follower = None
-    if follows_authority(settings) if follow is None else follow:
+    if follows_authority(settings, index) if follow is None else follow:
         follower = IndexFollower(outbox, storage.outbox, words, storage.words, authority=storage.identity,
                                  state_path=settings.index_path / FOLLOW_FILE)
     source = CandidateSource(storage.candidates, index, model=embedder.name)

@@ -17,6 +17,7 @@ from server.errors import Unavailable
 from server.index.base import VectorIndex
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text
 from server.ranking.lexical import analyze, prefetch_terms
+from server.ranking.term_arrays import TERM_IDS
 from server.storage.protocols import CandidateStore
 from server.storage.records import CandidateRow, Scope
 
@@ -78,7 +79,8 @@ class CandidateSource:
     def _remember(self, rows: Sequence[CandidateRow]) -> None:
         entries = {row.id: (row.updated_at, Candidate(
             id=row.id, text=document_text(row.content, row.occurred_at), vector=row.vector,
-            occurred_at=row.occurred_at, conversation_id=row.conversation_id, seq=row.seq, terms=row.terms))
+            occurred_at=row.occurred_at, conversation_id=row.conversation_id, seq=row.seq, terms=row.terms,
+            term_ids=TERM_IDS.of(row.terms) if row.terms is not None else None))
             for row in rows}
         with self._cache_lock:
             self._cache.update(entries)

@@ -32,7 +32,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from server.ranking.lexical import analyze, bigram_bm25_scores, bm25_scores
+from server.ranking.lexical import analyze
+from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
 # bench/locomo_explore.py, see the report there; figures before the 'round 2' block are from round 1,
@@ -95,6 +96,7 @@ class Candidate:
     conversation_id / seq: provenance; entries sharing conversation_id with adjacent seq are neighbours.
     terms: optional pre-analysed `lexical.analyze(text)` (the server may pass the stored analysed text
       split on spaces to skip re-analysis); computed from `text` when None.
+    term_ids: optional `TERM_IDS.of(terms)` (the server keeps them with its cached candidates).
     """
 
     id: int
@@ -104,6 +106,7 @@ class Candidate:
     conversation_id: str | None = None
     seq: int | None = None
     terms: Sequence[str] | None = field(default=None, compare=False)
+    term_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 def parse_rfc3339(value: str) -> datetime | None:
@@ -204,16 +207,17 @@ def fused_scores(
     V = np.stack([np.asarray(c.vector, dtype=np.float32) for c in candidates])
     dense = V @ np.asarray(query_vector, dtype=np.float32)
     neighbours = neighbour_index(candidates, sorted(set(lexical_context) | set(neighbour_weights)))
-    terms = [c.terms if c.terms is not None else analyze(c.text) for c in candidates]
+    docs = CandidateDocuments.of([c.term_ids if c.term_ids is not None
+                                  else TERM_IDS.of(c.terms if c.terms is not None else analyze(c.text))
+                                  for c in candidates])
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
     query_terms = analyze(query)
-    lex = bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)
+    lex = docs.bm25(query_terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)
     if bigram_weight:
-        lex = lex + bigram_weight * bigram_bm25_scores(query_terms, terms, k1=k1, b=b, delta=delta, context=context)
+        lex = lex + bigram_weight * docs.bigram_bm25(query_terms, k1=k1, b=b, delta=delta, context=context)
     fused = (1.0 - w_lexical) * _zscore(dense) + w_lexical * _zscore(lex)
     if length_prior:
-        lengths = np.fromiter((len(t) for t in terms), dtype=np.float64, count=n)
-        fused = fused + length_prior * _zscore(np.log1p(lengths))
+        fused = fused + length_prior * _zscore(np.log1p(docs.term_counts))
     return blend_neighbours(fused, neighbours, neighbour_weights)
 
 

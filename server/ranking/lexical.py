@@ -50,7 +50,8 @@ STOP_WORDS: frozenset[str] = frozenset(
     """.split()
 )
 
-Item = TypeVar("Item", str, tuple[str, str])  # what BM25 counts: a term, or a pair of adjacent terms
+# What BM25 counts: a term, a pair of adjacent terms, or either as an integer id (server/ranking/term_arrays.py).
+Item = TypeVar("Item", str, tuple[str, str], int)
 Doc = TypeVar("Doc")
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -162,7 +163,7 @@ def term_weights(weighted_docs: Iterable[tuple[Sequence[str], float]]) -> dict[s
     return out
 
 
-def _bm25_core(
+def bm25_core(
     query_items: Mapping[Item, float],
     count: Callable[[Item], np.ndarray | None],
     lengths: np.ndarray,
@@ -236,7 +237,7 @@ def bm25_scores(
             return None
         return np.bincount(np.asarray(where, dtype=np.intp), minlength=n).astype(np.float64)
 
-    return _bm25_core(query_items, count, lengths, k1=k1, b=b, delta=delta, context=context)
+    return bm25_core(query_items, count, lengths, k1=k1, b=b, delta=delta, context=context)
 
 
 def _occurrences(docs: Sequence[Sequence[Doc]], terms: Iterable[Doc]) -> dict[Doc, list[int]]:
@@ -297,7 +298,7 @@ def bigram_bm25_scores(
                     out[i] = k
         return out
 
-    return _bm25_core(pairs, count, lengths, k1=k1, b=b, delta=delta, context=context)
+    return bm25_core(pairs, count, lengths, k1=k1, b=b, delta=delta, context=context)
 
 
 def prefetch_terms(doc_freqs: Mapping[str, int], budget: int) -> tuple[list[str], list[str]]:

@@ -13,6 +13,10 @@ from server.storage.protocols import Snapshot, Storage
 
 
 def open_storage(settings: Settings, *, integrity_budget_s: float | None = None) -> Storage:
+    if settings.database_url is not None:
+        from server.storage.postgres.storage import PostgresStorage
+
+        return PostgresStorage(settings.database_url.get_secret_value())
     from server.storage.sqlite.storage import SqliteStorage
 
     return SqliteStorage(settings.db_path, integrity_budget_s=integrity_budget_s)
@@ -20,6 +24,10 @@ def open_storage(settings: Settings, *, integrity_budget_s: float | None = None)
 
 def open_snapshot(settings: Settings, *, site: str | None) -> Snapshot:
     """A consistent read-only view for export (works while a server writes)."""
+    if settings.database_url is not None:
+        from server.storage.postgres.snapshot import PostgresSnapshot
+
+        return PostgresSnapshot(settings.database_url.get_secret_value(), site=site)
     from server.storage.sqlite.snapshot import SqliteSnapshot
 
     return SqliteSnapshot(settings.db_path, site=site)
@@ -27,6 +35,8 @@ def open_snapshot(settings: Settings, *, site: str | None) -> Snapshot:
 
 def live_paths(settings: Settings) -> dict[Path, str]:
     """The files a running server writes, which no backup or export may replace."""
+    if settings.database_url is not None:  # the database is not a file here; the embedded index still is
+        return {settings.index_path: "the live vector index"}
     from server.storage.files import live_paths as sqlite_live_paths
 
     return sqlite_live_paths(settings.db_path, settings.index_path)

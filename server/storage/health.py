@@ -8,6 +8,7 @@ nothing written since) means the disk is still full; a damaged page stays damage
 from __future__ import annotations
 
 import errno
+import sys
 import time
 
 from server.errors import AppError, Unavailable
@@ -30,7 +31,12 @@ def storage_failure(exc: BaseException) -> AppError | None:
         return Unavailable(DISK_FULL)
     from server.storage.sqlite.connection import sqlite_failure  # each backend names its own failures
 
-    return sqlite_failure(exc)
+    failure = sqlite_failure(exc)
+    if failure is None and "psycopg" in sys.modules:  # without psycopg loaded, no failure can be PostgreSQL's
+        from server.storage.postgres.errors import postgres_failure
+
+        failure = postgres_failure(exc)
+    return failure
 
 
 class StorageHealth:

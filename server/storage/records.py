@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
@@ -234,6 +234,18 @@ class ChangePage:
     mark: int  # the last change read: `after` for the next page
     more: bool  # cut at the limit: more changes follow
     truncated: bool  # changes after `after` were pruned: only a rebuild from the whole store catches up
+
+
+def collapse_changes(rows: Sequence[tuple[int, int, bool]], after: int, limit: int, truncated: bool) -> ChangePage:
+    """(seq, id, deleted) rows in seq order -> each id once, as its last change left it."""
+    last: dict[int, bool] = {}
+    for _, row_id, deleted in rows:
+        last.pop(row_id, None)  # re-inserted last, so the order follows each id's final change
+        last[row_id] = deleted
+    return ChangePage(changed=[i for i, gone in last.items() if not gone],
+                      deleted=[i for i, gone in last.items() if gone],
+                      mark=rows[-1][0] if rows else after, more=len(rows) >= limit, truncated=truncated)
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.storage.records import ChangePage, IndexRow
+from server.storage.records import ChangePage, IndexRow, collapse_changes
 from server.storage.sqlite.scope import marks
 from server.storage.sqlite.writer import Readers, Writer
 
@@ -92,7 +92,7 @@ class SqliteOutboxStore:
             conn.execute("COMMIT")
         mark = int(newest[0]) if newest is not None else 0
         truncated = after < mark and (first is None or int(first) > after + 1)
-        return collapse([(int(r[0]), int(r[1]), bool(r[2])) for r in rows], after, limit, truncated)
+        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2])) for r in rows], after, limit, truncated)
 
     def prune_changes(self, older_than_s: float) -> int:
         cut = time.time() - older_than_s
@@ -105,17 +105,6 @@ class SqliteOutboxStore:
             "SELECT coalesce(sum(indexed = 1), 0), coalesce(sum(indexed = 0), 0) FROM memories").fetchone()
         deletions = conn.execute("SELECT count(*) FROM index_deletions").fetchone()[0]
         return int(indexed), int(pending), int(deletions)
-
-
-def collapse(rows: Sequence[tuple[int, int, bool]], after: int, limit: int, truncated: bool) -> ChangePage:
-    """(seq, id, deleted) rows in seq order -> each id once, as its last change left it."""
-    last: dict[int, bool] = {}
-    for _, row_id, deleted in rows:
-        last.pop(row_id, None)  # re-inserted last, so the order follows each id's final change
-        last[row_id] = deleted
-    return ChangePage(changed=[i for i, gone in last.items() if not gone],
-                      deleted=[i for i, gone in last.items() if gone],
-                      mark=rows[-1][0] if rows else after, more=len(rows) >= limit, truncated=truncated)
 
 
 def _index_row(row: sqlite3.Row) -> IndexRow:

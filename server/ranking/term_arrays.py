@@ -1,0 +1,117 @@
+"""The candidate set's documents as integer arrays: the BM25 scorer `recall` runs.
+
+`bm25_scores` and `bigram_bm25_scores` (server/ranking/lexical.py) walk every candidate's terms in Python
+for every query: most of a ranking's time on a thousand candidates. Here each term gets a process-wide
+integer id once (`TERM_IDS`), each candidate's analysed terms become an id array once (and are kept with
+the cached candidate), and a query concatenates the arrays and counts its terms with numpy. The counts
+and the BM25 arithmetic (`lexical.bm25_core`) are the same, so the scores are identical to the string
+scorers' (tests/test_term_arrays.py checks that on random documents).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from server.ranking.lexical import K1, B, bigrams, bm25_core
+
+_PAIR_SHIFT = 32  # a pair id: first term's id in the high bits, second's in the low bits
+
+
+class TermIds:
+    """term -> int, assigned on first sight and never changed (ids only ever grow with the vocabulary)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def of(self, terms: Sequence[str]) -> np.ndarray:
+        """Ids of a document's terms, in order (new terms get new ids)."""
+        table = self._ids
+        missing = [t for t in terms if t not in table]
+        if missing:
+            with self._lock:
+                for term in missing:
+                    table.setdefault(term, len(table))
+        return np.fromiter((table[t] for t in terms), dtype=np.int64, count=len(terms))
+
+    def get(self, term: str) -> int | None:
+        """A query term's id; None if no document ever had it (it can match nothing)."""
+        return self._ids.get(term)
+
+
+TERM_IDS = TermIds()
+
+
+def pair_ids(term_ids: np.ndarray) -> np.ndarray:
+    """Ids of a document's adjacent term pairs (its bigrams)."""
+    pairs: np.ndarray = (term_ids[:-1] << _PAIR_SHIFT) | term_ids[1:]
+    return pairs
+
+
+@dataclass(frozen=True)
+class Items:
+    """One side (terms or pairs) of the candidate documents: every id, with the document it is in."""
+
+    ids: np.ndarray
+    owner: np.ndarray
+    lengths: np.ndarray  # per document
+
+    @classmethod
+    def of(cls, per_document: Sequence[np.ndarray]) -> Items:
+        lengths = np.fromiter((len(a) for a in per_document), dtype=np.int64, count=len(per_document))
+        ids = np.concatenate(per_document) if per_document else np.zeros(0, dtype=np.int64)
+        owner = np.repeat(np.arange(len(per_document), dtype=np.intp), lengths)
+        return cls(ids, owner, lengths.astype(np.float64))
+
+    def scores(self, query: Mapping[int, float], *, k1: float, b: float, delta: float,
+               context: Sequence[tuple[np.ndarray, float]]) -> np.ndarray:
+        n = len(self.lengths)
+        if n == 0 or not query:
+            return np.zeros(n)
+        mask = np.isin(self.ids, np.fromiter(query, dtype=np.int64, count=len(query)))
+        ids, owner = self.ids[mask], self.owner[mask]
+
+        def count(item: int) -> np.ndarray | None:
+            where = owner[ids == item]
+            return np.bincount(where, minlength=n).astype(np.float64) if len(where) else None
+
+        return bm25_core(query, count, self.lengths, k1=k1, b=b, delta=delta, context=context)
+
+
+@dataclass(frozen=True)
+class CandidateDocuments:
+    terms: Items
+    pairs: Items
+
+    @classmethod
+    def of(cls, term_ids: Sequence[np.ndarray]) -> CandidateDocuments:
+        return cls(Items.of(term_ids), Items.of([pair_ids(ids) for ids in term_ids]))
+
+    @property
+    def term_counts(self) -> np.ndarray:
+        return self.terms.lengths
+
+    def bm25(self, query_terms: Sequence[str], *, k1: float = K1, b: float = B, delta: float = 0.0,
+             context: Sequence[tuple[np.ndarray, float]] = (),
+             extra_terms: Mapping[str, float] | None = None) -> np.ndarray:
+        """`lexical.bm25_scores` of these documents."""
+        weights: dict[str, float] = dict(Counter(query_terms))
+        for term, weight in (extra_terms or {}).items():
+            weights[term] = weights.get(term, 0.0) + weight
+        query = {tid: w for term, w in weights.items() if (tid := TERM_IDS.get(term)) is not None}
+        return self.terms.scores(query, k1=k1, b=b, delta=delta, context=context)
+
+    def bigram_bm25(self, query_terms: Sequence[str], *, k1: float = K1, b: float = B, delta: float = 0.0,
+                    context: Sequence[tuple[np.ndarray, float]] = ()) -> np.ndarray:
+        """`lexical.bigram_bm25_scores` of these documents (a pair's length counts pairs, as there)."""
+        query: dict[int, float] = {}
+        for (first, second), count in Counter(bigrams(query_terms)).items():
+            a, z = TERM_IDS.get(first), TERM_IDS.get(second)
+            if a is not None and z is not None:
+                query[(a << _PAIR_SHIFT) | z] = float(count)
+        return self.pairs.scores(query, k1=k1, b=b, delta=delta, context=context)

@@ -1,0 +1,101 @@
+"""What PostgreSQL's failures mean to the server: retry it, tell the client, or a bug.
+
+Three kinds of failure are transient. A statement the server refused and rolled back (a serialization
+failure, a deadlock, a lock it could not take, a write sent to a standby, a unique index that a concurrent
+transaction won) can always be run again. A connection lost while work was in flight (a restart, a failover,
+an administrator's shutdown, a network reset) leaves the outcome unknown once COMMIT was sent. A database
+that cannot be reached (no connection within the time allowed) has been sent nothing at all.
+
+Everything else that is not a bug is told as what it is: a full disk, a damaged page, no memory.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import psycopg
+from psycopg_pool import PoolClosed, PoolTimeout
+
+from server.errors import AppError, InvalidParameters, Unavailable
+from server.storage.health import DISK_FULL
+
+
+class Transient(Enum):
+    ROLLED_BACK = "rolled back"  # the server refused the statement: nothing of it is committed
+    LOST = "lost"  # the connection broke: committed or not, unknown once COMMIT was sent
+    UNREACHABLE = "unreachable"  # no connection: nothing was sent
+
+
+ROLLED_BACK_STATES = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "55P03",  # lock_not_available
+    "25006",  # read_only_sql_transaction: a standby (after a failover, before the pool reconnects)
+    "23505",  # unique_violation: a concurrent transaction committed the same key first
+}
+LOST_STATES = {"57P01", "57P02", "57P03"}  # admin_shutdown, crash_shutdown, cannot_connect_now
+RESOURCE_STATES = {"53000", "53200", "53300", "53400"}  # insufficient resources, out of memory, connections
+DAMAGE_STATES = {"XX001", "XX002"}  # data_corrupted, index_corrupted
+
+UNCERTAIN = ("the connection to PostgreSQL was lost while the write was being committed, so it may or may not "
+             "have been saved; retry (an append with an idempotency key is applied at most once)")
+SHUTTING_DOWN = "the server is shutting down"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def transient(exc: BaseException) -> Transient | None:
+    """Which kind of transient failure `exc` is, or None."""
+    if isinstance(exc, PoolTimeout):
+        return Transient.UNREACHABLE
+    if not isinstance(exc, psycopg.Error):
+        return None
+    state = exc.sqlstate
+    if state in ROLLED_BACK_STATES:
+        return Transient.ROLLED_BACK
+    if state in LOST_STATES or (state or "").startswith("08"):
+        return Transient.LOST
+    if isinstance(exc, psycopg.OperationalError) and state is None:
+        return Transient.LOST  # libpq's own: "server closed the connection unexpectedly", a reset socket
+    return None
+
+
+def unreachable(exc: BaseException, budget_s: float) -> Unavailable:
+    if isinstance(exc, PoolTimeout):
+        detail = f"no connection could be opened or became free within {budget_s:g}s"
+    else:
+        detail = first_line(exc)
+    return Unavailable(f"PostgreSQL is unreachable ({detail}); the server reconnects by itself: retry shortly")
+
+
+def postgres_failure(exc: BaseException) -> AppError | None:
+    """The client-facing error for a PostgreSQL failure that is not a bug; None for anything else."""
+    if isinstance(exc, PoolClosed):
+        return Unavailable(SHUTTING_DOWN)
+    kind = transient(exc)
+    if kind is Transient.UNREACHABLE:
+        return unreachable(exc, 0)
+    if kind is Transient.LOST:
+        return Unavailable(f"the connection to PostgreSQL was lost ({first_line(exc)}); retry shortly")
+    if kind is Transient.ROLLED_BACK:
+        return Unavailable(f"PostgreSQL refused the write under contention ({first_line(exc)}); retry")
+    if not isinstance(exc, psycopg.Error):
+        return None
+    state = exc.sqlstate
+    if state == "53100":
+        return Unavailable(DISK_FULL)
+    if state in RESOURCE_STATES:
+        return Unavailable(f"PostgreSQL is out of resources ({first_line(exc)}); retry later")
+    if state in DAMAGE_STATES:
+        # "is damaged" is what StorageHealth remembers a damaged store by (for /readyz).
+        return Unavailable(f"the PostgreSQL database is damaged ({first_line(exc)}); restore it from its latest "
+                           "backup (then run `memory-server reindex`)")
+    if state == "57014":
+        return Unavailable(f"PostgreSQL cancelled the statement ({first_line(exc)}); retry")
+    if isinstance(exc, psycopg.DataError) and state is None and "NUL" in str(exc):
+        # Raised before anything is sent: PostgreSQL text cannot hold U+0000, which SQLite stores.
+        return InvalidParameters("text holds the NUL character (U+0000), which PostgreSQL cannot store")
+    return None

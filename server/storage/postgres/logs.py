@@ -1,0 +1,216 @@
+"""Conversation logs on PostgreSQL.
+
+An append is one statement (one round trip, its own transaction): it upserts the conversation's counter row
+(`conversations.item_count`) and takes its seqs from the RETURNING, inserts the items from one array, and
+records the idempotency key. The counter row's lock orders concurrent appenders to a conversation, from any
+number of servers, until COMMIT: seqs are gapless and never repeated, and the batch is all or nothing.
+
+The batch's `recorded_at` is the database clock read once the counter row is held, so it never goes back
+within a conversation (whichever server appends). With an idempotency key, a key already committed answers
+the original acknowledgement at once; a concurrent appender with the same key waits on the key's unique
+index, fails when the first commits, and its retry finds the key (duplicate: true).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from server.errors import Unavailable
+from server.storage.postgres.database import AsyncConn, Conn, Database
+from server.storage.records import (
+    APPENDED,
+    PRESENT,
+    AppendAck,
+    ConversationPage,
+    ConversationSummary,
+    RawItem,
+)
+from server.storage.sqlite.logs import same_payload
+
+MAX_BIGINT = 2**63 - 1
+IMPORT_TRIES = 5
+
+# The database clock as RFC3339 with microseconds (now_rfc3339's format), and in microseconds.
+_TEXT = "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+_MICROS = "(extract(epoch FROM {0}) * 1000000)::bigint"
+# Strictly after every other conversation of the site's activity, as on SQLite (best effort across servers:
+# the site's other conversations are not locked).
+_ACTIVITY = ("GREATEST({0}, coalesce((SELECT max(last_activity_us) FROM conversations"
+             " WHERE site_id = %(site)s), 0) + 1)")
+
+_UPSERT = f"""
+    INSERT INTO conversations AS c (site_id, conversation_id, item_count, first_recorded_at, last_recorded_at,
+                                    last_activity_us)
+    SELECT %(site)s, %(cid)s, %(n)s, {_TEXT.format("ts")}, {_TEXT.format("ts")},
+           {_ACTIVITY.format(_MICROS.format("ts"))}
+    FROM clock {{gate}}
+    ON CONFLICT (site_id, conversation_id) DO UPDATE SET
+        item_count = c.item_count + excluded.item_count,
+        last_recorded_at = {_TEXT.format("clock_timestamp()")},
+        last_activity_us = GREATEST({_MICROS.format("clock_timestamp()")}, c.last_activity_us + 1,
+                                    excluded.last_activity_us)
+    RETURNING c.item_count - %(n)s AS first_seq, c.last_recorded_at AS recorded_at
+"""
+_ITEMS = """
+    INSERT INTO log_items (site_id, conversation_id, seq, recorded_at, payload)
+    SELECT %(site)s, %(cid)s, conv.first_seq + p.ord - 1, conv.recorded_at, p.payload
+    FROM conv, unnest(%(payloads)s::text[]) WITH ORDINALITY AS p (payload, ord)
+"""
+APPEND = f"""
+    WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
+    conv AS ({_UPSERT.format(gate="")}),
+    items AS ({_ITEMS})
+    SELECT first_seq, first_seq + %(n)s - 1, %(n)s, recorded_at, false FROM conv
+"""
+APPEND_KEYED = f"""
+    WITH prior AS (
+        SELECT first_seq, last_seq, count, recorded_at FROM append_keys
+        WHERE site_id = %(site)s AND conversation_id = %(cid)s AND idempotency_key = %(key)s
+    ),
+    clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
+    conv AS ({_UPSERT.format(gate="WHERE NOT EXISTS (SELECT 1 FROM prior)")}),
+    items AS ({_ITEMS}),
+    keyed AS (
+        INSERT INTO append_keys (site_id, conversation_id, idempotency_key, first_seq, last_seq, count,
+                                 recorded_at)
+        SELECT %(site)s, %(cid)s, %(key)s, first_seq, first_seq + %(n)s - 1, %(n)s, recorded_at FROM conv
+    )
+    SELECT first_seq, first_seq + %(n)s - 1, %(n)s, recorded_at, false FROM conv
+    UNION ALL
+    SELECT first_seq, last_seq, count, recorded_at, true FROM prior
+"""
+# An imported batch keeps its recorded_at; its seqs must be the ones the file gives (checked by the caller).
+IMPORT = f"""
+    WITH conv AS (
+        INSERT INTO conversations AS c (site_id, conversation_id, item_count, first_recorded_at,
+                                        last_recorded_at, last_activity_us)
+        VALUES (%(site)s, %(cid)s, %(n)s, %(at)s, %(at)s, {_ACTIVITY.format(_MICROS.format("clock_timestamp()"))})
+        ON CONFLICT (site_id, conversation_id) DO UPDATE SET
+            item_count = c.item_count + excluded.item_count,
+            last_recorded_at = excluded.last_recorded_at,
+            last_activity_us = GREATEST(excluded.last_activity_us, c.last_activity_us + 1)
+        RETURNING c.item_count - %(n)s AS first_seq, %(at)s::text AS recorded_at
+    ),
+    items AS ({_ITEMS})
+    SELECT first_seq FROM conv
+"""
+
+
+class RacedImport(Exception):
+    """An appender moved the conversation on between reading its count and writing the import."""
+
+
+class PostgresLogStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
+                     idempotency_key: str | None) -> AppendAck:
+        params: dict[str, Any] = {"site": site_id, "cid": conversation_id, "n": len(payloads),
+                                  "payloads": list(payloads), "key": idempotency_key}
+        sql = APPEND if idempotency_key is None else APPEND_KEYED
+
+        async def run(conn: AsyncConn) -> AppendAck:
+            cur = await conn.execute(sql, params)
+            row = await cur.fetchone()
+            if row is None:  # cannot happen: the statement answers one row
+                raise RuntimeError("append returned no acknowledgement")
+            return AppendAck(conversation_id=conversation_id, first_seq=int(row[0]), last_seq=int(row[1]),
+                             count=int(row[2]), recorded_at=str(row[3]), duplicate=bool(row[4]))
+
+        # With a key, running it again after a lost COMMIT answers the first acknowledgement: idempotent.
+        return await self._db.run_async(run, idempotent=idempotency_key is not None)
+
+    def tail(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
+        rows = self._items("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s"
+                           " AND conversation_id = %s ORDER BY seq DESC LIMIT %s", [site_id, conversation_id, count])
+        rows.reverse()
+        return rows
+
+    def replay(self, site_id: int, conversation_id: str, offset: int, limit: int) -> list[RawItem]:
+        if offset > MAX_BIGINT:  # past the end of any log (and not bindable): an empty page
+            return []
+        return self._items("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s"
+                           " AND conversation_id = %s AND seq >= %s ORDER BY seq LIMIT %s",
+                           [site_id, conversation_id, offset, limit])
+
+    def _items(self, sql: str, args: list[object]) -> list[RawItem]:
+        rows = self._db.read(lambda conn: conn.execute(sql, args).fetchall())
+        return [(int(seq), str(at), str(payload)) for seq, at, payload in rows]
+
+    def conversations(self, site_id: int, limit: int, after: tuple[int, str] | None) -> ConversationPage:
+        sql = ("SELECT conversation_id, item_count, first_recorded_at, last_recorded_at, last_activity_us"
+               " FROM conversations WHERE site_id = %s")
+        args: list[Any] = [site_id]
+        if after is not None:
+            sql += " AND (last_activity_us < %s OR (last_activity_us = %s AND conversation_id < %s))"
+            args += [after[0], after[0], after[1]]
+        sql += " ORDER BY last_activity_us DESC, conversation_id DESC LIMIT %s"
+        rows = self._db.read(lambda conn: conn.execute(sql, [*args, limit + 1]).fetchall())
+        page = rows[:limit]
+        following = (int(page[-1][4]), str(page[-1][0])) if len(rows) > limit else None
+        summaries = [ConversationSummary(conversation_id=str(r[0]), item_count=int(r[1]),
+                                         first_recorded_at=str(r[2]), last_recorded_at=str(r[3])) for r in page]
+        return ConversationPage(summaries, following)
+
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+        for _ in range(IMPORT_TRIES):
+            try:
+                return self._db.write(lambda conn: import_log_items(conn, site_id, conversation_id, items))
+            except RacedImport:
+                continue  # rolled back: read the conversation again
+        raise Unavailable(f"conversation {conversation_id} kept changing while it was imported; retry")
+
+
+def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+    """Import one conversation's items inside the caller's transaction; outcomes as on SQLite
+    (server.storage.sqlite.logs.import_log_items)."""
+    # Locked: appenders wait until the import commits. A conversation that does not exist yet has no row to
+    # lock, so the import checks that its seqs are still the next ones (RacedImport).
+    row = conn.execute("SELECT item_count FROM conversations WHERE site_id = %s AND conversation_id = %s"
+                       " FOR UPDATE", [site_id, conversation_id]).fetchone()
+    count = int(row[0]) if row else 0
+    known = sorted({seq for seq, _, _ in items if seq < count})
+    stored: dict[int, str] = dict(conn.execute(
+        "SELECT seq, payload FROM log_items WHERE site_id = %s AND conversation_id = %s AND seq = ANY(%s)",
+        [site_id, conversation_id, known]).fetchall()) if known else {}
+    outcomes, new = plan_import(conversation_id, count, stored, items)
+    start = 0
+    while start < len(new):
+        end = start + 1
+        while end < len(new) and new[end][1] == new[start][1]:
+            end += 1
+        batch = new[start:end]
+        first = conn.execute(IMPORT, {"site": site_id, "cid": conversation_id, "n": len(batch),
+                                      "at": batch[0][1], "payloads": [text for _, _, text in batch]}).fetchone()
+        if first is None or int(first[0]) != batch[0][0]:
+            raise RacedImport(conversation_id)
+        start = end
+    return outcomes
+
+
+def plan_import(conversation_id: str, count: int, stored: dict[int, str],
+                items: Sequence[RawItem]) -> tuple[list[str], list[RawItem]]:
+    """Each item's outcome and the new items, given the conversation's count and its stored payloads."""
+    outcomes: list[str] = []
+    new: list[RawItem] = []
+    for seq, recorded_at, text in items:
+        if seq < count:
+            if seq in stored and same_payload(stored[seq], text):
+                outcomes.append(PRESENT)
+            else:
+                outcomes.append(f"conflict: conversation {conversation_id} already has a different item at seq {seq}")
+        elif seq == count + len(new):
+            new.append((seq, recorded_at, text))
+            outcomes.append(APPENDED)
+        elif seq < count + len(new):  # the same seq twice in this run of lines
+            if new[seq - count][2] == text:
+                outcomes.append(PRESENT)
+            else:
+                outcomes.append(f"conflict: seq {seq} of conversation {conversation_id} appears twice in the file "
+                                "with different payloads")
+        else:
+            outcomes.append(f"gap: conversation {conversation_id} has {count + len(new)} items, so the next seq "
+                            f"must be {count + len(new)}, not {seq}")
+    return outcomes, new

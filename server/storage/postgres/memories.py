@@ -1,0 +1,251 @@
+"""Saved memories on PostgreSQL: rows, their lexical index rows, and the words they bring.
+
+As on SQLite, a memory is committed first, with its embedding and `indexed = 0` (the outbox, outbox.py); the
+vector index is written after the commit, and a deleted row is queued in `index_deletions` by trigger.
+
+Two servers may insert the same memory at once: the unique (site, dedup key) index makes the second wait
+for the first's COMMIT, then `ON CONFLICT DO NOTHING` lets it decide again from the committed row (a
+duplicate), as SQLite's single writer would. A batch's lexical rows go in last, in one statement, so the
+totals row BM25 needs is locked only for the moment before COMMIT.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from psycopg.rows import dict_row
+
+from server.errors import InvalidParameters, Unavailable
+from server.storage.postgres.database import Conn, Database
+from server.storage.postgres.lexicon import fts_tokens
+from server.storage.postgres.scope import scope_sql
+from server.storage.records import (
+    CONFLICT,
+    CREATED,
+    DUPLICATE,
+    PRESENT,
+    Document,
+    Inserted,
+    Kept,
+    NewMemory,
+    Scope,
+    StaleRow,
+    StoredMemory,
+    Words,
+    now_rfc3339,
+)
+
+COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
+           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.vector_model,"
+           " m.vector IS NOT NULL AS has_vector")
+PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
+ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
+INSERT_FTS = ("INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
+              " FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS r (id, terms, tokens)")
+
+
+class PostgresMemoryStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def find_duplicate(self, site_id: int, dedup_key: str) -> str | None:
+        return self._db.read(lambda conn: find_duplicate(conn, site_id, dedup_key))
+
+    def decided(self, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
+        return self._db.read(lambda conn: decided(conn, site_id, memory, kept))
+
+    def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
+               words: Words) -> list[Inserted]:
+        def insert_all(conn: Conn) -> list[Inserted]:
+            store_words(conn, site_id, words, batch[0][1].model if batch else "")
+            outcomes = [insert(conn, site_id, memory, document, kept) for memory, document, kept in batch]
+            created = [(o.row_id, d.terms) for o, (_, d, _) in zip(outcomes, batch, strict=True)
+                       if o.row_id is not None]
+            if created:
+                conn.execute(INSERT_FTS, [[row_id for row_id, _ in created], [terms for _, terms in created],
+                                          [" ".join(fts_tokens(terms)) for _, terms in created]])
+            return outcomes
+
+        return self._db.write(insert_all)
+
+    def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
+               document: Document | None, words: Words) -> int | None:
+        return self._db.write(lambda conn: update(conn, site_id, reference, memory, based_on, document, words))
+
+    def delete(self, scope: Scope, reference: str) -> int | None:
+        where, args = scope_sql(scope)
+        # One statement: the lexical row goes by cascade, the id is queued for the index by trigger.
+        row = self._db.write(lambda conn: conn.execute(
+            f"DELETE FROM memories m WHERE m.reference = %s AND {where} RETURNING m.id",
+            [reference, *args]).fetchone(), single=True)
+        return int(row[0]) if row else None
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def get(self, scope: Scope, reference: str) -> StoredMemory | None:
+        where, args = scope_sql(scope)
+        rows = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = %s AND {where}", [reference, *args])
+        return rows[0] if rows else None
+
+    def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
+             after: tuple[str, int] | None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Keyset pagination on (created_at, id): rows written while a client pages never shift a page, and
+        every row present throughout is returned exactly once."""
+        where, args = scope_sql(scope)
+        if location is not None:
+            where += " AND m.location = %s"
+            args.append(location)
+        for key in sorted(provenance):
+            if key not in PROVENANCE_FILTERS:
+                raise InvalidParameters(f"cannot filter on provenance.{key}")
+            # SQLite's json_extract gives a JSON string as text and anything else as another type: only a
+            # string can equal the (text) filter.
+            where += (" AND jsonb_typeof(m.provenance::jsonb -> %s) = 'string'"
+                      " AND m.provenance::jsonb ->> %s = %s")
+            args += [key, key, provenance[key]]
+        if after is not None:
+            where += " AND (m.created_at < %s OR (m.created_at = %s AND m.id < %s))"
+            args += [after[0], after[0], after[1]]
+        found = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE {where}"
+                           " ORDER BY m.created_at DESC, m.id DESC LIMIT %s", [*args, limit + 1])
+        page = found[:limit]
+        following = (page[-1].created_at, page[-1].id) if len(found) > limit else None
+        return page, following
+
+    def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]:
+        if not ids:
+            return {}
+        rows = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE m.id = ANY(%s::bigint[])", [list(ids)])
+        return {row.id: row for row in rows}
+
+    def count(self) -> int:
+        row = self._db.read(lambda conn: conn.execute("SELECT count(*) FROM memories").fetchone())
+        return int(row[0]) if row else 0
+
+    def _rows(self, sql: str, args: list[Any]) -> list[StoredMemory]:
+        return self._db.read(lambda conn: [stored(row) for row in
+                                           conn.cursor(row_factory=dict_row).execute(sql, args).fetchall()])
+
+
+def find_duplicate(conn: Conn, site_id: int, dedup_key: str) -> str | None:
+    row = conn.execute("SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s",
+                       [site_id, dedup_key]).fetchone()
+    return str(row[0]) if row else None
+
+
+def decided(conn: Conn, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
+    """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
+    if kept is not None and kept.reference is not None:
+        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = %s",
+                           [kept.reference]).fetchone()
+        if row is not None:
+            if int(row[0]) != site_id:
+                return Inserted(None, kept.reference, CONFLICT,
+                                f"conflict: reference {kept.reference} belongs to a memory of another site")
+            if row[1] != memory.dedup_key:
+                return Inserted(None, kept.reference, CONFLICT,
+                                f"conflict: reference {kept.reference} already holds a memory with other content "
+                                "or filing (type, location, project, team, bucket)")
+            return Inserted(None, kept.reference, PRESENT)
+    existing = find_duplicate(conn, site_id, memory.dedup_key)
+    return Inserted(None, existing, DUPLICATE) if existing is not None else None
+
+
+def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept: Kept | None = None) -> Inserted:
+    """Insert the memory's row inside the caller's transaction (its lexical row is the caller's), unless
+    stored rows decide otherwise (see Inserted)."""
+    outcome = decided(conn, site_id, memory, kept)
+    if outcome is not None:
+        return outcome
+    kept = kept or Kept()
+    reference = kept.reference or f"mem_{uuid.uuid4().hex}"
+    created_at = kept.created_at or now_rfc3339()
+    conversation_id, seq = memory.conversation_position
+    row = conn.execute(
+        f"INSERT INTO memories ({ATTRIBUTES}, reference, site_id, created_at, updated_at, dedup_key,"
+        " conversation_id, conversation_seq, vector, vector_model, indexed)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0)"
+        " ON CONFLICT DO NOTHING RETURNING id",
+        [*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
+         conversation_id, seq, _blob(document.vector), document.model]).fetchone()
+    if row is not None:
+        # Ids are never reused here (an identity column), so no queued deletion can name this one.
+        return Inserted(int(row[0]), reference, CREATED)
+    # A concurrent transaction committed this memory (or reference) while this one waited on the index.
+    outcome = decided(conn, site_id, memory, kept)
+    if outcome is None:
+        raise Unavailable("a concurrent write of the same memory did not settle; retry")
+    return outcome
+
+
+def update(conn: Conn, site_id: int, reference: str, memory: NewMemory, based_on: Mapping[str, Any],
+           document: Document | None, words: Words) -> int | None:
+    """PostgresMemoryStore.update inside the caller's transaction (the row locked until COMMIT)."""
+    row = conn.cursor(row_factory=dict_row).execute(
+        f"SELECT {COLUMNS} FROM memories m WHERE m.site_id = %s AND m.reference = %s FOR UPDATE",
+        [site_id, reference]).fetchone()
+    if row is None:
+        return None
+    now = stored(row)
+    if any(getattr(now, name) != value for name, value in based_on.items()):
+        raise StaleRow(reference)
+    clash = conn.execute("SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s AND id != %s",
+                         [site_id, memory.dedup_key, now.id]).fetchone()
+    if clash is not None:
+        raise InvalidParameters(
+            f"memory {clash[0]} already has this content with the same type, location, project, team and "
+            "bucket; forget one of them instead of making them identical")
+    conversation_id, seq = memory.conversation_position
+    assignments = ("content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
+                   " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
+                   " conversation_id = %s, conversation_seq = %s, indexed = 0")
+    values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq]
+    if document is not None:
+        assignments += ", vector = %s, vector_model = %s"
+        values += [_blob(document.vector), document.model]
+        store_words(conn, site_id, words, document.model)
+    conn.execute(f"UPDATE memories SET {assignments} WHERE id = %s", [*values, now.id])
+    if document is not None:
+        conn.execute("UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
+                     [document.terms, fts_tokens(document.terms), now.id])
+    return now.id
+
+
+def store_words(conn: Conn, site_id: int, words: Words, model: str) -> None:
+    """Write a site's new word vectors inside the caller's transaction (the one saving their memory)."""
+    if not words.words or words.vectors is None:
+        return
+    # The last vector of a repeated word wins, as with SQLite's INSERT OR REPLACE.
+    latest = dict(zip(words.words, (_blob(v) for v in words.vectors), strict=True))
+    conn.execute(
+        "INSERT INTO memory_words (site_id, word, model, vector) SELECT %s, w.word, %s, w.vector"
+        " FROM unnest(%s::text[], %s::bytea[]) AS w (word, vector)"
+        " ON CONFLICT (site_id, word) DO UPDATE SET model = excluded.model, vector = excluded.vector",
+        [site_id, model, list(latest), list(latest.values())])
+
+
+def _attributes(memory: NewMemory) -> list[Any]:
+    """content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at."""
+    return [memory.content, memory.type, memory.location, memory.project, memory.team, memory.bucket,
+            json.dumps(list(memory.tags), ensure_ascii=False), json.dumps(memory.metadata, ensure_ascii=False),
+            json.dumps(memory.provenance, ensure_ascii=False), memory.occurred_at]
+
+
+def _blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def stored(row: Mapping[str, Any]) -> StoredMemory:
+    return StoredMemory(
+        id=int(row["id"]), reference=row["reference"], site_id=int(row["site_id"]), content=row["content"],
+        type=row["type"], location=row["location"], project=row["project"], team=row["team"],
+        bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
+        provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
+        updated_at=row["updated_at"], vector_model=row["vector_model"], has_vector=bool(row["has_vector"]),
+    )

@@ -1,0 +1,116 @@
+"""Sites and tokens on PostgreSQL.
+
+Sign-in reads a site's (or token's) row on every request, since the CLI changes credentials from another
+process (or server). A read from PostgreSQL always waits on the network, so `nowait=True` raises WouldBlock at
+once: the sign-in middleware then asks again from a worker thread, never blocking the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from server.errors import InvalidParameters
+from server.storage.postgres.database import Conn, Database
+from server.storage.postgres.schema import SITE_TABLES
+from server.storage.records import SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
+
+TOKEN_COLUMNS = ("t.id, t.site_id, s.name, t.scopes, t.teams, t.projects, t.buckets, t.created_at,"
+                 " t.revoked_at")
+
+
+class PostgresSiteStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # --- administration ---------------------------------------------------------------------------
+
+    def create_site(self, name: str, secret_hash: str) -> int:
+        row = self._db.write(lambda conn: conn.execute(
+            "INSERT INTO sites (name, secret_hash, created_at) VALUES (%s, %s, %s)"
+            " ON CONFLICT (name) DO NOTHING RETURNING id", [name, secret_hash, now_rfc3339()]).fetchone(),
+            single=True)
+        if row is None:
+            raise InvalidParameters(f"site {name!r} already exists")
+        return int(row[0])
+
+    def set_secret(self, name: str, secret_hash: str) -> bool:
+        return self._db.write(lambda conn: conn.execute(
+            "UPDATE sites SET secret_hash = %s WHERE name = %s", [secret_hash, name]).rowcount > 0,
+            single=True, idempotent=True)
+
+    def site_id(self, name: str) -> int | None:
+        row = self._db.read(lambda conn: conn.execute("SELECT id FROM sites WHERE name = %s", [name]).fetchone())
+        return int(row[0]) if row else None
+
+    def sites(self) -> list[SiteRecord]:
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT id, name, created_at FROM sites ORDER BY name").fetchall())
+        return [SiteRecord(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def delete_site(self, name: str) -> bool:
+        """Delete a site, its tokens and all its data (the index drops the orphaned points at start-up)."""
+        return self._db.write(lambda conn: delete_site(conn, name))
+
+    def add_token(self, token: TokenRecord, token_hash: str) -> None:
+        self._db.write(lambda conn: conn.execute(
+            "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            [token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), _bound_json(token.teams),
+             _bound_json(token.projects), _bound_json(token.buckets), token.created_at]), single=True)
+
+    def tokens(self, site_id: int) -> list[TokenRecord]:
+        rows = self._db.read(lambda conn: conn.execute(
+            f"SELECT {TOKEN_COLUMNS} FROM tokens t JOIN sites s ON s.id = t.site_id WHERE t.site_id = %s"
+            " ORDER BY t.created_at, t.id", [site_id]).fetchall())
+        return [_token(row) for row in rows]
+
+    def revoke_token(self, token_id: str) -> bool:
+        return self._db.write(lambda conn: conn.execute(
+            "UPDATE tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
+            [now_rfc3339(), token_id]).rowcount > 0, single=True)
+
+    # --- sign-in ----------------------------------------------------------------------------------
+
+    def credential(self, name: str, *, nowait: bool = False) -> SiteCredential | None:
+        if nowait:
+            raise WouldBlock("a PostgreSQL read waits on the network")
+        row = self._db.read(lambda conn: conn.execute(
+            "SELECT id, name, secret_hash FROM sites WHERE name = %s", [name]).fetchone())
+        return SiteCredential(int(row[0]), str(row[1]), str(row[2])) if row else None
+
+    def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
+        if nowait:
+            raise WouldBlock("a PostgreSQL read waits on the network")
+        row = self._db.read(lambda conn: conn.execute(
+            f"SELECT {TOKEN_COLUMNS} FROM tokens t JOIN sites s ON s.id = t.site_id WHERE t.token_hash = %s",
+            [token_hash]).fetchone())
+        return _token(row) if row else None
+
+
+def delete_site(conn: Conn, name: str) -> bool:
+    row = conn.execute("SELECT id FROM sites WHERE name = %s FOR UPDATE", [name]).fetchone()
+    if row is None:
+        return False
+    site_id = int(row[0])
+    # The lexical rows first, in one statement: left to the foreign key's cascade, each memory's would be a
+    # statement of its own (and a write of the totals row each).
+    conn.execute("DELETE FROM memories_fts f USING memories m WHERE m.id = f.id AND m.site_id = %s", [site_id])
+    for table in SITE_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE site_id = %s", [site_id])  # memories: queued for the index
+    conn.execute("DELETE FROM sites WHERE id = %s", [site_id])
+    return True
+
+
+def _bound_json(values: tuple[str, ...] | None) -> str | None:
+    return json.dumps(sorted(set(values))) if values else None
+
+
+def _bound(raw: Any) -> tuple[str, ...] | None:
+    return tuple(json.loads(raw)) if raw else None
+
+
+def _token(row: tuple[Any, ...]) -> TokenRecord:
+    return TokenRecord(id=str(row[0]), site_id=int(row[1]), site=str(row[2]), scopes=tuple(json.loads(row[3])),
+                       teams=_bound(row[4]), projects=_bound(row[5]), buckets=_bound(row[6]),
+                       created_at=str(row[7]), revoked_at=None if row[8] is None else str(row[8]))

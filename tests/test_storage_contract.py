@@ -1,0 +1,700 @@
+"""The storage seam's contract, on every backend: each protocol method behaves the same on SQLite and on
+PostgreSQL (real servers, no mocks), and lexical prefetches rank identically on both.
+
+PostgreSQL's own promises follow: appenders in several processes, replicas migrating one database at once,
+a restart under load, and a duplicate idempotency key raced by two servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from storage_support import (
+    WHEN,
+    check_acks,
+    corpus,
+    document,
+    memory,
+    remember,
+    run_appenders,
+    vector,
+)
+
+from server.errors import InvalidParameters, NotFound, Unavailable
+from server.ranking.candidates import CandidateSource
+from server.ranking.lexical import analyze
+from server.storage.factory import open_snapshot, open_storage
+from server.storage.postgres.storage import PostgresStorage
+from server.storage.protocols import Storage
+from server.storage.records import (
+    APPENDED,
+    CONFLICT,
+    CREATED,
+    DUPLICATE,
+    PRESENT,
+    Kept,
+    Scope,
+    StaleRow,
+    TokenRecord,
+    Words,
+    WouldBlock,
+)
+
+from conftest import make_settings
+from tests.postgres import PostgresServer
+
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    if request.param == "sqlite":
+        settings = make_settings(tmp_path / "data")
+    else:
+        settings = make_settings(tmp_path / "data", database_url=request.getfixturevalue("postgres_url"))
+    opened = open_storage(settings)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def both(tmp_path: Path, postgres_url: str) -> Iterator[tuple[Storage, Storage]]:
+    sqlite = open_storage(make_settings(tmp_path / "data"))
+    postgres = open_storage(make_settings(tmp_path / "data", database_url=postgres_url))
+    try:
+        yield sqlite, postgres
+    finally:
+        sqlite.close()
+        postgres.close()
+
+
+def site(storage: Storage, name: str = "acme") -> int:
+    return storage.sites.create_site(name, f"hash-of-{name}")
+
+
+# --- conversation logs ------------------------------------------------------------------------------------
+
+
+async def test_append_acknowledges_gapless_seqs_and_keeps_payload_text(storage: Storage) -> None:
+    sid = site(storage)
+    texts = ['{"b": 1,  "a": [true, null]}', '{"é":"\\u00e9","n":1.50}']
+    first = await storage.logs.append(sid, "conv-0001", texts, None)
+    second = await storage.logs.append(sid, "conv-0001", ['{"x":1}'], None)
+    assert (first["first_seq"], first["last_seq"], first["count"], first["duplicate"]) == (0, 1, 2, False)
+    assert (second["first_seq"], second["last_seq"], second["count"]) == (2, 2, 1)
+    assert RFC3339.fullmatch(first["recorded_at"]) and first["recorded_at"] <= second["recorded_at"]
+    assert first["conversation_id"] == "conv-0001"
+    items = storage.logs.replay(sid, "conv-0001", 0, 10)
+    assert items == [(0, first["recorded_at"], texts[0]), (1, first["recorded_at"], texts[1]),
+                     (2, second["recorded_at"], '{"x":1}')]
+    assert storage.logs.tail(sid, "conv-0001", 2) == items[1:]
+    assert storage.logs.tail(sid, "conv-0001", 0) == [] and storage.logs.replay(sid, "conv-0001", 1, 0) == []
+    assert storage.logs.replay(sid, "conv-0001", 2, 10) == items[2:]
+    assert storage.logs.replay(sid, "conv-0001", 3, 10) == []
+    assert storage.logs.replay(sid, "conv-0001", 2**63 + 5, 10) == []
+    assert storage.logs.tail(sid, "conv-unknown", 5) == []
+    assert storage.logs.tail(site(storage, "b"), "conv-0001", 5) == []
+
+
+async def test_an_idempotency_key_answers_its_first_acknowledgement(storage: Storage) -> None:
+    sid = site(storage)
+    ack = await storage.logs.append(sid, "conv-0001", ['{"n":1}', '{"n":2}'], "key-1")
+    again = await storage.logs.append(sid, "conv-0001", ['{"other":true}'], "key-1")
+    assert again == {**ack, "duplicate": True}
+    assert len(storage.logs.replay(sid, "conv-0001", 0, 10)) == 2
+    elsewhere = await storage.logs.append(sid, "conv-0002", ['{"n":1}'], "key-1")  # keys are per conversation
+    assert (elsewhere["first_seq"], elsewhere["duplicate"]) == (0, False)
+    unkeyed = [await storage.logs.append(sid, "conv-0001", ['{"n":3}'], None) for _ in range(2)]
+    assert [a["first_seq"] for a in unkeyed] == [2, 3]  # without a key a retry appends again
+
+
+async def test_a_batch_is_all_or_nothing(storage: Storage) -> None:
+    sid = site(storage)
+    await storage.logs.append(sid, "conv-0001", ['{"n":0}'], None)
+    with pytest.raises(Exception):  # noqa: B017  # a lone surrogate cannot be stored by either backend
+        await storage.logs.append(sid, "conv-0001", ['{"n":1}', '{"bad":"\ud800"}'], None)
+    assert [seq for seq, _, _ in storage.logs.replay(sid, "conv-0001", 0, 10)] == [0]
+    ack = await storage.logs.append(sid, "conv-0001", ['{"n":1}'], None)
+    assert ack["first_seq"] == 1
+
+
+async def test_conversations_newest_activity_first_in_pages(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    acks = {}
+    for name in ("conv-a", "conv-b", "conv-c", "conv-a", "conv-d"):
+        acks[name] = await storage.logs.append(sid, f"{name}-0001", ['{"n":1}'], None)
+    await storage.logs.append(other, "conv-z-0001", ['{"n":1}'], None)
+    page = storage.logs.conversations(sid, 2, None)
+    assert [c["conversation_id"] for c in page.conversations] == ["conv-d-0001", "conv-a-0001"]
+    assert page.conversations[1]["item_count"] == 2
+    assert page.conversations[1]["last_recorded_at"] == acks["conv-a"]["recorded_at"]
+    assert page.following is not None
+    rest = storage.logs.conversations(sid, 2, page.following)
+    assert [c["conversation_id"] for c in rest.conversations] == ["conv-c-0001", "conv-b-0001"]
+    assert rest.following is None  # a short (or exactly full, last) page ends the listing
+    assert storage.logs.conversations(sid, 1, page.following).following is not None
+
+
+async def test_import_items_keeps_seqs_and_times_and_reports_each_item(storage: Storage) -> None:
+    sid = site(storage)
+    t1, t2 = "2023-01-01T00:00:00.000000Z", "2023-01-02T00:00:00.000000Z"
+    items = [(0, t1, '{"n":0}'), (1, t1, '{"n":1}'), (2, t2, '{"n":2}')]
+    assert storage.logs.import_items(sid, "conv-0001", items) == [APPENDED] * 3
+    assert storage.logs.replay(sid, "conv-0001", 0, 10) == items
+    outcomes = storage.logs.import_items(sid, "conv-0001", [
+        (0, t1, '{"n":0}'),
+        (1, t1, '{"n":9}'), (3, t2, '{"n":3}'), (3, t2, '{"n":3}'), (3, t2, '{"n":4}'), (6, t2, '{"n":6}')])
+    assert outcomes[0] == PRESENT and outcomes[1].startswith("conflict:") and outcomes[2:4] == [APPENDED, PRESENT]
+    assert outcomes[4].startswith("conflict:") and outcomes[5].startswith("gap:")
+    summary = storage.logs.conversations(sid, 1, None).conversations[0]
+    assert (summary["item_count"], summary["first_recorded_at"], summary["last_recorded_at"]) == (4, t1, t2)
+    ack = await storage.logs.append(sid, "conv-0001", ['{"n":4}'], None)
+    assert ack["first_seq"] == 4
+
+
+# --- sites and tokens -------------------------------------------------------------------------------------
+
+
+def token_record(token_id: str, site_id: int, **bounds: Any) -> TokenRecord:
+    return TokenRecord(id=token_id, site_id=site_id, site="acme", scopes=("memory:read",),
+                       teams=bounds.get("teams"), projects=bounds.get("projects"), buckets=bounds.get("buckets"),
+                       created_at=f"2024-01-01T00:00:0{token_id[-1]}.000000Z", revoked_at=None)
+
+
+def test_sites_and_tokens(storage: Storage) -> None:
+    sites = storage.sites
+    sid = site(storage)
+    with pytest.raises(InvalidParameters):
+        site(storage)
+    assert sites.site_id("acme") == sid and sites.site_id("nobody") is None
+    site(storage, "Beta")
+    assert [s.name for s in sites.sites()] == ["Beta", "acme"]  # byte order, as SQLite compares
+    assert sites.set_secret("acme", "new-hash") and not sites.set_secret("nobody", "x")
+    for nowait in (False, True):
+        try:
+            credential = sites.credential("acme", nowait=nowait)
+        except WouldBlock:
+            assert nowait
+            continue
+        assert credential is not None and (credential.site_id, credential.secret_hash) == (sid, "new-hash")
+    assert sites.credential("nobody") is None
+    sites.add_token(token_record("tok-2", sid, teams=("b", "a")), "hash-2")
+    sites.add_token(token_record("tok-1", sid), "hash-1")
+    assert [t.id for t in sites.tokens(sid)] == ["tok-1", "tok-2"]
+    assert sites.tokens(sid)[1].teams == ("a", "b") and sites.tokens(sid)[1].site == "acme"
+    assert sites.revoke_token("tok-2") and not sites.revoke_token("tok-2") and not sites.revoke_token("nope")
+    revoked = sites.token("hash-2")
+    assert revoked is not None and revoked.revoked_at is not None and revoked.scopes == ("memory:read",)
+    assert sites.token("hash-unknown") is None
+
+
+async def test_deleting_a_site_deletes_all_of_it(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    for owner in (sid, other):
+        await storage.logs.append(owner, "conv-0001", ['{"n":1}'], "key")
+        words = Words(("apple",), np.stack([vector(1)]))
+        remember(storage, owner, "apple pie", words=words)
+    storage.sites.add_token(token_record("tok-1", sid), "hash-1")
+    gone = storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None)[0][0].id
+    assert storage.sites.delete_site("acme") and not storage.sites.delete_site("acme")
+    assert storage.sites.site_id("acme") is None and storage.sites.token("hash-1") is None
+    assert storage.logs.tail(sid, "conv-0001", 5) == [] and storage.logs.conversations(sid, 5, None).conversations == []
+    assert storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None)[0] == []
+    assert gone in storage.outbox.deletions()
+    assert [w[0] for w in storage.words.all_words("model-a")] == [other]
+    assert len(storage.logs.tail(other, "conv-0001", 5)) == 1 and storage.memories.count() == 1
+    recreated = site(storage)
+    assert recreated != sid  # a new tenant, never the old one's id
+    ack = await storage.logs.append(recreated, "conv-0001", ['{"n":1}'], "key")
+    assert (ack["first_seq"], ack["duplicate"]) == (0, False)  # its keys went with it
+
+
+# --- saved memories ---------------------------------------------------------------------------------------
+
+
+def test_insert_decides_duplicates_and_kept_references(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    created = remember(storage, sid, "the sky is blue", project="p")
+    assert created.outcome == CREATED and created.row_id is not None and created.reference.startswith("mem_")
+    assert storage.memories.find_duplicate(sid, memory("the sky is blue", project="p").dedup_key) == created.reference
+    assert storage.memories.decided(sid, memory("the sky is blue", project="p"), None) == \
+        type(created)(None, created.reference, DUPLICATE)
+    assert remember(storage, sid, "the sky is blue", project="p").outcome == DUPLICATE
+    assert storage.memories.decided(sid, memory("the sky is blue"), None) is None  # other filing: new
+    assert remember(storage, other, "the sky is blue", project="p").outcome == CREATED  # other site: new
+    kept = Kept(reference="mem_kept", created_at="2020-01-01T00:00:00.000000Z",
+                updated_at="2020-02-01T00:00:00.000000Z")
+    assert remember(storage, sid, "imported", kept=kept).outcome == CREATED
+    assert remember(storage, sid, "imported", kept=kept).outcome == PRESENT
+    assert remember(storage, sid, "something else", kept=kept).outcome == CONFLICT
+    assert remember(storage, other, "imported", kept=kept).outcome == CONFLICT
+    got = storage.memories.get(Scope(sid), "mem_kept")
+    assert got is not None and (got.created_at, got.updated_at) == (kept.created_at, kept.updated_at)
+    batch = [(memory(text), document(text), None) for text in ("one", "two", "one")]
+    assert [i.outcome for i in storage.memories.insert(sid, batch, Words())] == [CREATED, CREATED, DUPLICATE]
+    assert storage.memories.count() == 5
+
+
+def test_update_checks_what_it_was_based_on(storage: Storage) -> None:
+    sid = site(storage)
+    first = remember(storage, sid, "alpha fact", tags=["x"])
+    second = remember(storage, sid, "beta fact")
+    stored = storage.memories.get(Scope(sid), first.reference)
+    assert stored is not None and stored.has_vector and stored.vector_model == "model-a"
+    with pytest.raises(StaleRow):
+        storage.memories.update(sid, first.reference, memory("alpha changed"), based_on={"content": "not it"},
+                                document=None, words=Words())
+    with pytest.raises(InvalidParameters):
+        storage.memories.update(sid, first.reference, memory("beta fact"), based_on={}, document=None, words=Words())
+    assert storage.memories.update(sid, "mem_gone", memory("x"), based_on={}, document=None, words=Words()) is None
+    storage.outbox.mark_indexed([(first.row_id, stored.updated_at)])
+    row_id = storage.memories.update(sid, first.reference, memory("gamma fact", tags=["y"]),
+                                     based_on={"content": "alpha fact"}, document=document("gamma fact"), words=Words())
+    assert row_id == first.row_id and storage.outbox.unindexed(10) == [first.row_id, second.row_id]
+    changed = storage.memories.get(Scope(sid), first.reference)
+    assert changed is not None and (changed.content, changed.tags) == ("gamma fact", ("y",))
+    assert changed.updated_at >= stored.updated_at
+    assert storage.candidates.best_by_terms(Scope(sid), analyze("gamma"), 10) == [first.row_id]
+    assert storage.candidates.best_by_terms(Scope(sid), analyze("alpha"), 10) == []
+    storage.memories.update(sid, first.reference, memory("gamma fact", project="p"), based_on={},
+                            document=None, words=Words())  # the text is the same: vector and terms stay
+    assert storage.candidates.best_by_terms(Scope(sid), analyze("gamma"), 10) == [first.row_id]
+
+
+def test_delete_get_page_by_ids(storage: Storage) -> None:
+    sid = site(storage)
+    made = [remember(storage, sid, f"memory number {n}", team="t1" if n % 2 else "t2", tags=["a", f"n{n}"],
+                     location="notes/a" if n < 3 else None,
+                     provenance={"source": "chat", "agent": 7} if n == 4 else {},
+                     kept=Kept(created_at=f"2024-01-0{1 + n // 2}T00:00:00.000000Z")) for n in range(6)]
+    scope = Scope(sid)
+    page, following = storage.memories.page(scope, location=None, provenance={}, limit=4, after=None)
+    expected = [made[n].reference for n in (5, 4, 3, 2, 1, 0)]  # created_at descending, then id descending
+    assert [m.reference for m in page] == expected[:4] and following == (page[-1].created_at, page[-1].id)
+    rest, end = storage.memories.page(scope, location=None, provenance={}, limit=4, after=following)
+    assert [m.reference for m in rest] == expected[4:] and end is None
+    located, _ = storage.memories.page(scope, location="notes/a", provenance={}, limit=10, after=None)
+    assert len(located) == 3
+    assert [m.reference for m in storage.memories.page(scope, location=None, provenance={"source": "chat"},
+                                                       limit=10, after=None)[0]] == [made[4].reference]
+    assert storage.memories.page(scope, location=None, provenance={"agent": "7"}, limit=10, after=None)[0] == []
+    with pytest.raises(InvalidParameters):
+        storage.memories.page(scope, location=None, provenance={"secret": "x"}, limit=10, after=None)
+    bounded = scope.narrowed(team="t1", tags=["n3"])
+    assert [m.reference for m in storage.memories.page(bounded, location=None, provenance={}, limit=10,
+                                                       after=None)[0]] == [made[3].reference]
+    assert storage.memories.get(Scope(sid, teams=frozenset({"t2"})), made[1].reference) is None
+    assert storage.memories.delete(Scope(sid, teams=frozenset({"t2"})), made[1].reference) is None
+    assert storage.memories.delete(scope, made[1].reference) == made[1].row_id
+    assert storage.memories.delete(scope, made[1].reference) is None
+    assert storage.memories.get(scope, made[1].reference) is None
+    assert made[1].row_id in storage.outbox.deletions()
+    found = storage.memories.by_ids([made[0].row_id, made[1].row_id, 10**9])
+    assert list(found) == [made[0].row_id] and found[made[0].row_id].tags == ("a", "n0")
+    assert storage.memories.by_ids([]) == {} and storage.memories.count() == 5
+
+
+# --- the outbox and the words -----------------------------------------------------------------------------
+
+
+def test_outbox(storage: Storage) -> None:
+    sid = site(storage)
+    a, b = remember(storage, sid, "first memory", tags=["t"]), remember(storage, sid, "second memory")
+    outbox = storage.outbox
+    assert outbox.backlog() == 2 and outbox.unindexed(1) == [a.row_id] and outbox.counts() == (0, 2, 0)
+    rows = outbox.index_rows([b.row_id, a.row_id])
+    assert [r.id for r in rows] == sorted([a.row_id, b.row_id])
+    assert rows[0].tags == ("t",) and rows[0].vector is not None and np.array_equal(rows[0].vector, vector(12))
+    assert rows[0].payload()["site"] == str(sid)
+    outbox.mark_indexed([(a.row_id, rows[0].updated_at), (b.row_id, "an older version")])
+    assert outbox.unindexed(10) == [b.row_id] and outbox.counts() == (1, 1, 0)
+    outbox.set_vector(b.row_id, np.ones(4, dtype=np.float32), "model-b")
+    again = outbox.index_rows([b.row_id])[0]
+    assert again.vector_model == "model-b" and again.vector is not None and again.vector.tolist() == [1.0] * 4
+    storage.memories.delete(Scope(sid), a.reference)
+    assert outbox.deletions() == [a.row_id] and outbox.backlog() == 2 and outbox.counts() == (0, 1, 1)
+    assert outbox.present([a.row_id, b.row_id]) == {b.row_id} and outbox.present([]) == set()
+    outbox.clear_deletions([a.row_id])
+    assert outbox.deletions() == []
+    outbox.mark_indexed([(b.row_id, again.updated_at)])
+    outbox.mark_all_unindexed()
+    assert outbox.unindexed(10) == [b.row_id]
+    storage.memories.delete(Scope(sid), b.reference)
+    outbox.clear_all_deletions()
+    assert outbox.backlog() == 0 and outbox.index_rows([]) == []
+
+
+def test_change_feed(storage: Storage) -> None:
+    sid = site(storage)
+    outbox = storage.outbox
+    assert outbox.change_mark() == 0 and outbox.changes(0, 10).changed == [] and len(storage.identity) == 32
+    a, b = remember(storage, sid, "first memory"), remember(storage, sid, "second memory")
+    start = outbox.change_mark()
+    assert start == 2 and outbox.ids_after(0, 10) == [a.row_id, b.row_id] and outbox.ids_after(a.row_id, 10) == [
+        b.row_id]
+    stored = storage.memories.get(Scope(sid), a.reference)
+    assert stored is not None
+    outbox.mark_indexed([(a.row_id, stored.updated_at)])
+    assert outbox.change_mark() == start  # being indexed changes nothing the index holds
+    storage.memories.update(sid, a.reference, memory("first memory, changed"), based_on={},
+                            document=document("first memory, changed"), words=Words())
+    storage.memories.delete(Scope(sid), b.reference)
+    page = outbox.changes(start, 10)
+    assert (page.changed, page.deleted, page.mark, page.more, page.truncated) == (
+        [a.row_id], [b.row_id], outbox.change_mark(), False, False)
+    assert outbox.changes(0, 10).deleted == [b.row_id]  # inserted, then deleted: deleted, once
+    cut = outbox.changes(0, 1)
+    assert cut.more and cut.mark == 1 and cut.changed == [a.row_id]
+    assert outbox.prune_changes(3600.0) == 0 and outbox.prune_changes(-1.0) >= 4
+    assert outbox.changes(0, 10).truncated and not outbox.changes(outbox.change_mark(), 10).truncated
+    remember(storage, sid, "third memory")
+    assert outbox.changes(page.mark, 10).truncated is False and outbox.change_mark() == page.mark + 1
+
+
+def test_change_numbers_follow_commit_order_across_servers(both: tuple[Storage, Storage], postgres_url: str,
+                                                           tmp_path: Path) -> None:
+    """Two servers write memories at once while a third follows the feed: following it page by page from
+    where it left off finds every memory (a number that committed after a later one would be skipped)."""
+    writers = [open_storage(make_settings(tmp_path / f"w{n}", database_url=postgres_url)) for n in range(2)]
+    follower = both[1]
+    sid = site(follower)
+    stop = threading.Event()
+
+    def write(storage: Storage, writer: int) -> None:
+        for n in range(60):
+            remember(storage, sid, f"writer {writer} memory {n}")
+
+    threads = [threading.Thread(target=write, args=(w, n)) for n, w in enumerate(writers)]
+    seen: set[int] = set()
+    mark = 0
+    try:
+        for thread in threads:
+            thread.start()
+        while not stop.is_set():
+            done = not any(thread.is_alive() for thread in threads)
+            page = follower.outbox.changes(mark, 7)
+            seen.update(page.changed)
+            mark = page.mark
+            if done and not page.more:
+                stop.set()
+        assert seen == set(follower.outbox.ids_after(0, 1000)) and len(seen) == 120
+    finally:
+        for thread in threads:
+            thread.join()
+        for w in writers:
+            w.close()
+
+
+def test_words(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    words = Words(("apple", "pie", "apple"), np.stack([vector(1), vector(2), vector(3)]))
+    remember(storage, sid, "apple pie", words=words)
+    found = sorted((s, w, v.tolist()) for s, w, v in storage.words.all_words("model-a"))
+    assert found == [(sid, "apple", vector(3).tolist()), (sid, "pie", vector(2).tolist())]  # the last one wins
+    assert list(storage.words.all_words("model-b")) == []
+    assert storage.words.backfill_mark("model-b") == 0
+    second = remember(storage, other, "banana split")
+    texts = storage.words.texts_after(0, 10)
+    assert [(t[1], t[2], t[3]) for t in texts] == [(sid, "apple pie", WHEN), (other, "banana split", WHEN)]
+    assert storage.words.texts_after(texts[0][0], 10)[0][0] == second.row_id
+    storage.words.save_backfill([(other, Words(("banana",), np.stack([vector(4)])))], "model-b", second.row_id)
+    assert storage.words.backfill_mark("model-b") == second.row_id and storage.words.backfill_mark("model-a") == 0
+    assert [(s, w) for s, w, _ in storage.words.all_words("model-b")] == [(other, "banana")]
+
+
+# --- the reads recall ranks from --------------------------------------------------------------------------
+
+
+def test_candidates(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    rows = [remember(storage, sid, text, team=team, provenance={"conversation_id": "conv-0001", "seq": n})
+            for n, (text, team) in enumerate([("red apple", "a"), ("green apple pie", "b"), ("red wine", "a"),
+                                               ("apple apple apple", "a"), ("blue sky", "b")])]
+    remember(storage, other, "apple elsewhere")
+    ids = [r.row_id for r in rows]
+    candidates, scope = storage.candidates, Scope(sid)
+    assert candidates.visible_count(scope, 2) == 3 and candidates.visible_count(scope, 100) == 5
+    assert candidates.visible_count(Scope(sid, teams=frozenset({"b"})), 100) == 2
+    assert candidates.doc_freqs(["appl", "red", "nothing"]) == {"appl": 4, "red": 2, "nothing": 0}
+    assert candidates.top_id() == max(ids) + 1
+    held = {ids[0]: "never this version"}
+    visible, loaded = candidates.load(scope, None, "model-a", lambda i, version: held.get(i) == version)
+    assert visible == ids and [row.id for row in loaded] == ids
+    assert loaded[1].terms == ["green", "appl", "pie"] and loaded[1].conversation_id == "conv-0001"
+    assert loaded[1].seq == 1 and np.array_equal(loaded[1].vector, vector(len("green apple pie")))
+    fresh = {row.id: row.updated_at for row in loaded}
+    visible, loaded = candidates.load(scope, [ids[4], ids[0], 10**9], "model-a", lambda i, v: fresh.get(i) == v)
+    assert visible == [ids[0], ids[4]] and loaded == []
+    assert candidates.load(scope, None, "model-b", lambda i, v: False) == ([], [])
+    best = candidates.best_by_terms(scope, ["appl"], 10)
+    assert best == [ids[3], ids[0], ids[1]]  # three occurrences first; shorter before longer
+    assert candidates.best_by_terms(Scope(sid, teams=frozenset({"b"})), ["appl", "sky"], 10) == [ids[4], ids[1]]
+    assert candidates.best_by_terms(scope, ["nothing"], 10) == []
+    assert candidates.best_by_terms(scope, ["appl"], 1) == [ids[3]]
+    newest = candidates.newest_with_terms
+    assert newest(scope, ["appl"], every=False, limit=10, examine=100, exclude=set()) == [ids[3], ids[1], ids[0]]
+    assert newest(scope, ["appl", "red"], every=True, limit=10, examine=100, exclude=set()) == [ids[0]]
+    assert newest(scope, ["appl", "red"], every=False, limit=2, examine=100, exclude={ids[3]}) == [ids[2], ids[1]]
+    # The other site's newer match counts towards `examine`: only the newest two matches are looked at.
+    assert newest(scope, ["appl"], every=False, limit=10, examine=2, exclude=set()) == [ids[3]]
+    assert candidates.neighbours([ids[2]], 1) == {ids[1], ids[2], ids[3]} and candidates.neighbours([], 1) == set()
+
+
+def _ranked(storage: Storage, scope: Scope, terms: list[str], references: dict[int, str]) -> list[str]:
+    return [references[i] for i in storage.candidates.best_by_terms(scope, terms, 50)]
+
+
+def test_lexical_prefetch_ranks_identically_on_both_backends(both: tuple[Storage, Storage]) -> None:
+    """The same memories on SQLite (FTS5's bm25()) and PostgreSQL: the same memories, in the same order, for
+    every query, down to ties; document frequencies and newest-first walks agree too."""
+    references: list[dict[int, str]] = [{}, {}]
+    sites = [[site(s, "a"), site(s, "b")] for s in both]
+    for n, (owner, content) in enumerate(corpus(320)):
+        for b, storage in enumerate(both):
+            done = remember(storage, sites[b][owner], content, kept=Kept(reference=f"mem_{n:04d}"),
+                            team=f"t{n % 3}")
+            references[b][done.row_id] = done.reference
+            if n % 37 == 5:  # deletions change the totals BM25 reads
+                storage.memories.delete(Scope(sites[b][owner]), done.reference)
+    queries = [analyze(q) for q in ("apple banana", "cafe", "café naïve", "snake_case", "snake case river",
+                                    "running runs", "zurich Zürich 2024", "x_y v2", "kettle", "lemon meadow night",
+                                    "orange orange piano", "unknownword apple")]
+    for terms in queries + [["snake_case"], ["café"], ["appl", "appl"]]:
+        for owner in (0, 1):
+            scopes = [Scope(sites[b][owner]) for b in (0, 1)]
+            assert _ranked(both[0], scopes[0], terms, references[0]) == \
+                _ranked(both[1], scopes[1], terms, references[1]), terms
+            bounded = [s.narrowed(team="t1") for s in scopes]
+            assert _ranked(both[0], bounded[0], terms, references[0]) == \
+                _ranked(both[1], bounded[1], terms, references[1]), terms
+        assert both[0].candidates.doc_freqs(terms) == both[1].candidates.doc_freqs(terms)
+        for every in (True, False):
+            walks = [[references[b][i] for i in both[b].candidates.newest_with_terms(
+                Scope(sites[b][0]), terms, every=every, limit=20, examine=60, exclude=set())] for b in (0, 1)]
+            assert walks[0] == walks[1], (terms, every)
+
+
+def test_recall_prefetch_is_the_same_on_both_backends(both: tuple[Storage, Storage]) -> None:
+    """CandidateSource's lexical prefetch with a lowered postings budget: selective terms by BM25, the common
+    rest newest first; the same candidates in the same order."""
+    sites = [site(s) for s in both]
+    references: list[dict[int, str]] = [{}, {}]
+    for n, (_, content) in enumerate(corpus(300, seed=5)):
+        for b, storage in enumerate(both):
+            done = remember(storage, sites[b], content, kept=Kept(reference=f"mem_{n:04d}"))
+            references[b][done.row_id] = done.reference
+    sources = [CandidateSource(s.candidates, None, model="model-a", full_scan_limit=10,  # type: ignore[arg-type]
+                               lexical_postings=40) for s in both]
+    for query in ("apple tiger", "violet walnut xenon", "café river sunset", "snake_case banana", "zebra"):
+        found = [[references[b][i] for i in sources[b].lexical_ids(Scope(sites[b]), query)] for b in (0, 1)]
+        assert found[0] == found[1] and found[0], query
+
+
+# --- the storage's own operations -------------------------------------------------------------------------
+
+
+async def test_snapshot_is_consistent_while_writes_go_on(storage: Storage, tmp_path: Path) -> None:
+    sid, other = site(storage), site(storage, "other")
+    await storage.logs.append(sid, "conv-0001", ['{"n":0}', '{"n":1}'], None)
+    await storage.logs.append(other, "conv-0002", ['{"n":0}'], None)
+    remember(storage, sid, "kept in the export", metadata={"b": 1, "a": 2})
+    snapshot = storage.snapshot(None)
+    try:
+        await storage.logs.append(sid, "conv-0001", ['{"n":2}'], None)
+        await storage.logs.append(sid, "conv-0003", ['{"n":0}'], None)
+        remember(storage, sid, "written after the snapshot")
+        assert snapshot.counts == {"memories": 1, "conversations": 2, "log_items": 3}
+        exported = list(snapshot.memories())
+        assert [(m["site"], m["content"]) for m in exported] == [("acme", "kept in the export")]
+        assert list(exported[0]) == ["site", "reference", "content", "type", "location", "project", "team", "bucket",
+                                     "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"]
+        assert list(exported[0]["metadata"]) == ["b", "a"]
+        items = list(snapshot.log_items())
+        assert [(s, c, item[0], item[2]) for s, c, item in items] == [
+            ("acme", "conv-0001", 0, '{"n":0}'), ("acme", "conv-0001", 1, '{"n":1}'),
+            ("other", "conv-0002", 0, '{"n":0}')]
+    finally:
+        snapshot.close()
+    one = storage.snapshot("other")
+    try:
+        assert one.counts == {"memories": 0, "conversations": 1, "log_items": 1}
+    finally:
+        one.close()
+    with pytest.raises(NotFound):
+        storage.snapshot("nobody")
+
+
+def test_probe_and_integrity(storage: Storage) -> None:
+    assert storage.probe() == [] and storage.check_integrity() is None and not storage.integrity_unchecked
+    assert storage.health.problems() == []
+
+
+# --- PostgreSQL: several servers on one database ----------------------------------------------------------
+
+
+def test_appenders_in_several_processes_share_four_conversations(postgres_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", database_url=postgres_url)
+    storage = open_storage(settings)
+    try:
+        sid = site(storage)
+        acks = run_appenders(postgres_url, tmp_path / "data", sid, writers=4, batches=30)
+        assert len(acks) == 4 * 30
+        counts = check_acks(storage, sid, acks, lambda key, pos: json.dumps(
+            {"writer": key[0], "batch": key[1], "pos": pos}))
+        assert sum(counts.values()) == sum(a["count"] for a in acks.values()) and len(counts) == 4
+    finally:
+        storage.close()
+
+
+def test_replicas_migrating_one_empty_database_at_once(postgres_url: str, tmp_path: Path) -> None:
+    start = threading.Barrier(3)
+    opened: list[Storage] = []
+    failures: list[BaseException] = []
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(open_storage(make_settings(tmp_path / "data", database_url=postgres_url)))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert failures == [] and len(opened) == 3
+        with psycopg.connect(postgres_url) as conn:
+            versions = [v for (v,) in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+        assert versions == [1, 2, 3]
+        opened[0].sites.create_site("acme", "h")
+        assert opened[1].sites.site_id("acme") is not None
+    finally:
+        for storage in opened:
+            storage.close()
+
+
+async def test_a_duplicate_key_raced_by_two_servers_appends_once(postgres_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", database_url=postgres_url)
+    first, second = open_storage(settings), open_storage(settings)
+    try:
+        sid = site(first)
+        for n in range(15):
+            acks = await asyncio.gather(*(s.logs.append(sid, "conv-raced-0001", [f'{{"n":{n}}}', '{"x":0}'], f"k{n}")
+                                          for s in (first, second)))
+            assert sorted(a["duplicate"] for a in acks) == [False, True]
+            assert acks[0]["first_seq"] == acks[1]["first_seq"] == 2 * n
+        items = first.logs.replay(sid, "conv-raced-0001", 0, 1000)
+        assert [seq for seq, _, _ in items] == list(range(30))
+    finally:
+        first.close()
+        second.close()
+
+
+async def _append_until(storage: Storage, sid: int, writer: int, stop: threading.Event,
+                        results: list[tuple[Any, Any]]) -> None:
+    batch = 0
+    while not stop.is_set():
+        texts = [json.dumps({"writer": writer, "batch": batch, "pos": pos}) for pos in range(3)]
+        try:
+            results.append(((writer, batch), await storage.logs.append(sid, f"conv-restart-{writer % 2:04d}",
+                                                                         texts, None)))
+        except Unavailable as exc:
+            results.append(((writer, batch), exc))
+        batch += 1
+        await asyncio.sleep(0.005)
+
+
+async def test_a_restart_under_load_answers_unavailable_and_recovers(postgres_server: PostgresServer,
+                                                                    postgres_url: str, tmp_path: Path) -> None:
+    """`pg_ctl restart -m fast` while six appenders run: each call is acknowledged or answered
+    `unavailable` (never another error), nothing acknowledged is lost, and the pools reconnect by themselves."""
+    storage = open_storage(make_settings(tmp_path / "data", database_url=postgres_url))
+    try:
+        sid = site(storage)
+        stop, results = threading.Event(), []
+        tasks = [asyncio.create_task(_append_until(storage, sid, w, stop, results)) for w in range(6)]
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(postgres_server.restart, "fast")
+        await asyncio.sleep(1.0)
+        stop.set()
+        await asyncio.gather(*tasks)
+        acks = {key: ack for key, ack in results if isinstance(ack, dict)}
+        refused = [exc for _, exc in results if isinstance(exc, Unavailable)]
+        assert len(acks) + len(refused) == len(results) and len(acks) > 20
+        check_acks(storage, sid, acks, lambda key, pos: json.dumps({"writer": key[0], "batch": key[1], "pos": pos}))
+        after = await storage.logs.append(sid, "conv-restart-0000", ['{"after":true}'], None)
+        assert after["duplicate"] is False and storage.probe() == []
+    finally:
+        storage.close()
+
+
+async def test_a_stopped_database_is_unavailable_until_it_is_back(postgres_server: PostgresServer,
+                                                                  postgres_url: str) -> None:
+    storage = PostgresStorage(postgres_url, retry_budget_s=1.0)
+    try:
+        sid = site(storage)
+        await storage.logs.append(sid, "conv-0001", ['{"n":0}'], None)
+        postgres_server.stop()
+        try:
+            with pytest.raises(Unavailable, match="PostgreSQL"):
+                await storage.logs.append(sid, "conv-0001", ['{"n":1}'], None)
+            with pytest.raises(Unavailable):
+                storage.logs.tail(sid, "conv-0001", 5)
+            assert any(reason.startswith("postgres:") for reason in storage.probe())
+        finally:
+            postgres_server.start()
+        deadline = time.monotonic() + 30
+        while True:  # both pools reconnect in the background, with back-off
+            try:
+                ack = await storage.logs.append(sid, "conv-0001", ['{"n":1}'], "after-start")
+                tail = storage.logs.tail(sid, "conv-0001", 5)
+                break
+            except Unavailable:
+                assert time.monotonic() < deadline, "the storage did not recover"
+        assert ack["first_seq"] == 1 and [text for _, _, text in tail] == ['{"n":0}', '{"n":1}']
+    finally:
+        storage.close()
+
+
+def test_export_from_postgres_through_the_factory(postgres_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", database_url=postgres_url)
+    with pytest.raises(NotFound):
+        open_snapshot(settings, site=None)  # nothing was ever stored there
+    storage = open_storage(settings)
+    try:
+        site(storage)
+        snapshot = open_snapshot(settings, site="acme")
+        assert snapshot.counts == {"memories": 0, "conversations": 0, "log_items": 0}
+        snapshot.close()
+    finally:
+        storage.close()
+
+
+def test_appends_from_many_event_loops_do_not_pile_up_connections(postgres_url: str, tmp_path: Path) -> None:
+    """Each `asyncio.run` is a new loop with its own append pool: the pools of finished loops are closed."""
+    storage = open_storage(make_settings(tmp_path / "data", database_url=postgres_url))
+    try:
+        sid = site(storage)
+        for n in range(25):
+            ack = asyncio.run(storage.logs.append(sid, "conv-0001", [f'{{"n":{n}}}'], None))
+            assert ack["first_seq"] == n
+        with psycopg.connect(postgres_url) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                               " AND pid <> pg_backend_pid()").fetchone()
+        assert row is not None and row[0] <= 4  # this loop's pool and the blocking pool, not one per loop
+    finally:
+        storage.close()

@@ -19,7 +19,8 @@ from server.storage.postgres.database import Conn
 from server.storage.records import now_rfc3339
 
 # Tables holding a site's data, emptied when the site is deleted (memories_fts before memories, see sites.py).
-SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memory_words", "memories"]
+SITE_TABLES = ["tokens", "console_sessions", "conversations", "log_items", "append_keys", "memory_words",
+               "memories"]
 
 # Any constant: every memory-server migrating this database takes the same one.
 MIGRATION_LOCK = 0x6D656D6F7279  # "memory"
@@ -212,6 +213,22 @@ SCHEMA = [
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
     CREATE CONSTRAINT TRIGGER memories_change_delete AFTER DELETE ON memories
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
+    # 5: signed-in console sessions, kept in the authority so that every replica on it knows them; only a
+    # hash of the session id is stored. (Saved memories by creation day, the console's status chart, read
+    # memories_by_creation.)
+    """
+    CREATE TABLE console_sessions (
+        id_hash TEXT COLLATE "C" PRIMARY KEY,
+        site_id BIGINT NOT NULL,
+        site TEXT COLLATE "C" NOT NULL,
+        kind TEXT COLLATE "C" NOT NULL,        -- basic or bearer
+        credential TEXT COLLATE "C" NOT NULL,  -- digest of the site's secret hash, or the token's hash
+        created_at DOUBLE PRECISION NOT NULL,  -- unix seconds
+        seen_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX console_sessions_by_seen ON console_sessions (seen_at);
+    CREATE INDEX console_sessions_by_created ON console_sessions (created_at);
     """,
 ]
 

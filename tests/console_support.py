@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import httpx2
 
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli
+from tests import backends
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]
@@ -103,6 +104,9 @@ class Recorded:
 
 
 def shot(page: Any, name: str, *, full: bool = True) -> None:
+    """A screenshot for the docs, taken on the default setup (SQLite) only."""
+    if backends.current.name != "sqlite":
+        return
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full)
 

@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 from procs import ServerProcess, parse_fields, run_cli, server_env
+from tests import backends
 from tests.conftest import wait_ready
 from tests.console_support import (
     ARGS,
@@ -38,9 +39,11 @@ if not CHROMIUM.exists():
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
                                "(pip install -e '.[test]')")
 
+pytestmark = pytest.mark.backends  # the server's authority is SQLite, then PostgreSQL
+
 
 @pytest.fixture(scope="module")
-def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+def console(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     data = tmp_path_factory.mktemp("console") / "data"
     secret = parse_fields(run_cli("site", "create", SITE, data_dir=data).stdout)["secret"]
     seed = data.parent / "seed.jsonl"
@@ -288,7 +291,8 @@ def test_status_page(page: Any, console: Console) -> None:
     page.wait_for_selector("#saved-chart canvas")
     assert int(page.locator("#memory-count").inner_text()) >= 36
     assert page.locator("#conversation-count").inner_text() == "3"
-    assert "all-MiniLM-L6-v2" in page.content() and "SQLite" in page.content()
+    storage = "PostgreSQL" if backends.current.name == "postgres" else "SQLite"
+    assert "all-MiniLM-L6-v2" in page.content() and storage in page.content()
     shot(page, "status")
 
 

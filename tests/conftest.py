@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import socket
 import sqlite3
 import threading
@@ -111,6 +112,21 @@ def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
     with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
         return [tuple(row) for row in conn.execute(sql.replace("?", "%s"), args).fetchall()]  # type: ignore[arg-type]
+
+
+def index_backlog(settings: Settings) -> int:
+    """What the data directory's vector index does not hold yet: the outbox's rows on SQLite; on PostgreSQL
+    the changes of the authority its follower has not applied (`follow.json` beside the index)."""
+    if settings.database_url is None:
+        [(pending,)] = query(settings, "SELECT count(*) FROM memories WHERE indexed = 0")
+        [(deletions,)] = query(settings, "SELECT count(*) FROM index_deletions")
+        return int(pending) + int(deletions)
+    [(newest,)] = query(settings, "SELECT seq FROM memory_change_counter")
+    try:
+        mark = int(json.loads((settings.index_path / "follow.json").read_text())["mark"])
+    except (OSError, ValueError, KeyError):
+        return int(newest)
+    return int(newest) - mark
 
 
 def execute(settings: Settings, sql: str, *args: Any) -> None:

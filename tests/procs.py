@@ -113,6 +113,17 @@ class ServerProcess:
                 raise RuntimeError(f"server did not become healthy in {STARTUP_TIMEOUT}s:\n{self.log()}")
             time.sleep(0.05)
 
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> ServerProcess:
+        """Until /readyz says ready: the model loaded, the index opened and caught up."""
+        deadline = time.monotonic() + timeout
+        while True:
+            response = httpx2.get(f"{self.base}/readyz", timeout=5)
+            if response.status_code == 200:
+                return self
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready in {timeout}s: {response.text}\n{self.log()}")
+            time.sleep(0.05)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

@@ -52,7 +52,7 @@ class Deployment:
         self.auth = (SITE, self.secret)
 
     def start(self, name: str) -> ServerProcess:
-        return self.processes.start(self.root / name, env=self.env)
+        return self.processes.start(self.root / name, env=self.env).wait_ready()
 
     def client(self, replica: ServerProcess) -> Client:
         return replica.client(SITE, self.secret, timeout=30)
@@ -201,10 +201,12 @@ async def test_two_replicas_appending_while_one_is_killed_and_restarted(deployme
     tasks = [asyncio.create_task(writer(deployment, (a, b)[w % 2], w, ledger)) for w in range(16)]
     await eventually(lambda: _at_least(ledger, 200), 60)
     a.kill()  # SIGKILL mid-stream: its 8 writers lose their connection
-    await eventually(lambda: _at_least(ledger, len(ledger.acks) + 100), 60)  # b goes on alone
+    target = len(ledger.acks) + 100
+    await eventually(lambda: _at_least(ledger, target), 60)  # b goes on alone
     a = deployment.start("a")
     more = [asyncio.create_task(writer(deployment, a, 100 + w, ledger)) for w in range(8)]
-    await eventually(lambda: _at_least(ledger, len(ledger.acks) + 100), 60)
+    target = len(ledger.acks) + 100
+    await eventually(lambda: _at_least(ledger, target), 60)
     ledger.stop.set()
     await asyncio.wait_for(asyncio.gather(*tasks, *more), 60)
     found = await check(deployment, b, ledger)

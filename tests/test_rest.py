@@ -22,7 +22,7 @@ from server.api.app import create_app
 from server.auth import admin as auth
 from server.ranking.fusion import document_text
 
-from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, query, serve
+from tests.conftest import LiveServer, ThreadedServer, admin, free_port, index_backlog, make_settings, query, serve
 
 PAYLOAD_LIMIT = 256 * 1024
 
@@ -932,10 +932,7 @@ async def test_memory_routes_are_503_while_the_index_is_down_and_logs_still_work
 
 
 def backlog(live: LiveServer) -> int:
-    """Rows the vector index does not have yet, read from the authority."""
-    [(pending,)] = query(live.settings, "SELECT count(*) FROM memories WHERE indexed = 0")
-    [(deletions,)] = query(live.settings, "SELECT count(*) FROM index_deletions")
-    return int(pending) + int(deletions)
+    return index_backlog(live.settings)
 
 
 def stored_vector(live: LiveServer, reference: str) -> np.ndarray:

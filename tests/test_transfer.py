@@ -23,7 +23,7 @@ from server.auth import admin as auth
 from server.storage.factory import open_storage
 from server.storage.records import APPENDED, PRESENT
 
-from conftest import LiveServer, make_settings, query, serve
+from conftest import LiveServer, index_backlog, make_settings, query, serve
 from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
 from tests import backends
 
@@ -55,7 +55,8 @@ def cli(*args: str, data_dir: Path | None = None, input: str | None = None) -> s
     if input is None:
         return run_cli(*args, data_dir=data_dir)
     command = [sys.executable, "-m", "server", *args] + (["--data-dir", str(data_dir)] if data_dir else [])
-    return subprocess.run(command, cwd=REPO_ROOT, env=server_env(), capture_output=True, text=True, timeout=120,
+    env = {**backends.current.env(data_dir), **server_env()}
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
                           input=input)
 
 
@@ -311,8 +312,9 @@ def test_bad_lines_are_reported_by_number_and_the_rest_is_imported(tmp_path: Pat
     settings = make_settings(data)
     items = query(settings, "SELECT seq, payload FROM log_items ORDER BY seq")
     assert items == [(0, '{"n":0}'), (1, '{"n":1}'), (2, '{"n":2}')]
-    memory = query(settings, "SELECT reference, created_at, updated_at, indexed FROM memories")
-    assert memory == [("mem_import_good", "2024-01-01T00:00:00.000000Z", "2024-02-01T00:00:00.000000Z", 1)]
+    memory = query(settings, "SELECT reference, created_at, updated_at FROM memories")
+    assert memory == [("mem_import_good", "2024-01-01T00:00:00.000000Z", "2024-02-01T00:00:00.000000Z")]
+    assert index_backlog(settings) == 0
 
     unsupported = write_jsonl(tmp_path / "v2.jsonl", [{"kind": "header", "version": 2}, log_line(conv, 3, {})])
     done = cli("import", str(unsupported), data_dir=data)

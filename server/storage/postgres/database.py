@@ -1,8 +1,8 @@
-"""PostgreSQL connections: the pools and the retry policy.
+"""PostgreSQL connections: the two pools, the retry policy, and the thread the async pool runs on.
 
 Blocking store methods (called from worker threads) use a `ConnectionPool`; `LogStore.append` uses an
-`AsyncConnectionPool` on the caller's event loop (one per loop, see LoopPool), so an append never blocks
-the loop and costs no hop to another thread. Every connection runs with
+`AsyncConnectionPool` that lives on one event loop thread of its own, so an append never blocks the caller's
+loop and works from any loop (a server's, or each `asyncio.run` of a script). Every connection runs with
 `synchronous_commit = on`: COMMIT returns once the commit record is flushed, so an acknowledgement means
 durable. Connections are in autocommit: a single statement is its own transaction, and multi-statement
 work runs inside an explicit BEGIN … COMMIT.
@@ -20,10 +20,10 @@ import logging
 import select
 import threading
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -69,6 +69,10 @@ def connect(url: str) -> Conn:
 
 def _configure(conn: Conn) -> None:
     conn.execute(SESSION)
+
+
+async def _configure_async(conn: AsyncConn) -> None:
+    await conn.execute(SESSION)
 
 
 def usable(conn: Conn | AsyncConn) -> bool:
@@ -137,9 +141,8 @@ class Database:
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, configure=_configure,
             timeout=retry_budget_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
         self._pool.open(wait=False)
-        self._lock = threading.Lock()
-        self._apools: dict[asyncio.AbstractEventLoop, LoopPool] = {}
-        self._closed = False
+        self._loop = LoopThread("postgres-appends")
+        self._apool: asyncio.Task[AsyncConnectionPool[AsyncConn]] | None = None
 
     # --- blocking work, from worker threads -----------------------------------------------------------
 
@@ -206,16 +209,18 @@ class Database:
         finally:
             self._pool.putconn(conn)
 
-    # --- appends, on the caller's event loop -------------------------------------------------------------
+    # --- appends, from any event loop ------------------------------------------------------------------
 
     async def run_async(self, work: Callable[[AsyncConn], Awaitable[T]], *, idempotent: bool) -> T:
-        """Run one autocommit statement's work on the running loop's append pool; retried as
-        `write(single=True)`."""
-        pool = await self._async_pool()
+        """Run one autocommit statement's work on the append pool's loop; retried as `write(single=True)`."""
+        return await asyncio.wrap_future(self._loop.submit(lambda: self._run_async(work, idempotent)))
+
+    async def _run_async(self, work: Callable[[AsyncConn], Awaitable[T]], idempotent: bool) -> T:
         attempts = Attempts(self.retry_budget_s, idempotent=idempotent, health=self.health,
                             throttle=self._throttle)
         while True:
             try:
+                pool = await self._async_pool()
                 conn = await self._async_connection(pool, attempts)
                 try:
                     attempts.committing = True
@@ -234,18 +239,17 @@ class Database:
             await asyncio.sleep(delay)
 
     async def _async_pool(self) -> AsyncConnectionPool[AsyncConn]:
-        loop = asyncio.get_running_loop()
-        entry = self._apools.get(loop)
-        if entry is None:
-            with self._lock:
-                if self._closed:
-                    raise Unavailable(SHUTTING_DOWN)
-                for gone in [e for e in self._apools.values() if e.loop.is_closed()]:
-                    del self._apools[gone.loop]
-                    gone.close()
-                entry = self._apools[loop] = LoopPool(loop, self.url, self.retry_budget_s)
-        await asyncio.shield(entry.opened)
-        return entry.pool
+        if self._apool is None or (self._apool.done() and (self._apool.cancelled() or self._apool.exception())):
+            self._apool = asyncio.get_running_loop().create_task(self._open_async_pool())
+        return await asyncio.shield(self._apool)
+
+    async def _open_async_pool(self) -> AsyncConnectionPool[AsyncConn]:
+        pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+            self.url, min_size=ASYNC_POOL[0], max_size=ASYNC_POOL[1], open=False, name="memory-server-appends",
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, configure=_configure_async,
+            timeout=self.retry_budget_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
+        await pool.open(wait=False)
+        return pool
 
     async def _async_connection(self, pool: AsyncConnectionPool[AsyncConn], attempts: Attempts) -> AsyncConn:
         conn = await pool.getconn(timeout=attempts.remaining())
@@ -260,60 +264,51 @@ class Database:
     # --- life cycle -------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            entries = list(self._apools.values())
-            self._apools.clear()
-        for entry in entries:
-            entry.close()
+        self._loop.close(self._close_async_pool)
         self._pool.close()
 
+    async def _close_async_pool(self) -> None:
+        if self._apool is not None and self._apool.done() and self._apool.exception() is None:
+            await self._apool.result().close()
 
-class LoopPool:
-    """The append pool of one event loop, and every connection it opened.
 
-    An asyncio pool belongs to its loop: a server has one, but a script may append from several (each
-    `asyncio.run` makes one). A pool is closed on its loop when that can be waited for; when its loop is
-    gone, or is the caller's own (a server shutting down inside its lifespan), its connections are closed
-    directly, which needs no loop."""
+class LoopThread:
+    """An event loop on a daemon thread of its own, started on first use."""
 
     CLOSE_TIMEOUT_S = 10.0
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, url: str, timeout_s: float) -> None:
-        self.loop = loop
-        self.connections: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
-        async def configure(conn: AsyncConn) -> None:
-            self.connections.add(conn)
-            await conn.execute(SESSION)
+    def submit(self, make: Callable[[], Coroutine[Any, Any, T]]) -> Future[T]:
+        """Run the coroutine `make()` returns on this loop (`make` is called only once the loop is there)."""
+        with self._lock:
+            if self._closed:
+                future: Future[T] = Future()
+                future.set_exception(Unavailable(SHUTTING_DOWN))
+                return future
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True)
+                self._thread.start()
+            return asyncio.run_coroutine_threadsafe(make(), self._loop)
 
-        self.pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-            url, min_size=ASYNC_POOL[0], max_size=ASYNC_POOL[1], open=False, name="memory-server-appends",
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, configure=configure,
-            timeout=timeout_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
-        self.opened = loop.create_task(self.pool.open(wait=False))
-
-    def close(self) -> None:
-        loop = self.loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop.is_closed() or running is loop:
-            self._finish()
-            if running is loop:
-                loop.create_task(self.pool.close())  # stops its tasks if the loop goes on
+    def close(self, last: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `last()` on the loop, then stop it."""
+        with self._lock:
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
             return
         try:
-            if loop.is_running():  # another thread's
-                asyncio.run_coroutine_threadsafe(self.pool.close(), loop).result(timeout=self.CLOSE_TIMEOUT_S)
-            else:
-                loop.run_until_complete(self.pool.close())
-        except Exception as exc:  # e.g. another loop runs in this thread
-            log.debug("closing an append pool on its loop failed (%s); closing its connections", exc)
-            self._finish()
-
-    def _finish(self) -> None:
-        for conn in list(self.connections):
-            if not conn.closed:
-                conn.pgconn.finish()
+            asyncio.run_coroutine_threadsafe(last(), loop).result(timeout=self.CLOSE_TIMEOUT_S)
+        except Exception as exc:  # closing anyway: the connections go with the process
+            log.warning("closing the PostgreSQL append pool failed: %s", exc)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=self.CLOSE_TIMEOUT_S)
+        if not thread.is_alive():
+            loop.close()

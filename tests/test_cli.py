@@ -14,8 +14,10 @@ from server.errors import Unauthorized
 from server.storage.factory import open_storage
 from server.storage.sqlite.connection import connect
 
-from conftest import make_settings
+from conftest import make_settings, query
 from procs import parse_fields, run_cli, server_env
+
+pytestmark = pytest.mark.backends
 
 
 def ok(*args: str, data_dir: Path) -> str:
@@ -150,19 +152,22 @@ def test_secrets_are_stored_only_as_hashes(data_dir: Path) -> None:
     rotated = parse_fields(ok("site", "rotate", "acme", data_dir=data_dir))["secret"]
     token = parse_fields(ok("token", "create", "--site", "acme", "--scope", "memory:read",
                             data_dir=data_dir))["token"]
-    files = [p for p in data_dir.rglob("*") if p.is_file()]
-    assert any(p.name == "memory.db" for p in files)
-    for value in (secret, rotated, token, token.removeprefix("mst_")):
-        for path in files:  # the database, its WAL and anything else in the data directory
-            assert value.encode() not in path.read_bytes(), f"a secret is stored in clear in {path.name}"
-    conn = connect(make_settings(data_dir).db_path)
-    try:
-        stored = conn.execute("SELECT secret_hash FROM sites WHERE name = 'acme'").fetchone()[0]
-    finally:
-        conn.close()
+    settings = make_settings(data_dir)
+    values = (secret, rotated, token, token.removeprefix("mst_"))
+    if settings.database_url is None:
+        files = [p for p in data_dir.rglob("*") if p.is_file()]
+        assert any(p.name == "memory.db" for p in files)
+        for value in values:
+            for path in files:  # the database, its WAL and anything else in the data directory
+                assert value.encode() not in path.read_bytes(), f"a secret is stored in clear in {path.name}"
+    [(stored,)] = query(settings, "SELECT secret_hash FROM sites WHERE name = 'acme'")
     assert stored.startswith("scrypt$")
+    for table, column in (("sites", "secret_hash"), ("tokens", "token_hash"), ("tokens", "id")):
+        for (kept,) in query(settings, f"SELECT {column} FROM {table}"):
+            assert all(value not in kept for value in values), f"a secret is stored in clear in {table}"
 
 
+@pytest.mark.sqlite_only  # the data directory holds the authority only on SQLite
 def test_unusable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     not_a_dir = tmp_path / "a-file"
     not_a_dir.write_text("not a directory")
@@ -182,6 +187,7 @@ def test_data_dir_from_environment_and_flag_wins(tmp_path: Path) -> None:
     assert "envsite" not in ok("site", "list", data_dir=from_flag)
 
 
+@pytest.mark.sqlite_only  # SQLite's own locking
 def test_cli_changes_while_the_database_is_in_use(data_dir: Path) -> None:
     """Site and token commands touch only SQLite: they work while another connection holds the database."""
     settings = make_settings(data_dir)

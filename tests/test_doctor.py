@@ -16,7 +16,7 @@ from server.storage.sqlite.connection import connect
 from server.storage.sqlite.writer import transaction
 
 from conftest import LiveServer, make_settings, serve
-from procs import REPO_ROOT, run_cli
+from procs import REPO_ROOT, run_cli, server_env
 
 
 def doctor(data_dir: Path) -> tuple[int, dict[str, str], str]:
@@ -149,3 +149,30 @@ def test_old_schema_and_non_wal_database_fail_with_the_fix(tmp_path: Path, embed
     assert {"schema", "sqlite journal"} <= failed(found)
     assert "version 1" in found["schema"].detail and "site list" in (found["schema"].fix or "")
     assert "not WAL" in found["sqlite journal"].detail
+
+
+# --- on PostgreSQL ------------------------------------------------------------------------------------------
+
+
+def test_doctor_on_postgresql_checks_the_database_and_the_followed_index(tmp_path: Path, embedder: Any,
+                                                                         postgres_url: str) -> None:
+    data = tmp_path / "data"
+    env = {"MEMORY_DATABASE_URL": postgres_url}
+    settings = make_settings(data, database_url=postgres_url)
+    with serve(settings, embedder) as server:
+        import asyncio
+
+        asyncio.run(remember(server, "The office plants are watered on Mondays."))
+    done = run_cli("doctor", data_dir=data, env={**server_env(), **env})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr and postgres_url not in done.stdout + done.stderr
+    for name in ("postgres durability", "postgres writable"):
+        assert any(line.startswith("ok") and name in line for line in done.stdout.splitlines()), done.stdout
+    rebuilt = run_cli("reindex", data_dir=data, env={**server_env(), **env})
+    assert rebuilt.returncode == 0 and "1" in rebuilt.stdout, rebuilt.stdout + rebuilt.stderr
+
+    gone = "postgresql://memory:secret-pw@127.0.0.1:1/nothing"
+    refused = run_cli("doctor", data_dir=tmp_path / "other", env={**server_env(), "MEMORY_DATABASE_URL": gone})
+    assert refused.returncode == 1 and "Traceback" not in refused.stdout + refused.stderr
+    assert "secret-pw" not in refused.stdout + refused.stderr
+    assert any(line.startswith("FAIL") and "postgres" in line for line in refused.stdout.splitlines()), refused.stdout

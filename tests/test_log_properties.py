@@ -22,6 +22,8 @@ from server.services import open_services
 
 from conftest import make_settings, serve
 
+pytestmark = pytest.mark.backends
+
 # JSON values as a client might send them: unicode keys and strings, big and small numbers, nesting.
 scalars = (
     st.none()
@@ -40,7 +42,7 @@ batches = st.lists(st.lists(json_objects, min_size=1, max_size=12), min_size=1, 
 
 
 @pytest.fixture(scope="module")
-async def inproc(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+async def inproc(tmp_path_factory: pytest.TempPathFactory, storage_backend: str) -> AsyncIterator[Client]:
     services = open_services(make_settings(tmp_path_factory.mktemp("props") / "data"))
     principal = services.local_principal("props")
     try:
@@ -51,7 +53,7 @@ async def inproc(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clie
 
 
 @pytest.fixture(scope="module")
-async def http(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> AsyncIterator[Client]:
+async def http(tmp_path_factory: pytest.TempPathFactory, embedder: Any, storage_backend: str) -> AsyncIterator[Client]:
     with serve(make_settings(tmp_path_factory.mktemp("props-http") / "data"), embedder) as server:
         async with server.client() as c:
             yield c

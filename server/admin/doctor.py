@@ -33,6 +33,7 @@ class _State:
     storage: SqliteState | PostgresState = field(default_factory=SqliteState)
     index: VectorIndex | None = None
     index_held: bool = False  # a running server holds the embedded index
+    follows: bool = False  # the embedded index follows a shared authority's change feed
 
     @property
     def memories(self) -> int | None:
@@ -42,7 +43,7 @@ class _State:
 def run_checks(settings: Settings, *, project_root: Path,
                load_embedder: Callable[[Path], Any] | None = None) -> Iterator[Check]:
     """Yield the checks one by one (the slow model load comes first, then the fast ones)."""
-    state = _State()
+    state = _State(follows=_follows(settings))
     try:
         yield from _guarded("model", lambda: iter([_check_model(settings, state, project_root, load_embedder)]))
         if settings.database_url is not None:
@@ -59,7 +60,10 @@ def run_checks(settings: Settings, *, project_root: Path,
         if state.storage.conn is None:
             return
         yield from _guarded("index", lambda: _check_index(settings, state))
-        yield from _guarded("index backlog", lambda: _check_outbox(state))
+        if _follows(settings):
+            yield from _guarded("index follows", lambda: _check_following(settings, state))
+        else:
+            yield from _guarded("index backlog", lambda: _check_outbox(state))
     finally:
         if state.index is not None:
             state.index.close()
@@ -120,7 +124,10 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
 
     reindex = "run `memory-server reindex` (with the server stopped)"
     if settings.index_backend == "embedded" and not settings.index_path.is_dir():
-        if state.memories:
+        if state.memories and state.follows:
+            yield Check("index", OK, f"not created yet at {settings.index_path} (the server builds it from the "
+                                     f"database's {state.memories} memories at start-up)")
+        elif state.memories:
             yield Check("index", FAIL, f"no index at {settings.index_path} but {state.memories} memories in SQLite",
                         reindex)
         else:
@@ -181,12 +188,45 @@ def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | N
     except Exception as exc:
         yield Check("index points", FAIL, f"cannot count the index's points: {exc}", reindex)
         return
+    if state.follows:  # the index holds every memory of the authority, whoever wrote it
+        if points == state.memories:
+            yield Check("index points", OK, f"{points} points, one per memory")
+        else:
+            yield Check("index points", WARN, f"the index holds {points} points for {state.memories} memories: "
+                                              "the server catches up at start-up", reindex)
+        return
     indexed = state.storage.counts[1]
     if points == indexed:
         yield Check("index points", OK, f"{points} points, one per indexed memory")
     else:
         yield Check("index points", FAIL, f"the index holds {points} points but SQLite marks {indexed} memories "
                                           "indexed", reindex)
+
+
+def _follows(settings: Settings) -> bool:
+    return settings.database_url is not None and settings.index_backend == "embedded"
+
+
+def _check_following(settings: Settings, state: _State) -> Iterator[Check]:
+    """How far this server's own index got in the authority's change feed (others write while it is down)."""
+    from server.memories.follower import FOLLOW_FILE, read_state
+
+    conn = state.storage.conn
+    if conn is None or state.index_held:
+        return
+    identity = conn.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
+    newest = conn.execute("SELECT seq FROM memory_change_counter").fetchone()
+    followed = read_state(settings.index_path / FOLLOW_FILE)
+    if identity is None or newest is None:
+        return
+    if followed is None or followed.authority != identity[0]:
+        yield Check("index follows", WARN, "the index has not followed this database yet: the server rebuilds it "
+                                           "from the stored vectors at start-up")
+    elif followed.mark >= int(newest[0]):
+        yield Check("index follows", OK, f"up to date with the database's change feed (change {followed.mark})")
+    else:
+        yield Check("index follows", OK, f"{int(newest[0]) - followed.mark} changes behind the database: the "
+                                         "server applies them at start-up")
 
 
 def _check_outbox(state: _State) -> Iterator[Check]:

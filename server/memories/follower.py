@@ -63,7 +63,7 @@ class IndexFollower:
 
     def start(self, *, new_index: bool) -> None:
         """Where to resume: the saved state if it belongs to this index, authority and model."""
-        state = _read(self.state_path)
+        state = read_state(self.state_path)
         usable = (not new_index and state is not None and state.authority == self.authority
                   and state.model == self.outbox.embedder.name)
         self.needs_rebuild = not usable
@@ -155,7 +155,8 @@ class IndexFollower:
         _write(self.state_path, FollowState(self.authority, self.outbox.embedder.name, mark))
 
 
-def _read(path: Path) -> FollowState | None:
+def read_state(path: Path) -> FollowState | None:
+    """The state beside an index, or None when missing or unreadable."""
     try:
         raw = json.loads(path.read_text())
         return FollowState(authority=str(raw["authority"]), model=str(raw["model"]), mark=int(raw["mark"]))

@@ -302,7 +302,7 @@ class LoopThread:
         with self._lock:
             self._closed = True
             loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        if loop is None or thread is None or loop.is_closed():
             return
         try:
             asyncio.run_coroutine_threadsafe(last(), loop).result(timeout=self.CLOSE_TIMEOUT_S)

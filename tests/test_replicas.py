@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import psycopg
 import pytest
 from fastmcp import Client
+
+from server.api.console.sessions import IDLE_S, SESSION_COOKIE, csrf_token
 
 from procs import (  # noqa: F401
     ServerProcess,
@@ -115,6 +119,42 @@ async def test_a_token_revoked_through_one_replica_is_refused_by_every_replica(d
         assert revoked.returncode == 0, revoked.stderr
         for replica in (a, b):  # the very next request, on either replica
             assert (await http.get(f"{replica.base}/v1/memories", headers=headers)).status_code == 401
+
+
+def console_sign_in(replica: ServerProcess, deployment: Deployment) -> str:
+    """Sign in to a replica's console with the site credential, as its sign-in form does; the session cookie."""
+    with httpx2.Client(base_url=replica.base, timeout=30) as http:
+        form = http.get("/ui/sign-in")
+        found = re.search(r'name="csrf" value="([0-9a-f]+)"', form.text)
+        assert form.status_code == 200 and found is not None
+        signed_in = http.post("/ui/sign-in", data={"csrf": found.group(1), "method": "basic", "site": SITE,
+                                                   "secret": deployment.secret, "next": "/ui/conversations"})
+        assert signed_in.status_code == 303 and signed_in.headers["location"] == "/ui/conversations", signed_in.text
+        return str(signed_in.cookies[SESSION_COOKIE])
+
+
+def console_page(replica: ServerProcess, cookie: str) -> httpx2.Response:
+    return httpx2.get(f"{replica.base}/ui/conversations", cookies={SESSION_COOKIE: cookie}, timeout=30)
+
+
+def test_a_console_session_holds_on_every_replica_until_it_expires_or_signs_out(deployment: Deployment) -> None:
+    a, b = deployment.start("a"), deployment.start("b")
+    cookie = console_sign_in(a, deployment)
+    for replica in (a, b):
+        assert console_page(replica, cookie).status_code == 200
+    with psycopg.connect(deployment.url, autocommit=True) as conn:  # idle for longer than a session may be
+        conn.execute("UPDATE console_sessions SET seen_at = seen_at - %s", [IDLE_S + 60])
+    for replica in (b, a):
+        ended = console_page(replica, cookie)
+        assert ended.status_code == 303 and "ended=1" in ended.headers["location"]
+    with psycopg.connect(deployment.url, autocommit=True) as conn:  # the first replica to see it ended it
+        assert conn.execute("SELECT count(*) FROM console_sessions").fetchone() == (0,)
+    cookie = console_sign_in(b, deployment)
+    assert console_page(a, cookie).status_code == 200
+    signed_out = httpx2.post(f"{a.base}/ui/sign-out", data={"csrf": csrf_token(cookie)},
+                             cookies={SESSION_COOKIE: cookie}, timeout=30)
+    assert signed_out.status_code == 303 and "signed_out=1" in signed_out.headers["location"]
+    assert console_page(b, cookie).status_code == 303
 
 
 class Ledger:

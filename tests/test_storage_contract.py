@@ -58,6 +58,7 @@ from server.storage.records import (
     PRESENT,
     Kept,
     Scope,
+    SessionRecord,
     StaleRow,
     TokenRecord,
     Words,
@@ -161,6 +162,17 @@ async def test_conversations_newest_activity_first_in_pages(storage: Storage) ->
     assert storage.logs.conversations(sid, 1, page.following).following is not None
 
 
+async def test_conversations_are_counted_per_site(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    assert storage.logs.count_conversations(sid) == 0
+    for name in ("conv-a-0001", "conv-b-0001", "conv-a-0001"):
+        await storage.logs.append(sid, name, ['{"n":1}'], None)
+    storage.logs.import_items(sid, "conv-c-0001", [(0, "2023-01-01T00:00:00.000000Z", '{"n":0}')])
+    await storage.logs.append(other, "conv-z-0001", ['{"n":1}'], None)
+    assert storage.logs.count_conversations(sid) == 3 and storage.logs.count_conversations(other) == 1
+    assert storage.logs.count_conversations(10**9) == 0
+
+
 async def test_import_items_keeps_seqs_and_times_and_reports_each_item(storage: Storage) -> None:
     sid = site(storage)
     t1, t2 = "2023-01-01T00:00:00.000000Z", "2023-01-02T00:00:00.000000Z"
@@ -214,6 +226,41 @@ def test_sites_and_tokens(storage: Storage) -> None:
     assert sites.token("hash-unknown") is None
 
 
+def session_record(id_hash: str, site_id: int, *, created_at: float, seen_at: float) -> SessionRecord:
+    return SessionRecord(id_hash=id_hash, site_id=site_id, site="acme", kind="basic", credential=f"digest-{id_hash}",
+                         created_at=created_at, seen_at=seen_at)
+
+
+def test_console_sessions(storage: Storage) -> None:
+    sites = storage.sites
+    sid = site(storage)
+    now = time.time()
+    first = session_record("a" * 64, sid, created_at=now - 0.25, seen_at=now)
+    sites.add_session(first)
+    sites.add_session(SessionRecord(id_hash="b" * 64, site_id=sid, site="acme", kind="bearer", credential="tok-hash",
+                                    created_at=now, seen_at=now))
+    assert sites.session("a" * 64) == first  # unix seconds come back exactly (double precision)
+    bearer = sites.session("b" * 64)
+    assert bearer is not None and (bearer.kind, bearer.credential) == ("bearer", "tok-hash")
+    assert sites.session("c" * 64) is None
+    sites.touch_session("a" * 64, now + 60)
+    sites.touch_session("a" * 64, now + 30)  # activity never goes back (two replicas touching at once)
+    touched = sites.session("a" * 64)
+    assert touched is not None and touched.seen_at == now + 60 and touched.created_at == first.created_at
+    sites.touch_session("c" * 64, now)  # no such session: nothing happens
+    assert sites.session("c" * 64) is None
+    sites.delete_session("b" * 64)
+    sites.delete_session("b" * 64)
+    assert sites.session("b" * 64) is None and sites.session("a" * 64) is not None
+    for name, created, seen in (("idle", now - 10, now - 100), ("old", now - 1000, now), ("live", now - 10, now)):
+        sites.add_session(session_record(name, sid, created_at=created, seen_at=seen))
+    assert sites.prune_sessions(seen_before=now - 50, created_before=now - 500) == 2  # idle, old
+    assert [n for n in ("idle", "old", "live") if sites.session(n) is not None] == ["live"]
+    assert sites.prune_sessions(seen_before=now - 50, created_before=now - 500) == 0
+    assert sites.prune_sessions(seen_before=now + 3600, created_before=0.0) == 2  # every one of them: idle
+    assert sites.session("live") is None and sites.session("a" * 64) is None
+
+
 async def test_deleting_a_site_deletes_all_of_it(storage: Storage) -> None:
     sid, other = site(storage), site(storage, "other")
     for owner in (sid, other):
@@ -221,9 +268,12 @@ async def test_deleting_a_site_deletes_all_of_it(storage: Storage) -> None:
         words = Words(("apple",), np.stack([vector(1)]))
         remember(storage, owner, "apple pie", words=words)
     storage.sites.add_token(token_record("tok-1", sid), "hash-1")
+    for owner in (sid, other):
+        storage.sites.add_session(session_record(f"session-{owner}", owner, created_at=1.0, seen_at=2.0))
     gone = storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None)[0][0].id
     assert storage.sites.delete_site("acme") and not storage.sites.delete_site("acme")
     assert storage.sites.site_id("acme") is None and storage.sites.token("hash-1") is None
+    assert storage.sites.session(f"session-{sid}") is None and storage.sites.session(f"session-{other}") is not None
     assert storage.logs.tail(sid, "conv-0001", 5) == [] and storage.logs.conversations(sid, 5, None).conversations == []
     assert storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None)[0] == []
     assert gone in storage.outbox.deletions()
@@ -428,6 +478,53 @@ def test_delete_get_page_by_ids(storage: Storage) -> None:
     found = storage.memories.by_ids([made[0].row_id, made[1].row_id, 10**9])
     assert list(found) == [made[0].row_id] and found[made[0].row_id].tags == ("a", "n0")
     assert storage.memories.by_ids([]) == {} and storage.memories.count() == 5
+
+
+def test_page_on_an_occurred_range(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    times = ["2026-04-30T23:59:59.999999Z", "2026-05-01T00:00:00.000000Z", "2026-05-15T12:00:00.000000Z",
+             "2026-05-31T23:59:59.999999Z", "2026-06-01T00:00:00.000000Z"]
+    made = [remember(storage, sid, f"event {n}", occurred_at=when, bucket="b" if n % 2 else "default")
+            for n, when in enumerate(times)]
+    remember(storage, other, "event elsewhere", occurred_at=times[2])
+    scope = Scope(sid)
+
+    def listed(scope: Scope, limit: int = 10, after: tuple[str, int] | None = None,
+               **bounds: str) -> tuple[list[str], tuple[str, int] | None]:
+        page, following = storage.memories.page(scope, location=None, provenance={}, limit=limit, after=after,
+                                                **bounds)
+        return [m.reference for m in page], following
+
+    may = {"occurred_after": "2026-05-01T00:00:00.000000Z", "occurred_before": "2026-06-01T00:00:00.000000Z"}
+    assert listed(scope, **may)[0] == [made[n].reference for n in (3, 2, 1)]  # at or after, strictly before
+    assert listed(scope, occurred_after=times[3])[0] == [made[4].reference, made[3].reference]
+    assert listed(scope, occurred_before=times[1])[0] == [made[0].reference]
+    assert listed(scope, occurred_after=times[4], occurred_before=times[4])[0] == []
+    first, following = listed(scope, limit=2, **may)
+    rest, end = listed(scope, limit=2, after=following, **may)
+    assert first + rest == [made[n].reference for n in (3, 2, 1)] and end is None
+    assert listed(scope.narrowed(bucket="b"), **may)[0] == [made[3].reference, made[1].reference]
+    assert listed(scope)[0] == [m.reference for m in reversed(made)]  # no range: every one
+
+
+def test_saved_per_day(storage: Storage) -> None:
+    sid, other = site(storage), site(storage, "other")
+    days = {"2026-03-01T23:59:59.999999Z": "a", "2026-03-02T00:00:00.000000Z": "a", "2026-03-02T12:00:00.000000Z": "b",
+            "2026-03-02T23:00:00.000000Z": "a", "2026-03-05T08:00:00.000000Z": "b", "2026-02-28T10:00:00.000000Z": "a"}
+    for n, (created, bucket) in enumerate(days.items()):
+        remember(storage, sid, f"saved {n}", bucket=bucket, tags=["t"] if n % 2 else [],
+                 kept=Kept(created_at=created))
+    remember(storage, other, "saved elsewhere", kept=Kept(created_at="2026-03-02T10:00:00.000000Z"))
+    since = "2026-03-01T00:00:00.000000Z"
+    assert storage.memories.saved_per_day(Scope(sid), since) == [("2026-03-01", 1), ("2026-03-02", 3),
+                                                                 ("2026-03-05", 1)]
+    assert storage.memories.saved_per_day(Scope(sid), "2026-03-02T12:00:00.000000Z") == [("2026-03-02", 2),
+                                                                                         ("2026-03-05", 1)]
+    assert storage.memories.saved_per_day(Scope(sid, buckets=frozenset({"b"})), since) == [("2026-03-02", 1),
+                                                                                           ("2026-03-05", 1)]
+    assert storage.memories.saved_per_day(Scope(sid).narrowed(tags=["t"]), since) == [("2026-03-02", 2)]
+    assert storage.memories.saved_per_day(Scope(other), since) == [("2026-03-02", 1)]
+    assert storage.memories.saved_per_day(Scope(sid), "2026-04-01T00:00:00.000000Z") == []
 
 
 # --- the outbox and the words -----------------------------------------------------------------------------

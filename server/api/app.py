@@ -1,6 +1,7 @@
 """create_app(settings) -> the one ASGI app: MCP at /mcp, REST under /v1 (OpenAPI at /openapi.json),
-health at /healthz and /readyz, metrics at /metrics, and the OAuth 2.1 authorization server of the sites
-(metadata under /.well-known/, /register, /authorize, /oauth/consent, /token, /revoke: see api/oauth).
+the web console under /ui/, health at /healthz and /readyz, metrics at /metrics, and the OAuth 2.1
+authorization server of the sites (metadata under /.well-known/, /register, /authorize, /oauth/consent,
+/token, /revoke: see api/oauth).
 
 Every request passes, outermost first: observability (request id, access log, HTTP metrics), the browser
 guard (Origin, Host), authentication (a Principal in the scope) and the body limit; then the REST app, or
@@ -17,9 +18,11 @@ from urllib.parse import urlsplit
 import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.responses import RedirectResponse
 from starlette.routing import BaseRoute, Mount, Route
 
 from embeddings.base import Embedder
+from server.api.console.app import console_app
 from server.api.mcp.fast_path import LogToolsFastPath
 from server.api.mcp.server import build_mcp
 from server.api.metrics import Metrics
@@ -70,9 +73,11 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     # Plain log-tool calls are answered without the SDK's per-request machinery (see its module).
     fast_path = LogToolsFastPath(mcp_app, ops=services.logs, metrics=metrics, health=services.storage.health)
     public_host = urlsplit(settings.public_url).hostname if settings.public_url else None
+    console = console_app(services, sign_in=sign_in)  # its own sessions: AuthMiddleware guards only /mcp, /v1
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
                 Route("/openapi.json", rest.openapi_endpoint), *oauth(settings, services, sign_in), rest.route,
+                Route("/ui", lambda request: RedirectResponse("/ui/", status_code=308)), Mount("/ui", app=console),
                 Mount("/", app=fast_path)],
         middleware=[
             Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response

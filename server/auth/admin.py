@@ -83,3 +83,11 @@ def list_tokens(sites: SiteStore, site: str) -> list[TokenRecord]:
 def revoke_token(sites: SiteStore, token_id: str) -> None:
     if not sites.revoke_token(token_id):
         raise NotFound(f"no active token with id {token_id!r}")
+
+
+def revoke_site_token(sites: SiteStore, site: str, token_id: str) -> None:
+    """Revoke one of `site`'s own tokens: a token id of another site is not found (the console, where the
+    caller is a site and not the machine's administrator)."""
+    if not any(token.id == token_id and not token.revoked_at for token in list_tokens(sites, site)):
+        raise NotFound(f"no active token with id {token_id!r}")
+    revoke_token(sites, token_id)

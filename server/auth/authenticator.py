@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from server.auth.principal import Principal, site_principal
 from server.auth.secrets import TOKEN_PREFIX, dummy_hash, token_hash, verify_secret
 from server.errors import AppError, Unauthorized
 from server.storage.protocols import OAuthStore, SiteStore
-from server.storage.records import WouldBlock
+from server.storage.records import TokenRecord, WouldBlock
 
 VERIFIED_CACHE = 10_000
 
@@ -112,8 +113,57 @@ class Authenticator:
         token = self._sites.token(token_hash(value), nowait=not settle)
         if token is None or token.revoked_at:
             raise Unauthorized("invalid or revoked token")
-        return Principal(site_id=token.site_id, site=token.site, kind="bearer", scopes=frozenset(token.scopes),
-                         teams=_bound(token.teams), projects=_bound(token.projects), buckets=_bound(token.buckets))
+        return token_principal(token)
+
+    # --- sessions signed in with a credential (the console) -----------------------------------------
+
+    def binding(self, header: str) -> tuple[str, str] | None:
+        """For a credential `authenticate` has just accepted: (kind, what a session signed in with it is bound
+        to), read again from the store without verifying anything: a digest of the site's stored secret hash
+        (only while this exact secret is known to match it) or the token's hash. None if it no longer holds.
+        Blocking."""
+        scheme, _, value = header.strip().partition(" ")
+        value = value.strip()
+        if scheme.lower() == "bearer":
+            token = self._sites.token(token_hash(value))
+            return ("bearer", token_hash(value)) if token is not None and not token.revoked_at else None
+        try:
+            username, _, secret = base64.b64decode(value, validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            return None
+        credential = self._sites.credential(username)
+        if credential is None:
+            return None
+        key = (credential.site_id, credential.secret_hash, hashlib.sha256(secret.encode()).hexdigest())
+        with self._lock:
+            known = key in self._verified
+        return ("basic", secret_digest(credential.secret_hash)) if known else None
+
+    def resume(self, kind: str, site: str, site_id: int, bound_to: str) -> Principal | None:
+        """The principal of a session bound to a credential, if that credential still stands as it was: the
+        site's secret not rotated (nor the site deleted), the token not revoked. Blocking."""
+        if kind == "basic":
+            credential = self._sites.credential(site)
+            if (credential is None or credential.site_id != site_id
+                    or not hmac.compare_digest(secret_digest(credential.secret_hash), bound_to)):
+                return None
+            return site_principal(credential.site_id, credential.name)
+        if kind == "bearer":
+            token = self._sites.token(bound_to)
+            if token is None or token.revoked_at or token.site_id != site_id:
+                return None
+            return token_principal(token)
+        return None
+
+
+def secret_digest(secret_hash: str) -> str:
+    """What a Basic session is bound to: changes whenever the stored secret does (a rotation)."""
+    return hashlib.sha256(f"console-session\0{secret_hash}".encode()).hexdigest()
+
+
+def token_principal(token: TokenRecord) -> Principal:
+    return Principal(site_id=token.site_id, site=token.site, kind="bearer", scopes=frozenset(token.scopes),
+                     teams=_bound(token.teams), projects=_bound(token.projects), buckets=_bound(token.buckets))
 
 
 def _bound(values: tuple[str, ...] | None) -> frozenset[str] | None:

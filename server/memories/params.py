@@ -24,6 +24,7 @@ from server.memories.validation import (
     WORD_RULE,
     check_query,
     check_tags,
+    check_timestamp,
     check_word,
 )
 
@@ -32,6 +33,7 @@ SEARCH_LIMIT, MAX_SEARCH = 10, 100
 CONTEXT_ITEMS, MAX_CONTEXT_ITEMS = 8, 50
 CONTEXT_TOKENS, MAX_CONTEXT_TOKENS = 1500, 12000
 LIST_LIMIT, MAX_LIST = 20, 100
+ACTIVITY_DAYS, MAX_ACTIVITY_DAYS = 90, 366
 MAX_PROVENANCE_FILTER = 512  # characters of a provenance value a listing filters on
 
 # Python's str.isspace() characters: `content` and `query` must hold something else (str.strip() is the check).
@@ -50,8 +52,14 @@ def _query(value: str) -> str:
     return check_query(value)
 
 
+def _instant(value: str | None, info: ValidationInfo) -> str | None:
+    """Normalised to UTC as occurred_at is stored, so the store compares like with like."""
+    return None if value is None else check_timestamp(info.field_name or "value", value)
+
+
 WORD = AfterValidator(_word)
 TAGS = AfterValidator(_tags)
+INSTANT = AfterValidator(_instant)
 
 
 def word_field(description: str) -> Any:
@@ -163,9 +171,19 @@ class ListMemoriesParams(Params):
         "Only memories whose provenance.agent equals this."))] = None
     provenance_conversation_id: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
         "Only memories whose provenance.conversation_id equals this."))] = None
+    occurred_after: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+        "Only memories whose occurred_at is at or after this RFC3339 timestamp, e.g. 2026-05-01T00:00:00Z.")),
+        INSTANT] = None
+    occurred_before: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+        "Only memories whose occurred_at is strictly before this RFC3339 timestamp.")), INSTANT] = None
     limit: Annotated[int, bounded_field(1, MAX_LIST, LIST_LIMIT, "Page size"), WHOLE_NUMBER,
                      NULL_IS_DEFAULT] = LIST_LIMIT
     cursor: Annotated[str | None, Field(description="Opaque: the previous page's next_cursor.")] = None
+
+
+class ActivityParams(Params):
+    days: Annotated[int, bounded_field(1, MAX_ACTIVITY_DAYS, ACTIVITY_DAYS, "Days counted back from today (UTC)"),
+                    WHOLE_NUMBER, NULL_IS_DEFAULT] = ACTIVITY_DAYS
 
 
 class UpdateParams(Params):

@@ -39,6 +39,7 @@ from server.storage.records import (
     NewMemory,
     RawItem,
     Scope,
+    SessionRecord,
     SiteCredential,
     SiteRecord,
     StoredMemory,
@@ -63,6 +64,10 @@ class LogStore(Protocol):
 
     def conversations(self, site_id: int, limit: int, after: tuple[int, str] | None) -> ConversationPage:
         """Conversations newest activity first, after the key of the previous page's last one."""
+        ...
+
+    def count_conversations(self, site_id: int) -> int:
+        """How many conversations the site has (any with at least one item)."""
         ...
 
     def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
@@ -101,6 +106,26 @@ class SiteStore(Protocol):
 
     def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
         """The token with this hash, for sign-in (revoked ones included: the caller refuses them)."""
+        ...
+
+    # Console sessions: kept in the authority so every replica on it honours them; ended by deletion.
+
+    def add_session(self, session: SessionRecord) -> None: ...
+
+    def session(self, id_hash: str) -> SessionRecord | None:
+        """The session with this id hash, expired or not (the caller decides)."""
+        ...
+
+    def touch_session(self, id_hash: str, seen_at: float) -> None:
+        """Record activity: seen_at becomes the later of the stored one and this (unix seconds)."""
+        ...
+
+    def delete_session(self, id_hash: str) -> None:
+        """End a session (nothing happens if there is none)."""
+        ...
+
+    def prune_sessions(self, *, seen_before: float, created_before: float) -> int:
+        """Delete sessions idle since before `seen_before` or created before `created_before`; how many."""
         ...
 
 
@@ -198,8 +223,16 @@ class MemoryStore(Protocol):
     def get(self, scope: Scope, reference: str) -> StoredMemory | None: ...
 
     def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
-             after: tuple[str, int] | None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
-        """Visible memories newest first (created_at, id), and the key after the page if there are more."""
+             after: tuple[str, int] | None, occurred_after: str | None = None,
+             occurred_before: str | None = None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Visible memories newest first (created_at, id), and the key after the page if there are more.
+        `occurred_after` / `occurred_before` (normalised RFC3339, as stored): only memories whose occurred_at
+        is at or after the one, and strictly before the other (a half-open range)."""
+        ...
+
+    def saved_per_day(self, scope: Scope, since: str) -> list[tuple[str, int]]:
+        """(UTC day "YYYY-MM-DD", count) of the visible memories created at or after `since` (normalised
+        RFC3339), ascending by day; days with none are left out."""
         ...
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...

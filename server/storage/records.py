@@ -81,6 +81,22 @@ class TokenRecord:
     revoked_at: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A signed-in console session. Only a hash of its id is stored (the id itself is the browser's cookie).
+    `credential` is what it was signed in with, as the sign-in check finds it again on every request: a digest
+    of the site's stored secret hash (Basic) or the token's hash (Bearer), so a rotated secret or a revoked
+    token ends the session. Times are unix seconds."""
+
+    id_hash: str
+    site_id: int
+    site: str
+    kind: str  # "basic" or "bearer"
+    credential: str
+    created_at: float
+    seen_at: float
+
+
 # --- saved memories ---------------------------------------------------------------------------------------
 
 

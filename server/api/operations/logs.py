@@ -59,6 +59,11 @@ class LogOperations:
         return await anyio.to_thread.run_sync(self.store.replay, principal.site_id, params.conversation_id,
                                               params.offset, params.limit)
 
+    async def count(self, principal: Principal) -> int:
+        """How many conversations the site has."""
+        require_basic(principal)
+        return await anyio.to_thread.run_sync(self.store.count_conversations, principal.site_id)
+
     def list_prepare(self, principal: Principal, params: ListConversationsParams) -> tuple[int, str] | None:
         require_basic(principal)
         return decode_cursor(params.cursor) if params.cursor is not None else None

@@ -8,6 +8,7 @@ content limit) here. Blocking work runs in worker threads.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ import anyio
 from server.auth.principal import Principal
 from server.errors import NotFound, Unavailable
 from server.memories.params import (
+    ActivityParams,
     ContextParams,
     FilterParams,
     ListMemoriesParams,
@@ -35,6 +37,9 @@ from server.memories.validation import (
 )
 from server.ranking import context
 from server.settings import Settings
+
+# A count of visible memories stops here: past it a status page says "more than" (a full count walks rows).
+COUNT_CAP = 1_000_000
 
 
 def filters_of(params: FilterParams) -> Filters:
@@ -121,9 +126,32 @@ class MemoryOperations:
                       if value is not None}
         page, following = await anyio.to_thread.run_sync(
             lambda: memories.storage.memories.page(scope, location=params.location, provenance=provenance,
-                                                   limit=params.limit, after=after))
+                                                   limit=params.limit, after=after,
+                                                   occurred_after=params.occurred_after,
+                                                   occurred_before=params.occurred_before))
         return {"memories": [m.fields() for m in page],
                 "next_cursor": encode_list_cursor(following) if following is not None else None}
+
+
+    async def activity(self, principal: Principal, params: ActivityParams) -> dict[str, Any]:
+        """How many memories the caller sees (counted up to COUNT_CAP), and how many of them were saved on
+        each of the last `days` UTC days, today included (every day listed, oldest first)."""
+        memories = self._memories()
+        scope = read_scope(principal, Filters())
+        today = datetime.now(UTC).date()
+        first = today - timedelta(days=params.days - 1)
+
+        def read() -> tuple[int, list[tuple[str, int]]]:
+            if scope.empty:
+                return 0, []
+            total = memories.storage.candidates.visible_count(scope, COUNT_CAP)
+            return total, memories.storage.memories.saved_per_day(scope, f"{first.isoformat()}T00:00:00.000000Z")
+
+        total, counted = await anyio.to_thread.run_sync(read)
+        per_day = dict(counted)
+        days = [(first + timedelta(days=n)).isoformat() for n in range(params.days)]
+        return {"memories": min(total, COUNT_CAP), "capped": total > COUNT_CAP,
+                "per_day": [{"day": day, "count": per_day.get(day, 0)} for day in days]}
 
 
 def unavailable_until_loaded(error: str | None) -> Unavailable:

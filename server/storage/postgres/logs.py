@@ -154,6 +154,11 @@ class PostgresLogStore:
                                          first_recorded_at=str(r[2]), last_recorded_at=str(r[3])) for r in page]
         return ConversationPage(summaries, following)
 
+    def count_conversations(self, site_id: int) -> int:
+        row = self._db.read(lambda conn: conn.execute(
+            "SELECT count(*) FROM conversations WHERE site_id = %s", [site_id]).fetchone())
+        return int(row[0]) if row else 0
+
     def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
         for _ in range(IMPORT_TRIES):
             try:

@@ -20,7 +20,8 @@ from server.storage.records import now_rfc3339
 
 # Tables holding a site's data, emptied when the site is deleted (memories_fts before memories, see sites.py;
 # its OAuth codes, grants and tokens go by oauth.delete_site_rows).
-SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memory_words", "memories"]
+SITE_TABLES = ["tokens", "console_sessions", "conversations", "log_items", "append_keys", "memory_words",
+               "memories"]
 
 # Any constant: every memory-server migrating this database takes the same one.
 MIGRATION_LOCK = 0x6D656D6F7279  # "memory"
@@ -274,6 +275,22 @@ SCHEMA = [
         rotated INTEGER NOT NULL DEFAULT 0     -- a refresh token already exchanged
     );
     CREATE INDEX oauth_tokens_by_grant ON oauth_tokens (grant_id);
+    """,
+    # 6: signed-in console sessions, kept in the authority so that every replica on it knows them; only a
+    # hash of the session id is stored. (Saved memories by creation day, the console's status chart, read
+    # memories_by_creation.)
+    """
+    CREATE TABLE console_sessions (
+        id_hash TEXT COLLATE "C" PRIMARY KEY,
+        site_id BIGINT NOT NULL,
+        site TEXT COLLATE "C" NOT NULL,
+        kind TEXT COLLATE "C" NOT NULL,        -- basic or bearer
+        credential TEXT COLLATE "C" NOT NULL,  -- digest of the site's secret hash, or the token's hash
+        created_at DOUBLE PRECISION NOT NULL,  -- unix seconds
+        seen_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX console_sessions_by_seen ON console_sessions (seen_at);
+    CREATE INDEX console_sessions_by_created ON console_sessions (created_at);
     """,
 ]
 

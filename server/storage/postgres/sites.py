@@ -1,4 +1,4 @@
-"""Sites and tokens on PostgreSQL.
+"""Sites, tokens and console sessions on PostgreSQL.
 
 Sign-in reads a site's (or token's) row on every request, since the CLI changes credentials from another
 process (or server). A read from PostgreSQL always waits on the network, so `nowait=True` raises WouldBlock at
@@ -14,7 +14,7 @@ from server.errors import InvalidParameters
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.oauth import delete_site_rows
 from server.storage.postgres.schema import SITE_TABLES
-from server.storage.records import SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
+from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
 
 TOKEN_COLUMNS = ("t.id, t.site_id, s.name, t.scopes, t.teams, t.projects, t.buckets, t.created_at,"
                  " t.revoked_at")
@@ -71,6 +71,41 @@ class PostgresSiteStore:
         return self._db.write(lambda conn: conn.execute(
             "UPDATE tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
             [now_rfc3339(), token_id]).rowcount > 0, single=True)
+
+    # --- console sessions -------------------------------------------------------------------------
+
+    def add_session(self, session: SessionRecord) -> None:
+        # An id hash is a digest of 256 random bits: a row already there is this one, from a retry after a
+        # lost COMMIT.
+        self._db.write(lambda conn: conn.execute(
+            "INSERT INTO console_sessions (id_hash, site_id, site, kind, credential, created_at, seen_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id_hash) DO NOTHING",
+            [session.id_hash, session.site_id, session.site, session.kind, session.credential,
+             session.created_at, session.seen_at]), single=True, idempotent=True)
+
+    def session(self, id_hash: str) -> SessionRecord | None:
+        row = self._db.read(lambda conn: conn.execute(
+            "SELECT id_hash, site_id, site, kind, credential, created_at, seen_at FROM console_sessions"
+            " WHERE id_hash = %s", [id_hash]).fetchone())
+        if row is None:
+            return None
+        return SessionRecord(id_hash=str(row[0]), site_id=int(row[1]), site=str(row[2]), kind=str(row[3]),
+                             credential=str(row[4]), created_at=float(row[5]), seen_at=float(row[6]))
+
+    def touch_session(self, id_hash: str, seen_at: float) -> None:
+        # GREATEST: replicas touching one session at once never move its activity back.
+        self._db.write(lambda conn: conn.execute(
+            "UPDATE console_sessions SET seen_at = GREATEST(seen_at, %s) WHERE id_hash = %s",
+            [seen_at, id_hash]), single=True, idempotent=True)
+
+    def delete_session(self, id_hash: str) -> None:
+        self._db.write(lambda conn: conn.execute("DELETE FROM console_sessions WHERE id_hash = %s", [id_hash]),
+                       single=True, idempotent=True)
+
+    def prune_sessions(self, *, seen_before: float, created_before: float) -> int:
+        return self._db.write(lambda conn: conn.execute(
+            "DELETE FROM console_sessions WHERE seen_at < %s OR created_at < %s",
+            [seen_before, created_before]).rowcount, single=True, idempotent=True)
 
     # --- sign-in ----------------------------------------------------------------------------------
 

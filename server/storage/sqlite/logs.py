@@ -79,6 +79,11 @@ class SqliteLogStore:
                                          last_recorded_at=r["last_recorded_at"]) for r in page]
         return ConversationPage(summaries, following)
 
+    def count_conversations(self, site_id: int) -> int:
+        row = self._readers.get().execute("SELECT count(*) FROM conversations WHERE site_id = ?",
+                                          (site_id,)).fetchone()
+        return int(row[0])
+
     def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
         return self._writer.run_sync(lambda conn: import_log_items(conn, site_id, conversation_id, items))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 # Tables holding a site's data, emptied when the site is deleted.
-SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memories", "memory_words"]
+SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memories", "memory_words", "console_sessions"]
 
 SCHEMA = [
     # 1: sites, tokens, conversation logs
@@ -196,6 +196,21 @@ SCHEMA = [
         DELETE FROM oauth_grants WHERE site_id = old.id;
         DELETE FROM oauth_codes WHERE site_id = old.id;
     END;
+    """,
+    # 6: signed-in console sessions, kept in the authority so that every replica on it knows them; only a
+    # hash of the session id is stored. Saved memories by creation day (the console's status chart).
+    """
+    CREATE TABLE console_sessions (
+        id_hash TEXT PRIMARY KEY,
+        site_id INTEGER NOT NULL,
+        site TEXT NOT NULL,
+        kind TEXT NOT NULL,                    -- basic or bearer
+        credential TEXT NOT NULL,              -- digest of the site's secret hash, or the token's hash
+        created_at REAL NOT NULL,              -- unix seconds
+        seen_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX console_sessions_by_seen ON console_sessions (seen_at);
+    CREATE INDEX memories_by_created ON memories (site_id, created_at);
     """,
 ]
 

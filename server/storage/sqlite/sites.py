@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from server.errors import InvalidParameters
-from server.storage.records import SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
+from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.schema import SITE_TABLES
 from server.storage.sqlite.writer import Readers, Writer
@@ -81,6 +81,36 @@ class SqliteSiteStore:
         return self._writer.run_sync(lambda conn: conn.execute(
             "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (now_rfc3339(), token_id)).rowcount > 0)
+
+    # --- console sessions -------------------------------------------------------------------------
+
+    def add_session(self, session: SessionRecord) -> None:
+        self._writer.run_sync(lambda conn: conn.execute(
+            "INSERT INTO console_sessions (id_hash, site_id, site, kind, credential, created_at, seen_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (session.id_hash, session.site_id, session.site, session.kind, session.credential,
+             session.created_at, session.seen_at)))
+
+    def session(self, id_hash: str) -> SessionRecord | None:
+        row = self._readers.get().execute("SELECT * FROM console_sessions WHERE id_hash = ?", (id_hash,)).fetchone()
+        if row is None:
+            return None
+        return SessionRecord(id_hash=row["id_hash"], site_id=int(row["site_id"]), site=row["site"], kind=row["kind"],
+                             credential=row["credential"], created_at=float(row["created_at"]),
+                             seen_at=float(row["seen_at"]))
+
+    def touch_session(self, id_hash: str, seen_at: float) -> None:
+        self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE console_sessions SET seen_at = max(seen_at, ?) WHERE id_hash = ?", (seen_at, id_hash)))
+
+    def delete_session(self, id_hash: str) -> None:
+        self._writer.run_sync(lambda conn: conn.execute("DELETE FROM console_sessions WHERE id_hash = ?",
+                                                        (id_hash,)))
+
+    def prune_sessions(self, *, seen_before: float, created_before: float) -> int:
+        return self._writer.run_sync(lambda conn: conn.execute(
+            "DELETE FROM console_sessions WHERE seen_at < ? OR created_at < ?",
+            (seen_before, created_before)).rowcount)
 
     # --- sign-in ----------------------------------------------------------------------------------
 

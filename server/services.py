@@ -20,6 +20,7 @@ from server.auth.admin import ensure_site
 from server.auth.authenticator import Authenticator
 from server.auth.principal import Principal, site_principal
 from server.index.base import VectorIndex
+from server.logs.deletion import LogRetention
 from server.logs.validation import LogLimits
 from server.memories.maintenance import start_maintenance
 from server.memories.system import STARTUP_SYNC_LIMIT, Memories, build_memories, repair
@@ -101,6 +102,17 @@ class Services:
 
     def start_maintenance(self) -> None:
         start_maintenance(self.storage, self.memories, self._stop)
+
+    def start_log_retention(self) -> None:
+        """Delete conversations past their site's log retention, and finish cut-short deletions, in the
+        background (logs need neither the model nor the index: this starts at once)."""
+        thread = LogRetention(self.storage.logs, interval_s=self.settings.log_retention_interval_s).start(self._stop)
+
+        def stop() -> None:  # before the storage closes under a running purge (closers run last first)
+            self._stop.set()
+            thread.join(timeout=10)
+
+        self.closers.append(stop)
 
 
 def open_configured_index(settings: Settings) -> VectorIndex:

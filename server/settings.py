@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(256 * 1024, ge=1, description="Largest log item payload, serialized.")
     max_batch_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Largest append batch, serialized.")
     max_content_bytes: int = Field(32 * 1024, ge=1, description="Largest saved-memory content (UTF-8).")
+    log_retention_interval_s: float = Field(60.0, gt=0, description=(
+        "Seconds between two rounds of the task that deletes conversations past their site's log retention."))
     max_request_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest HTTP request body; larger bodies get 413."
     )

@@ -113,6 +113,7 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
         ("/v1/recall", "post"), ("/v1/search", "post"), ("/v1/context", "post"),
         ("/v1/conversations/{conversation_id}/items", "post"),
         ("/v1/conversations/{conversation_id}/items", "get"), ("/v1/conversations", "get"),
+        ("/v1/conversations/{conversation_id}", "delete"),
     }
     schemes = doc["components"]["securitySchemes"]
     assert schemes["basicAuth"] == {**schemes["basicAuth"], "type": "http", "scheme": "basic"}
@@ -709,6 +710,7 @@ ALL_ROUTES = [
     ("POST", "/v1/conversations/conv-0001/items", {"json": {"items": [{"a": 1}]}}),
     ("GET", "/v1/conversations/conv-0001/items", {}),
     ("GET", "/v1/conversations", {}),
+    ("DELETE", "/v1/conversations/conv-0001", {}),
     ("GET", "/v1/no-such-route", {}),
 ]
 LOG_ROUTES = [route for route in ALL_ROUTES if "/conversations" in route[1]]
@@ -842,7 +844,7 @@ async def test_sites_never_see_each_other(live: LiveServer) -> None:
 
 async def test_unknown_routes_and_methods(live: LiveServer) -> None:
     async with client(live) as http:
-        for path in ("/v1/nothing", "/v1/", "/v1", "/v1/memories/a/b", "/v1/conversations/conv-0001"):
+        for path in ("/v1/nothing", "/v1/", "/v1", "/v1/memories/a/b", "/v1/conversations/conv-0001/x"):
             assert path in error_of(await http.get(path), 404, "not_found")
         # A newline in the path still reaches the REST app (a Starlette Mount's pattern would not match it).
         error_of(await http.get("/v1/memories/%0Amem"), 404, "not_found")
@@ -851,6 +853,8 @@ async def test_unknown_routes_and_methods(live: LiveServer) -> None:
         assert response.status_code == 405 and response.json()["error"]["code"] == "not_found"
         assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "PATCH", "DELETE"}
         assert (await http.delete("/v1/conversations")).status_code == 405
+        response = await http.get("/v1/conversations/conv-0001")  # a conversation is deleted, never read, here
+        assert response.status_code == 405 and response.headers["allow"] == "DELETE"
 
 
 async def test_request_over_the_size_limit_is_413(tmp_path: Path, embedder: Any) -> None:

@@ -41,6 +41,7 @@ OPERATIONS = [
     ("POST", "/v1/conversations/{conversation_id}/items"),
     ("GET", "/v1/conversations/{conversation_id}/items"),
     ("GET", "/v1/conversations"),
+    ("DELETE", "/v1/conversations/{conversation_id}"),
 ]
 ARRAY_QUERY = {"tag"}  # query parameters whose schema is an array (repeated in the query string)
 NOTHING_TO_NEGATE = {("GET", "/v1/memories/{reference}"), ("DELETE", "/v1/memories/{reference}")}
@@ -114,6 +115,14 @@ def test_the_schema_lists_exactly_these_operations(api_schema: Any) -> None:
     assert found == set(OPERATIONS)
 
 
+def fresh_conversation(server: LiveServer, n: int) -> str:
+    conversation = f"conv-fuzz-fresh-{n}"
+    response = httpx2.post(f"{server.base}/v1/conversations/{conversation}/items", json={"items": [{"n": n}]},
+                           headers={"Authorization": server.basic_header()})
+    assert response.status_code == 201, response.text
+    return conversation
+
+
 def fresh_memory(server: LiveServer, n: int) -> str:
     response = httpx2.post(f"{server.base}/v1/memories", json={"content": f"Seeded memory number {n} for fuzzing.",
                                                                "tags": ["seed"], "bucket": "fuzz"},
@@ -145,6 +154,8 @@ def test_every_response_is_documented(api_schema: Any, fuzz_server: LiveServer, 
         if pass_ == EXISTING:
             if "reference" in case.path_parameters:
                 case.path_parameters["reference"] = fresh_memory(fuzz_server, next(counter))
+            elif method == "DELETE":  # the seeded conversation stays for the reads
+                case.path_parameters["conversation_id"] = fresh_conversation(fuzz_server, next(counter))
             else:
                 case.path_parameters["conversation_id"] = SEEDED_CONVERSATION
         response = case.call()

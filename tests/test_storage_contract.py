@@ -57,6 +57,8 @@ from server.storage.records import (
     DUPLICATE,
     PRESENT,
     Kept,
+    LogDeletion,
+    PurgeStep,
     Scope,
     SessionRecord,
     StaleRow,
@@ -188,6 +190,132 @@ async def test_import_items_keeps_seqs_and_times_and_reports_each_item(storage: 
     assert (summary["item_count"], summary["first_recorded_at"], summary["last_recorded_at"]) == (4, t1, t2)
     ack = await storage.logs.append(sid, "conv-0001", ['{"n":4}'], None)
     assert ack["first_seq"] == 4
+
+
+# --- deleting conversation logs ---------------------------------------------------------------------------
+
+
+async def test_a_deleted_conversation_is_hidden_at_once_then_purged_in_small_steps(storage: Storage) -> None:
+    logs = storage.logs
+    sid, other = site(storage), site(storage, "other")
+    for n, key in enumerate(["k0", "k1", None, "k2"]):
+        await logs.append(sid, "conv-0001", [f'{{"n":{n}}}', f'{{"n":{n}.5}}'], key)
+    await logs.append(sid, "conv-0002", ['{"kept":1}'], "k0")
+    await logs.append(other, "conv-0001", ['{"theirs":1}'], None)
+    linked = remember(storage, sid, "from the log", provenance={"source": "chat", "conversation_id": "conv-0001",
+                                                                "seq": 3})
+    named = remember(storage, sid, "names it without a seq", provenance={"conversation_id": "conv-0001"})
+    numeric = remember(storage, sid, "a number is not an id", provenance={"conversation_id": 12345678})
+    elsewhere = remember(storage, sid, "from the other log", provenance={"conversation_id": "conv-0002", "seq": 0})
+    theirs = remember(storage, other, "another site's", provenance={"conversation_id": "conv-0001", "seq": 0})
+    before = storage.memories.get(Scope(sid), linked.reference)
+    assert before is not None
+
+    marked = logs.delete_conversation(sid, "conv-0001")
+    assert marked == LogDeletion(conversation_id="conv-0001", item_count=8, started=True)
+    assert logs.delete_conversation(sid, "conv-0001") == LogDeletion("conv-0001", 8, started=False)
+    assert logs.delete_conversation(sid, "conv-unknown") is None
+    # Hidden from every read at once, before anything is purged.
+    assert logs.tail(sid, "conv-0001", 10) == [] and logs.replay(sid, "conv-0001", 0, 10) == []
+    assert [c["conversation_id"] for c in logs.conversations(sid, 10, None).conversations] == ["conv-0002"]
+    assert logs.purging(10) == [(sid, "conv-0001")]
+    snapshot = storage.snapshot(None)
+    try:
+        assert snapshot.counts == {"memories": 5, "conversations": 2, "log_items": 2}
+        assert [(s, c) for s, c, _ in snapshot.log_items()] == [("acme", "conv-0002"), ("other", "conv-0001")]
+    finally:
+        snapshot.close()
+    with pytest.raises(Unavailable, match="being deleted"):
+        logs.import_items(sid, "conv-0001", [(8, WHEN, '{"n":8}')])
+
+    steps = []
+    while not steps or not steps[-1].done:
+        steps.append(logs.purge_step(sid, "conv-0001", 3))
+    assert all(step.rows <= 3 for step in steps) and len(steps) >= 5
+    assert sum(s.unlinked for s in steps) == 2 and sum(s.items for s in steps) == 8
+    assert sum(s.keys for s in steps) == 3
+    assert logs.purging(10) == [] and logs.delete_conversation(sid, "conv-0001") is None
+    assert logs.purge_step(sid, "conv-0001", 3) == PurgeStep(unlinked=0, items=0, keys=0, done=True)
+
+    after = storage.memories.get(Scope(sid), linked.reference)
+    assert after is not None and after.content == "from the log" and after.provenance == {"source": "chat"}
+    assert after.updated_at > before.updated_at  # a change: cached candidates are read again
+    unnamed = storage.memories.get(Scope(sid), named.reference)
+    assert unnamed is not None and unnamed.provenance == {}
+    for ref, owner, provenance in [(numeric.reference, sid, {"conversation_id": 12345678}),
+                                   (elsewhere.reference, sid, {"conversation_id": "conv-0002", "seq": 0}),
+                                   (theirs.reference, other, {"conversation_id": "conv-0001", "seq": 0})]:
+        kept = storage.memories.get(Scope(owner), ref)
+        assert kept is not None and kept.provenance == provenance
+    _, rows = storage.candidates.load(Scope(sid), None, "model-a", lambda _id, _at: False)
+    positions = {row.content: (row.conversation_id, row.seq) for row in rows}
+    assert positions["from the log"] == (None, None) and positions["from the other log"] == ("conv-0002", 0)
+    assert storage.memories.page(Scope(sid), location=None, provenance={"conversation_id": "conv-0001"}, limit=10,
+                                 after=None)[0] == []
+
+    # Nothing of it is left: the id starts a new log, and its old idempotency keys are forgotten.
+    ack = await logs.append(sid, "conv-0001", ['{"new":true}'], "k0")
+    assert (ack["first_seq"], ack["duplicate"]) == (0, False)
+    assert [t for _, _, t in logs.replay(sid, "conv-0001", 0, 10)] == ['{"new":true}']
+    assert (await logs.append(sid, "conv-0002", ['{"kept":2}'], "k0"))["duplicate"]
+    assert len(logs.tail(sid, "conv-0002", 10)) == 1 and len(logs.tail(other, "conv-0001", 10)) == 1
+
+
+async def test_an_append_racing_a_deletion_waits_then_starts_a_new_log_at_seq_0(storage: Storage) -> None:
+    logs = storage.logs
+    sid = site(storage)
+    await logs.append(sid, "conv-0001", [f'{{"old":{n}}}' for n in range(50)], "key")
+    assert logs.delete_conversation(sid, "conv-0001") is not None
+    keyed = asyncio.ensure_future(logs.append(sid, "conv-0001", ['{"new":1}'], "key"))
+    plain = asyncio.ensure_future(logs.append(sid, "conv-0001", ['{"new":2}'], None))
+    await asyncio.sleep(0.3)
+    assert not keyed.done() and not plain.done()  # waiting for the deletion, nothing written
+    other = await logs.append(sid, "conv-0002", ['{"elsewhere":1}'], None)  # other conversations go on
+    assert other["first_seq"] == 0
+    while not (await asyncio.to_thread(logs.purge_step, sid, "conv-0001", 7)).done:
+        pass
+    acks = sorted([await keyed, await plain], key=lambda a: a["first_seq"])
+    assert [a["first_seq"] for a in acks] == [0, 1] and not any(a["duplicate"] for a in acks)
+    assert sorted(t for _, _, t in logs.replay(sid, "conv-0001", 0, 100)) == ['{"new":1}', '{"new":2}']
+
+
+async def test_an_append_gives_up_on_a_deletion_that_does_not_finish(storage: Storage,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("server.storage.deletion.DELETION_WAIT_S", 0.3)
+    sid = site(storage)
+    await storage.logs.append(sid, "conv-0001", ['{"n":0}'], None)
+    storage.logs.delete_conversation(sid, "conv-0001")  # and no purge comes
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="being deleted") as raised:
+        await storage.logs.append(sid, "conv-0001", ['{"n":1}'], "key")
+    assert raised.value.retryable and 0.25 < time.monotonic() - started < 5
+    assert storage.logs.tail(sid, "conv-0001", 5) == [] and storage.logs.purging(5) == [(sid, "conv-0001")]
+
+
+async def test_log_retention_marks_what_is_past_it_oldest_first(storage: Storage) -> None:
+    from server.logs.deletion import LogRetention
+
+    logs, sites = storage.logs, storage.sites
+    kept_site, short = site(storage), site(storage, "short")
+    assert sites.set_log_retention("short", 2) and not sites.set_log_retention("nobody", 2)
+    assert {s.name: s.log_retention_days for s in sites.sites()} == {"acme": None, "short": 2}
+    for n in range(3):
+        await logs.append(short, f"conv-000{n}", ['{"n":0}'], None)
+        await logs.append(kept_site, f"conv-000{n}", ['{"n":0}'], None)
+    now_us = int(time.time() * 1_000_000)
+    day_us = 86_400 * 1_000_000
+    assert logs.expire(now_us + day_us, 10) == 0  # within the retention
+    assert logs.expire(now_us + 3 * day_us, 2) == 2  # the two oldest first
+    assert sorted(logs.purging(10)) == [(short, "conv-0000"), (short, "conv-0001")]
+    assert [c["conversation_id"] for c in logs.conversations(short, 10, None).conversations] == ["conv-0002"]
+    retention = LogRetention(logs, budget=1, pause_s=0, clock=lambda: time.time() + 3 * 86_400)
+    assert retention.run_once() == 3
+    assert logs.conversations(short, 10, None).conversations == [] and logs.purging(10) == []
+    assert len(logs.conversations(kept_site, 10, None).conversations) == 3  # no retention: kept
+    assert sites.set_log_retention("short", None)
+    await logs.append(short, "conv-0009", ['{"n":0}'], None)
+    assert logs.expire(now_us + 1000 * day_us, 10) == 0 and retention.run_once() == 0
+    assert [s.log_retention_days for s in sites.sites()] == [None, None]
 
 
 # --- sites and tokens -------------------------------------------------------------------------------------

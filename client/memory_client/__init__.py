@@ -20,6 +20,7 @@ from memory_client.models import (
     Budget,
     ContextItem,
     ContextPack,
+    ConversationDeleted,
     ConversationPage,
     ConversationSummary,
     Forgotten,
@@ -35,7 +36,7 @@ __all__ = [
     "UNSET", "Unset", "SpoolInUse", "AsyncClient", "Client", "__version__",
     "MemoryServerError", "InvalidParameters", "UnprocessableParameters", "Unauthorized", "Forbidden", "NotFound",
     "PayloadTooLarge", "Unavailable", "TransportError",
-    "AppendAck", "Budget", "ContextItem", "ContextPack", "ConversationPage", "ConversationSummary", "Forgotten",
-    "Hit", "LogItem", "Memory", "MemoryPage", "Remembered",
+    "AppendAck", "Budget", "ContextItem", "ContextPack", "ConversationDeleted", "ConversationPage",
+    "ConversationSummary", "Forgotten", "Hit", "LogItem", "Memory", "MemoryPage", "Remembered",
     "AsyncRecorder", "Recorder", "RecorderStats",
 ]

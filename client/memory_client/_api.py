@@ -26,6 +26,7 @@ from memory_client.errors import (
 from memory_client.models import (
     AppendAck,
     ContextPack,
+    ConversationDeleted,
     ConversationPage,
     Forgotten,
     Hit,
@@ -259,6 +260,10 @@ def replay(conversation_id: str, offset: int, limit: int) -> Call[list[LogItem]]
 
 def list_conversations(limit: int, cursor: str | None) -> Call[ConversationPage]:
     return Call("GET", "/v1/conversations", model(ConversationPage), params=query(limit=limit, cursor=cursor))
+
+
+def delete_conversation(conversation_id: str) -> Call[ConversationDeleted]:
+    return Call("DELETE", conversation(conversation_id), model(ConversationDeleted))
 
 
 def serialize(item: Any) -> str:

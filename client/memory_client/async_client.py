@@ -16,6 +16,7 @@ from memory_client.errors import TransportError
 from memory_client.models import (
     AppendAck,
     ContextPack,
+    ConversationDeleted,
     ConversationPage,
     ConversationSummary,
     Forgotten,
@@ -177,6 +178,11 @@ class AsyncClient:
         """Append 1-1000 items as one durable batch and wait for the acknowledgement. In a conversation,
         prefer `recorder()`, which never waits."""
         return await self._call(_api.append(conversation_id, items, idempotency_key))
+
+    async def delete_conversation(self, conversation_id: str) -> ConversationDeleted:
+        """Delete a conversation log for good (`DELETE /v1/conversations/{id}`); NotFound if there is none.
+        Returns once nothing of it is left; the id may then start a new log at seq 0."""
+        return await self._call(_api.delete_conversation(conversation_id))
 
     async def tail(self, conversation_id: str, count: int = 50) -> list[LogItem]:
         """The last `count` items (0-1000), ascending (`recall_memory`)."""

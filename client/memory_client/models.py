@@ -130,3 +130,12 @@ class ConversationSummary(Model):
 class ConversationPage(Model):
     conversations: list[ConversationSummary]
     next_cursor: str | None = None
+
+
+class ConversationDeleted(Model):
+    """A conversation deleted for good; memories that named it in their provenance lost the link."""
+
+    conversation_id: str
+    deleted: bool
+    item_count: int
+    memories_unlinked: int = 0

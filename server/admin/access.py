@@ -1,5 +1,6 @@
-"""`memory-server site ...` and `memory-server token ...`: sites, their Basic credentials, Bearer tokens and the
-OAuth grants of connectors (listed with the tokens, revoked by the same command)."""
+"""`memory-server site ...`, `memory-server token ...` and `memory-server conversation ...`: sites, their Basic
+credentials and log retention, Bearer tokens and the OAuth grants of connectors (listed with the tokens,
+revoked by the same command), deleting a conversation log."""
 
 from __future__ import annotations
 
@@ -9,34 +10,35 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from server.admin.common import DataDir, fail, load_settings, site_app, token_app
+from server.admin.common import DataDir, conversation_app, fail, load_settings, site_app, token_app
 from server.auth import admin, oauth
 from server.errors import AppError
+from server.settings import Settings
 from server.storage.factory import open_storage
 from server.storage.oauth_records import OAuthGrant
 from server.storage.protocols import SiteStore, Storage
-from server.storage.records import TokenRecord
+from server.storage.records import SiteRecord, TokenRecord
 
 T = TypeVar("T")
 
 
-def with_sites(data_dir: object, work: Callable[[SiteStore], T]) -> T:
+def with_storage(data_dir: object, work: Callable[[Settings, Storage], T]) -> T:
     """Run one administrative change on the data directory's store (the schema is brought up to date)."""
-    return with_storage(data_dir, lambda storage: work(storage.sites))
-
-
-def with_storage(data_dir: object, work: Callable[[Storage], T]) -> T:
     settings = load_settings(data_dir=data_dir)
     try:
         storage = open_storage(settings)
     except OSError as exc:  # e.g. the data directory is a file, or not writable
         fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
     try:
-        return work(storage)
+        return work(settings, storage)
     except AppError as exc:
         fail(exc)
     finally:
         storage.close()
+
+
+def with_sites(data_dir: object, work: Callable[[SiteStore], T]) -> T:
+    return with_storage(data_dir, lambda _, storage: work(storage.sites))
 
 
 @site_app.command("create")
@@ -46,11 +48,44 @@ def site_create(name: str, data_dir: DataDir = None) -> None:
     typer.echo(f"username: {name}\nsecret: {secret}")
 
 
+def retention_text(site: SiteRecord) -> str:
+    days = site.log_retention_days
+    if days is None:
+        return "logs kept until deleted"
+    return f"logs deleted {days} day{'s' if days != 1 else ''} after their last activity"
+
+
 @site_app.command("list")
 def site_list(data_dir: DataDir = None) -> None:
     """List sites."""
     for site in with_sites(data_dir, admin.list_sites):
-        typer.echo(f"{site.name}\tcreated {site.created_at}")
+        typer.echo(f"{site.name}\tcreated {site.created_at}\t{retention_text(site)}")
+
+
+@site_app.command("show")
+def site_show(name: str, data_dir: DataDir = None) -> None:
+    """Show a site: when it was created, its log retention."""
+    site = with_sites(data_dir, lambda sites: admin.show_site(sites, name))
+    retention = "none" if site.log_retention_days is None else f"{site.log_retention_days} days"
+    typer.echo(f"name: {site.name}\ncreated: {site.created_at}\nlog retention: {retention}")
+
+
+@site_app.command("set")
+def site_set(
+    name: str,
+    log_retention_days: Annotated[int | None, typer.Option(
+        "--log-retention-days", metavar="N", help="Delete conversation logs N days after their last activity "
+        "(in the background, while the server runs).")] = None,
+    no_log_retention: Annotated[bool, typer.Option(
+        "--no-log-retention", help="Keep conversation logs until they are deleted (clears the retention).")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Change a site's settings: its log retention."""
+    if (log_retention_days is None) == (not no_log_retention):
+        fail(RuntimeError("give either --log-retention-days N or --no-log-retention"))
+    with_sites(data_dir, lambda sites: admin.set_log_retention(sites, name, log_retention_days))
+    site = with_sites(data_dir, lambda sites: admin.show_site(sites, name))
+    typer.echo(f"site {name}: {retention_text(site)}")
 
 
 @site_app.command("delete")
@@ -87,7 +122,7 @@ def token_list(
     site: Annotated[str, typer.Option("--site", help="The site whose tokens to list.")], data_dir: DataDir = None
 ) -> None:
     """List a site's tokens, then the OAuth grants of its connectors with their client's name (never a secret)."""
-    def listed(storage: Storage) -> tuple[list[str], list[OAuthGrant]]:
+    def listed(_: Settings, storage: Storage) -> tuple[list[str], list[OAuthGrant]]:
         tokens = admin.list_tokens(storage.sites, site)
         return _lines(tokens), oauth.list_grants(storage.oauth, admin.require_site(storage.sites, site))
 
@@ -122,8 +157,35 @@ def _printable(name: str) -> str:
 def token_revoke(token_id: Annotated[str, typer.Argument(metavar="ID")], data_dir: DataDir = None) -> None:
     """Revoke a token, or an OAuth grant (oa_...), by id; takes effect on the next request."""
     if oauth.is_grant_id(token_id):
-        with_storage(data_dir, lambda storage: oauth.revoke_grant(storage.oauth, token_id))
+        with_storage(data_dir, lambda _, storage: oauth.revoke_grant(storage.oauth, token_id))
         typer.echo(f"revoked OAuth grant {token_id}")
         return
     with_sites(data_dir, lambda sites: admin.revoke_token(sites, token_id))
     typer.echo(f"revoked token {token_id}")
+
+
+@conversation_app.command("delete")
+def conversation_delete(
+    conversation_id: Annotated[str, typer.Argument(metavar="ID")],
+    site: Annotated[str, typer.Option("--site", help="The site the conversation belongs to.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Delete a conversation log for good: its items, its idempotency keys, and the link of every memory whose
+    provenance names it (the memories stay). Safe while the server runs."""
+    import anyio
+
+    from server.api.operations.logs import LogOperations
+    from server.auth.principal import site_principal
+    from server.logs.params import DeleteConversationParams
+    from server.logs.validation import LogLimits
+
+    def delete(settings: Settings, storage: Storage) -> dict[str, object]:
+        params = DeleteConversationParams(conversation_id=conversation_id)
+        principal = site_principal(admin.require_site(storage.sites, site), site)
+        ops = LogOperations(storage.logs, LogLimits(settings.max_payload_bytes, settings.max_batch_bytes))
+        return dict(anyio.run(ops.delete_conversation, principal, params))
+
+    deleted = with_storage(data_dir, delete)
+    typer.echo(f"deleted conversation {conversation_id}: {deleted['item_count']} items, "
+               f"{deleted['memories_unlinked']} memories unlinked")
+

@@ -17,8 +17,10 @@ app = typer.Typer(help="memory-server: durable conversation logs and saved memor
                   pretty_exceptions_enable=False, no_args_is_help=True, add_completion=False)
 site_app = typer.Typer(help="Manage sites (tenants) and their Basic credentials.", no_args_is_help=True)
 token_app = typer.Typer(help="Manage Bearer tokens and OAuth grants.", no_args_is_help=True)
+conversation_app = typer.Typer(help="Manage conversation logs.", no_args_is_help=True)
 app.add_typer(site_app, name="site")
 app.add_typer(token_app, name="token")
+app.add_typer(conversation_app, name="conversation")
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory (MEMORY_DATA_DIR).")]
 

@@ -119,6 +119,7 @@ def _serve_stdio(settings: Settings) -> None:
     from server.api.mcp.server import build_mcp
 
     services = _open_services_for_serving(settings, None)
+    services.start_log_retention()
     try:
         services.load_memories()
     except Exception as exc:

@@ -60,6 +60,7 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with mcp_app.lifespan(app), anyio.create_task_group() as tasks:
             lift_sdk_body_limit(mcp_app, settings.max_request_bytes)
+            services.start_log_retention()
             tasks.start_soon(load)
             try:
                 yield

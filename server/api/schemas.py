@@ -45,6 +45,14 @@ class ConversationsResult(BaseModel):
     next_cursor: str | None
 
 
+class ConversationDeleted(BaseModel):
+    conversation_id: str
+    deleted: Literal[True]
+    item_count: int = Field(description="How many items the log held when it was deleted.")
+    memories_unlinked: int = Field(description="Saved memories whose provenance named the conversation: they "
+                                   "are kept, without provenance.conversation_id and provenance.seq.")
+
+
 class MemoryFields(BaseModel):
     """The attributes of a saved memory, as every answer that returns one carries them."""
 

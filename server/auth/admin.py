@@ -49,6 +49,24 @@ def list_sites(sites: SiteStore) -> list[SiteRecord]:
     return sites.sites()
 
 
+def show_site(sites: SiteStore, name: str) -> SiteRecord:
+    for site in sites.sites():
+        if site.name == name:
+            return site
+    raise NotFound(f"no site named {name!r}")
+
+
+MAX_RETENTION_DAYS = 36_500
+
+
+def set_log_retention(sites: SiteStore, name: str, days: int | None) -> None:
+    """Keep the site's conversation logs `days` days after their last activity; None: until deleted."""
+    if days is not None and not 1 <= days <= MAX_RETENTION_DAYS:
+        raise InvalidParameters(f"the log retention must be 1-{MAX_RETENTION_DAYS} days (got {days})")
+    if not sites.set_log_retention(name, days):
+        raise NotFound(f"no site named {name!r}")
+
+
 def require_site(sites: SiteStore, name: str) -> int:
     site_id = sites.site_id(name)
     if site_id is None:

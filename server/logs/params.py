@@ -79,3 +79,7 @@ class ReplayParams(Params):
 class ListConversationsParams(Params):
     limit: PageSize = LIST_LIMIT
     cursor: Cursor = None
+
+
+class DeleteConversationParams(Params):
+    conversation_id: ConversationId

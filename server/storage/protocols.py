@@ -36,7 +36,9 @@ from server.storage.records import (
     IndexRow,
     Inserted,
     Kept,
+    LogDeletion,
     NewMemory,
+    PurgeStep,
     RawItem,
     Scope,
     SessionRecord,
@@ -74,6 +76,29 @@ class LogStore(Protocol):
         """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text."""
         ...
 
+    # Deletion (server/storage/deletion.py): a conversation is marked in one small transaction, hidden from
+    # then on (reads find nothing, appends wait), and purged in steps that each stay small.
+
+    def delete_conversation(self, site_id: int, conversation_id: str) -> LogDeletion | None:
+        """Mark a conversation for deletion; None if the site has no such conversation. One already marked
+        answers again with started=False."""
+        ...
+
+    def expire(self, now_us: int, limit: int) -> int:
+        """Mark up to `limit` conversations, of sites with a log retention, whose last activity (unix µs) is
+        older than `now_us` minus the retention; how many were marked."""
+        ...
+
+    def purging(self, limit: int) -> list[tuple[int, str]]:
+        """(site id, conversation id) of conversations marked for deletion and not purged yet."""
+        ...
+
+    def purge_step(self, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
+        """One transaction of a marked conversation's purge, of at most `budget` rows: memory links, then
+        items, then idempotency keys; the conversation row goes with the step that finds nothing more (done).
+        Done at once if the conversation is not marked (purged already)."""
+        ...
+
 
 class SiteStore(Protocol):
     def create_site(self, name: str, secret_hash: str) -> int:
@@ -87,6 +112,11 @@ class SiteStore(Protocol):
     def site_id(self, name: str) -> int | None: ...
 
     def sites(self) -> list[SiteRecord]: ...
+
+    def set_log_retention(self, name: str, days: int | None) -> bool:
+        """Keep the site's conversation logs `days` after their last activity (None: until deleted); False
+        if there is no such site."""
+        ...
 
     def delete_site(self, name: str) -> bool:
         """Delete a site with its tokens and every memory and log of it; False if there is no such site."""

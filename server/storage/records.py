@@ -51,6 +51,33 @@ class ConversationPage:
     following: tuple[int, str] | None  # (activity, conversation_id) after the last one, if there are more
 
 
+@dataclass(frozen=True, slots=True)
+class LogDeletion:
+    """A conversation marked for deletion: hidden from every read at once, its rows purged in small steps."""
+
+    conversation_id: str
+    item_count: int
+    started: bool  # False: it was being deleted already (this call joins that deletion)
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStep:
+    """What one purge transaction removed; `done` once the conversation is gone for good."""
+
+    unlinked: int  # memories whose provenance named the conversation, now without the link
+    items: int
+    keys: int  # idempotency keys
+    done: bool
+
+    @property
+    def rows(self) -> int:
+        return self.unlinked + self.items + self.keys
+
+
+class ConversationDeleting(Exception):
+    """The conversation is being deleted: an append waits until it is gone, then starts a new log at seq 0."""
+
+
 # --- sites and tokens -------------------------------------------------------------------------------------
 
 
@@ -59,6 +86,7 @@ class SiteRecord:
     id: int
     name: str
     created_at: str
+    log_retention_days: int | None = None  # None: conversation logs are kept until deleted
 
 
 @dataclass(frozen=True, slots=True)

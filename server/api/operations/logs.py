@@ -1,4 +1,4 @@
-"""The conversation-log operations, each once: append, tail, replay, list. Basic credentials only."""
+"""The conversation-log operations, each once: append, tail, replay, list, delete. Basic credentials only."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ from typing import Any, TypedDict
 import anyio
 
 from server.auth.principal import Principal
-from server.errors import UnprocessableParameters
-from server.logs.params import AppendParams, ListConversationsParams, ReplayParams, TailParams
+from server.errors import NotFound, UnprocessableParameters
+from server.logs.deletion import delete_conversation
+from server.logs.params import (
+    AppendParams,
+    DeleteConversationParams,
+    ListConversationsParams,
+    ReplayParams,
+    TailParams,
+)
 from server.logs.validation import LogLimits, check_idempotency_key, decode_cursor, encode_cursor, serialize_items
 from server.storage.protocols import LogStore
 from server.storage.records import AppendAck, ConversationSummary, RawItem
@@ -21,6 +28,13 @@ BASIC_ONLY = "this operation requires the site's Basic authentication (conversat
 class ConversationsAnswer(TypedDict):
     conversations: list[ConversationSummary]
     next_cursor: str | None
+
+
+class DeletedAnswer(TypedDict):
+    conversation_id: str
+    deleted: bool
+    item_count: int
+    memories_unlinked: int
 
 
 def require_basic(principal: Principal) -> None:
@@ -73,6 +87,18 @@ class LogOperations:
         page = await anyio.to_thread.run_sync(self.store.conversations, principal.site_id, params.limit, after)
         return {"conversations": page.conversations,
                 "next_cursor": encode_cursor(page.following) if page.following is not None else None}
+
+    async def delete_conversation(self, principal: Principal, params: DeleteConversationParams) -> DeletedAnswer:
+        """Delete a conversation for good: its items, its idempotency keys, the links of memories whose
+        provenance names it. Answers once nothing of it is left; not_found for a conversation the site does
+        not have (or no longer has)."""
+        require_basic(principal)
+        deleted = await anyio.to_thread.run_sync(delete_conversation, self.store, principal.site_id,
+                                                 params.conversation_id)
+        if deleted is None:
+            raise NotFound(f"no conversation {params.conversation_id!r}")
+        return {"conversation_id": deleted.conversation_id, "deleted": True, "item_count": deleted.item_count,
+                "memories_unlinked": deleted.memories_unlinked}
 
 
 def items_answer(rows: list[RawItem]) -> dict[str, list[dict[str, Any]]]:

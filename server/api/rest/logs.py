@@ -11,12 +11,13 @@ from server.api.operations.logs import LogOperations, items_answer
 from server.api.rest.errors import COMMON, documented
 from server.api.rest.params import AppendBody, ItemsQuery
 from server.api.rest.security import BasicCaller, valid_unicode
-from server.api.schemas import AppendResult, ConversationsResult, ItemsResult
+from server.api.schemas import AppendResult, ConversationDeleted, ConversationsResult, ItemsResult
 from server.errors import InvalidParameters
 from server.logs.params import (
     REST_REPLAY_LIMIT,
     TAIL_COUNT,
     AppendParams,
+    DeleteConversationParams,
     IdempotencyKey,
     ListConversationsParams,
     ReplayParams,
@@ -79,6 +80,19 @@ def log_routes(ops: LogOperations) -> APIRouter:
             "conversation_id": conversation_id, "offset": query.offset,
             "limit": REST_REPLAY_LIMIT if query.limit is None else query.limit})
         return JSONResponse(items_answer(await ops.replay(principal, replay)))
+
+    @router.delete("/conversations/{conversation_id}", response_model=ConversationDeleted,
+                   responses=documented(*COMMON, 404), summary="Delete a conversation log (Basic only)",
+                   description="Remove the conversation for good: its items, its idempotency keys, and the link "
+                   "of every saved memory whose provenance names it (the memories stay, without "
+                   "provenance.conversation_id and provenance.seq). It disappears from every read at once; the "
+                   "answer comes once nothing of it is left. An append to it while it is being deleted waits, "
+                   "then starts a new log at seq 0. 404 not_found if the site has no such conversation.")
+    async def delete_conversation(conversation_id: Annotated[str, Path(
+            pattern=CONVERSATION_ID.pattern, description=f"{CONVERSATION_ID_RULE}.")],
+            principal: BasicCaller) -> JSONResponse:
+        params = DeleteConversationParams(conversation_id=conversation_id)
+        return JSONResponse(dict(await ops.delete_conversation(principal, params)))
 
     @router.get("/conversations", response_model=ConversationsResult, responses=documented(*COMMON),
                 summary="List conversations (Basic only)")

@@ -9,6 +9,11 @@ The batch's `recorded_at` is the database clock read once the counter row is hel
 within a conversation (whichever server appends). With an idempotency key, a key already committed answers
 the original acknowledgement at once; a concurrent appender with the same key waits on the key's unique
 index, fails when the first commits, and its retry finds the key (duplicate: true).
+
+A deletion (server/storage/deletion.py) marks the counter row `deleting` under its lock. An append's upsert
+only moves a row that is not marked (ON CONFLICT ... WHERE sees the latest committed row, whatever the
+statement's snapshot), so an append waiting on the lock either committed before the mark, or finds it and
+waits for the purge; the purge's last step deletes the row, and the next append starts a new log at seq 0.
 """
 
 from __future__ import annotations
@@ -17,19 +22,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from server.errors import Unavailable
+from server.storage.deletion import after_deletion, deleting_message, unlinked_provenance
 from server.storage.postgres.database import AsyncConn, Conn, Database
 from server.storage.records import (
     APPENDED,
     PRESENT,
     AppendAck,
+    ConversationDeleting,
     ConversationPage,
     ConversationSummary,
+    LogDeletion,
+    PurgeStep,
     RawItem,
+    now_rfc3339,
 )
-from server.storage.sqlite.logs import same_payload
+from server.storage.sqlite.logs import DAY_US, same_payload
 
 MAX_BIGINT = 2**63 - 1
 IMPORT_TRIES = 5
+# Reads see no item of a conversation being deleted.
+NOT_DELETING = ("NOT EXISTS (SELECT 1 FROM conversations d WHERE d.site_id = {site} AND d.conversation_id = {cid}"
+                " AND d.deleting)")
 
 # The database clock as RFC3339 with microseconds (now_rfc3339's format), and in microseconds.
 _TEXT = "to_char({0} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
@@ -50,6 +63,7 @@ _UPSERT = f"""
         last_recorded_at = {_TEXT.format("clock_timestamp()")},
         last_activity_us = GREATEST({_MICROS.format("clock_timestamp()")}, c.last_activity_us + 1,
                                     excluded.last_activity_us)
+    WHERE NOT c.deleting
     RETURNING c.item_count - %(n)s AS first_seq, c.last_recorded_at AS recorded_at
 """
 _ITEMS = """
@@ -67,6 +81,7 @@ APPEND_KEYED = f"""
     WITH prior AS (
         SELECT first_seq, last_seq, count, recorded_at FROM append_keys
         WHERE site_id = %(site)s AND conversation_id = %(cid)s AND idempotency_key = %(key)s
+          AND {NOT_DELETING.format(site='%(site)s', cid='%(cid)s')}
     ),
     clock AS MATERIALIZED (SELECT clock_timestamp() AS ts),
     conv AS ({_UPSERT.format(gate="WHERE NOT EXISTS (SELECT 1 FROM prior)")}),
@@ -114,17 +129,19 @@ class PostgresLogStore:
         async def run(conn: AsyncConn) -> AppendAck:
             cur = await conn.execute(sql, params)
             row = await cur.fetchone()
-            if row is None:  # cannot happen: the statement answers one row
-                raise RuntimeError("append returned no acknowledgement")
+            if row is None:  # the upsert found the row marked: nothing was written
+                raise ConversationDeleting(conversation_id)
             return AppendAck(conversation_id=conversation_id, first_seq=int(row[0]), last_seq=int(row[1]),
                              count=int(row[2]), recorded_at=str(row[3]), duplicate=bool(row[4]))
 
         # With a key, running it again after a lost COMMIT answers the first acknowledgement: idempotent.
-        return await self._db.run_async(run, idempotent=idempotency_key is not None)
+        return await after_deletion(lambda: self._db.run_async(run, idempotent=idempotency_key is not None),
+                                    conversation_id)
 
     def tail(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
         rows = self._items("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s"
-                           " AND conversation_id = %s ORDER BY seq DESC LIMIT %s", [site_id, conversation_id, count])
+                           f" AND conversation_id = %s AND {NOT_DELETING.format(site='%s', cid='%s')}"
+                           " ORDER BY seq DESC LIMIT %s", [site_id, conversation_id, site_id, conversation_id, count])
         rows.reverse()
         return rows
 
@@ -132,8 +149,9 @@ class PostgresLogStore:
         if offset > MAX_BIGINT:  # past the end of any log (and not bindable): an empty page
             return []
         return self._items("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s"
-                           " AND conversation_id = %s AND seq >= %s ORDER BY seq LIMIT %s",
-                           [site_id, conversation_id, offset, limit])
+                           f" AND conversation_id = %s AND {NOT_DELETING.format(site='%s', cid='%s')}"
+                           " AND seq >= %s ORDER BY seq LIMIT %s",
+                           [site_id, conversation_id, site_id, conversation_id, offset, limit])
 
     def _items(self, sql: str, args: list[object]) -> list[RawItem]:
         rows = self._db.read(lambda conn: conn.execute(sql, args).fetchall())
@@ -141,7 +159,7 @@ class PostgresLogStore:
 
     def conversations(self, site_id: int, limit: int, after: tuple[int, str] | None) -> ConversationPage:
         sql = ("SELECT conversation_id, item_count, first_recorded_at, last_recorded_at, last_activity_us"
-               " FROM conversations WHERE site_id = %s")
+               " FROM conversations WHERE site_id = %s AND NOT deleting")
         args: list[Any] = [site_id]
         if after is not None:
             sql += " AND (last_activity_us < %s OR (last_activity_us = %s AND conversation_id < %s))"
@@ -167,14 +185,61 @@ class PostgresLogStore:
                 continue  # rolled back: read the conversation again
         raise Unavailable(f"conversation {conversation_id} kept changing while it was imported; retry")
 
+    # --- deletion ---------------------------------------------------------------------------------
+
+    def delete_conversation(self, site_id: int, conversation_id: str) -> LogDeletion | None:
+        def mark(conn: Conn) -> LogDeletion | None:
+            row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = %s"
+                               " AND conversation_id = %s FOR UPDATE", [site_id, conversation_id]).fetchone()
+            if row is None:
+                return None
+            if not row[1]:
+                conn.execute("UPDATE conversations SET deleting = true WHERE site_id = %s AND conversation_id = %s",
+                             [site_id, conversation_id])
+            return LogDeletion(conversation_id=conversation_id, item_count=int(row[0]), started=not row[1])
+
+        # Run again after a lost COMMIT, it finds the mark: the same deletion.
+        return self._db.write(mark, idempotent=True)
+
+    def expire(self, now_us: int, limit: int) -> int:
+        def mark(conn: Conn) -> int:
+            marked = 0
+            for site_id, days in conn.execute("SELECT id, log_retention_days FROM sites"
+                                              " WHERE log_retention_days IS NOT NULL ORDER BY id").fetchall():
+                if marked >= limit:
+                    break
+                cutoff = now_us - int(days) * DAY_US
+                # Rows an append holds are active anyway (skipped); the outer conditions are checked again on
+                # the latest version of each row as it is marked.
+                marked += conn.execute(
+                    "UPDATE conversations SET deleting = true WHERE site_id = %s AND last_activity_us < %s"
+                    " AND NOT deleting AND conversation_id IN (SELECT conversation_id FROM conversations"
+                    " WHERE site_id = %s AND last_activity_us < %s AND NOT deleting ORDER BY last_activity_us"
+                    " LIMIT %s FOR UPDATE SKIP LOCKED)",
+                    [site_id, cutoff, site_id, cutoff, limit - marked]).rowcount
+            return marked
+
+        return self._db.write(mark, idempotent=True)
+
+    def purging(self, limit: int) -> list[tuple[int, str]]:
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT site_id, conversation_id FROM conversations WHERE deleting LIMIT %s", [limit]).fetchall())
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def purge_step(self, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
+        # Each run removes whatever is left: running it again after a lost COMMIT does no harm.
+        return self._db.write(lambda conn: purge_step(conn, site_id, conversation_id, budget), idempotent=True)
+
 
 def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
     """Import one conversation's items inside the caller's transaction; outcomes as on SQLite
     (server.storage.sqlite.logs.import_log_items)."""
     # Locked: appenders wait until the import commits. A conversation that does not exist yet has no row to
     # lock, so the import checks that its seqs are still the next ones (RacedImport).
-    row = conn.execute("SELECT item_count FROM conversations WHERE site_id = %s AND conversation_id = %s"
+    row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = %s AND conversation_id = %s"
                        " FOR UPDATE", [site_id, conversation_id]).fetchone()
+    if row is not None and row[1]:
+        raise Unavailable(deleting_message(conversation_id))
     count = int(row[0]) if row else 0
     known = sorted({seq for seq, _, _ in items if seq < count})
     stored: dict[int, str] = dict(conn.execute(
@@ -193,6 +258,43 @@ def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequ
             raise RacedImport(conversation_id)
         start = end
     return outcomes
+
+
+def purge_step(conn: Conn, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
+    """One purge transaction, as on SQLite (server.storage.sqlite.logs.purge_step). The row lock orders purgers
+    on several servers, and keeps appends to the conversation waiting."""
+    row = conn.execute("SELECT deleting FROM conversations WHERE site_id = %s AND conversation_id = %s FOR UPDATE",
+                       [site_id, conversation_id]).fetchone()
+    if row is None or not row[0]:
+        return PurgeStep(unlinked=0, items=0, keys=0, done=True)
+    linked = conn.execute(
+        "SELECT id, provenance FROM memories WHERE site_id = %s AND (provenance::jsonb) ->> 'conversation_id' = %s"
+        " AND jsonb_typeof(provenance::jsonb -> 'conversation_id') = 'string' LIMIT %s FOR UPDATE",
+        [site_id, conversation_id, budget]).fetchall()
+    if linked:
+        conn.execute("UPDATE memories m SET provenance = u.provenance, conversation_id = NULL,"
+                     " conversation_seq = NULL, updated_at = %s FROM unnest(%s::bigint[], %s::text[])"
+                     " AS u (id, provenance) WHERE m.id = u.id",
+                     [now_rfc3339(), [int(i) for i, _ in linked], [unlinked_provenance(str(p)) for _, p in linked]])
+    left = budget - len(linked)
+    items = keys = 0
+    if left > 0:
+        # By row address: with `seq IN (subquery)` the planner, misled by a log grown since the last ANALYZE,
+        # may re-run the subquery for every row of the conversation (seconds per step at 20k items).
+        items = conn.execute(
+            "DELETE FROM log_items WHERE ctid = ANY(ARRAY(SELECT ctid FROM log_items WHERE site_id = %s"
+            " AND conversation_id = %s ORDER BY seq LIMIT %s))", [site_id, conversation_id, left]).rowcount
+        left -= items
+    if left > 0:
+        keys = conn.execute(
+            "DELETE FROM append_keys WHERE ctid = ANY(ARRAY(SELECT ctid FROM append_keys WHERE site_id = %s"
+            " AND conversation_id = %s LIMIT %s))", [site_id, conversation_id, left]).rowcount
+        left -= keys
+    done = left > 0
+    if done:
+        conn.execute("DELETE FROM conversations WHERE site_id = %s AND conversation_id = %s",
+                     [site_id, conversation_id])
+    return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done)
 
 
 def plan_import(conversation_id: str, count: int, stored: dict[int, str],

@@ -292,6 +292,16 @@ SCHEMA = [
     CREATE INDEX console_sessions_by_seen ON console_sessions (seen_at);
     CREATE INDEX console_sessions_by_created ON console_sessions (created_at);
     """,
+    # 7: log deletion: a conversation marked `deleting` is hidden from every read and purged in small steps
+    # (server/storage/deletion.py); a site's log retention; memories found by the conversation their
+    # provenance names (the links a deletion clears). Adding a column with a constant default rewrites nothing.
+    """
+    ALTER TABLE conversations ADD COLUMN deleting BOOLEAN NOT NULL DEFAULT false;
+    CREATE INDEX conversations_deleting ON conversations (site_id, conversation_id) WHERE deleting;
+    ALTER TABLE sites ADD COLUMN log_retention_days INTEGER;  -- NULL: logs are kept until deleted
+    CREATE INDEX memories_by_provenance_conversation
+        ON memories (site_id, ((provenance::jsonb) ->> 'conversation_id'));
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -46,8 +46,13 @@ class PostgresSiteStore:
 
     def sites(self) -> list[SiteRecord]:
         rows = self._db.read(lambda conn: conn.execute(
-            "SELECT id, name, created_at FROM sites ORDER BY name").fetchall())
-        return [SiteRecord(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+            "SELECT id, name, created_at, log_retention_days FROM sites ORDER BY name").fetchall())
+        return [SiteRecord(int(r[0]), str(r[1]), str(r[2]), None if r[3] is None else int(r[3])) for r in rows]
+
+    def set_log_retention(self, name: str, days: int | None) -> bool:
+        return self._db.write(lambda conn: conn.execute(
+            "UPDATE sites SET log_retention_days = %s WHERE name = %s", [days, name]).rowcount > 0,
+            single=True, idempotent=True)
 
     def delete_site(self, name: str) -> bool:
         """Delete a site, its tokens, OAuth grants and all its data (the index drops the orphaned points at

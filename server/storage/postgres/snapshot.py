@@ -2,7 +2,8 @@
 
 One REPEATABLE READ, READ ONLY transaction on a connection of its own: every read sees the database as it
 was at the first one, while servers go on appending. Memories come in creation (id) order; then each
-conversation's items in seq order, conversations in order of last activity, as on SQLite. Rows are streamed
+conversation's items in seq order, conversations in order of last activity, as on SQLite (one being deleted
+is left out, with its items). Rows are streamed
 through server-side cursors, so an export of any size holds a page at a time.
 """
 
@@ -44,7 +45,7 @@ class PostgresSnapshot:
                 if row is None:
                     raise NotFound(f"no site named {site!r}")
                 self._site_id = int(row[0])
-            self.counts = {name: self._count(name) for name in ("memories", "conversations", "log_items")}
+            self.counts = self._counts()
         except psycopg.Error as exc:
             self.close()
             raise _failure(exc) from exc
@@ -56,6 +57,19 @@ class PostgresSnapshot:
         if self._site_id is None:
             return "", []
         return f" WHERE {alias}.site_id = %s", [self._site_id]
+
+    def _counts(self) -> dict[str, int]:
+        """What the export holds: conversations being deleted, and their items, are left out."""
+        counts = {name: self._count(name) for name in ("memories", "conversations", "log_items")}
+        where, args = self._where("c")
+        marked = " AND c.deleting" if where else " WHERE c.deleting"
+        row = self._conn.execute(
+            "SELECT count(*), coalesce(sum((SELECT count(*) FROM log_items t WHERE t.site_id = c.site_id"
+            f" AND t.conversation_id = c.conversation_id)), 0) FROM conversations c{where}{marked}", args).fetchone()
+        if row is not None:
+            counts["conversations"] -= int(row[0])
+            counts["log_items"] -= int(row[1])
+        return counts
 
     def _count(self, table: str) -> int:
         where, args = self._where("t")
@@ -80,7 +94,8 @@ class PostgresSnapshot:
         try:
             conversations = self._conn.execute(
                 "SELECT c.site_id, s.name, c.conversation_id FROM conversations c JOIN sites s ON s.id = c.site_id"
-                f"{where} ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args).fetchall()
+                f"{where}{' AND' if where else ' WHERE'} NOT c.deleting"
+                " ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args).fetchall()
         except psycopg.Error as exc:
             raise _failure(exc) from exc
         for site_id, site, conversation_id in conversations:

@@ -4,6 +4,10 @@
 transaction holds SQLite's write lock (BEGIN IMMEDIATE), so concurrent appenders — threads of this process
 or other processes on the same file — can never produce a gap or a repeated seq. A batch is one
 transaction: all of it is visible, or none.
+
+A deletion (server/storage/deletion.py) marks the conversation row `deleting` in one transaction; reads
+skip a marked conversation, appends to it wait, and purge steps remove its rows a budget at a time. Every
+step is one job of the writer, so appends to other conversations run between any two of them.
 """
 
 from __future__ import annotations
@@ -14,18 +18,27 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from server.errors import Unavailable
+from server.storage.deletion import after_deletion, deleting_message, unlinked_provenance
 from server.storage.records import (
     APPENDED,
     PRESENT,
     AppendAck,
+    ConversationDeleting,
     ConversationPage,
     ConversationSummary,
+    LogDeletion,
+    PurgeStep,
     RawItem,
     now_rfc3339,
 )
 from server.storage.sqlite.writer import Readers, Writer
 
 MAX_SQLITE_INT = 2**63 - 1  # larger Python ints cannot be bound as SQLite parameters
+DAY_US = 86_400_000_000
+# The items of a conversation, unless it is being deleted (site_id, conversation_id bound twice).
+VISIBLE_ITEMS = ("FROM log_items WHERE site_id = ? AND conversation_id = ? AND NOT EXISTS (SELECT 1 FROM"
+                 " conversations c WHERE c.site_id = ? AND c.conversation_id = ? AND c.deleting = 1)")
 
 class SqliteLogStore:
     def __init__(self, writer: Writer, readers: Readers) -> None:
@@ -34,14 +47,13 @@ class SqliteLogStore:
 
     async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
                      idempotency_key: str | None) -> AppendAck:
-        return await self._writer.run(
-            lambda conn: append_batch(conn, site_id, conversation_id, payloads, idempotency_key))
+        return await after_deletion(lambda: self._writer.run(
+            lambda conn: append_batch(conn, site_id, conversation_id, payloads, idempotency_key)), conversation_id)
 
     def tail(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
         rows: list[RawItem] = self._tuples().execute(
-            "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND conversation_id = ?"
-            " ORDER BY seq DESC LIMIT ?",
-            (site_id, conversation_id, count),
+            f"SELECT seq, recorded_at, payload {VISIBLE_ITEMS} ORDER BY seq DESC LIMIT ?",
+            (site_id, conversation_id, site_id, conversation_id, count),
         ).fetchall()
         rows.reverse()
         return rows
@@ -50,9 +62,8 @@ class SqliteLogStore:
         if offset > MAX_SQLITE_INT:  # past the end of any log (and not bindable): an empty page
             return []
         rows: list[RawItem] = self._tuples().execute(
-            "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND conversation_id = ?"
-            " AND seq >= ? ORDER BY seq LIMIT ?",
-            (site_id, conversation_id, offset, limit),
+            f"SELECT seq, recorded_at, payload {VISIBLE_ITEMS} AND seq >= ? ORDER BY seq LIMIT ?",
+            (site_id, conversation_id, site_id, conversation_id, offset, limit),
         ).fetchall()
         return rows
 
@@ -64,7 +75,7 @@ class SqliteLogStore:
 
     def conversations(self, site_id: int, limit: int, after: tuple[int, str] | None) -> ConversationPage:
         sql = ("SELECT conversation_id, item_count, first_recorded_at, last_recorded_at, last_activity_us"
-               " FROM conversations WHERE site_id = ?")
+               " FROM conversations WHERE site_id = ? AND deleting = 0")
         args: list[Any] = [site_id]
         if after is not None:
             sql += " AND (last_activity_us < ? OR (last_activity_us = ? AND conversation_id < ?))"
@@ -87,10 +98,55 @@ class SqliteLogStore:
     def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
         return self._writer.run_sync(lambda conn: import_log_items(conn, site_id, conversation_id, items))
 
+    # --- deletion ---------------------------------------------------------------------------------
+
+    def delete_conversation(self, site_id: int, conversation_id: str) -> LogDeletion | None:
+        def mark(conn: sqlite3.Connection) -> LogDeletion | None:
+            row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = ?"
+                               " AND conversation_id = ?", (site_id, conversation_id)).fetchone()
+            if row is None:
+                return None
+            if not row[1]:
+                conn.execute("UPDATE conversations SET deleting = 1 WHERE site_id = ? AND conversation_id = ?",
+                             (site_id, conversation_id))
+            return LogDeletion(conversation_id=conversation_id, item_count=int(row[0]), started=not row[1])
+
+        return self._writer.run_sync(mark)
+
+    def expire(self, now_us: int, limit: int) -> int:
+        def mark(conn: sqlite3.Connection) -> int:
+            marked = 0
+            for site_id, days in conn.execute("SELECT id, log_retention_days FROM sites"
+                                              " WHERE log_retention_days IS NOT NULL ORDER BY id").fetchall():
+                if marked >= limit:
+                    break
+                # The activity index gives the oldest first; the row is checked again as it is marked.
+                marked += conn.execute(
+                    "UPDATE conversations SET deleting = 1 WHERE site_id = ? AND conversation_id IN ("
+                    " SELECT conversation_id FROM conversations WHERE site_id = ? AND last_activity_us < ?"
+                    " AND deleting = 0 ORDER BY last_activity_us LIMIT ?)",
+                    (site_id, site_id, now_us - int(days) * DAY_US, limit - marked)).rowcount
+            return marked
+
+        return self._writer.run_sync(mark)
+
+    def purging(self, limit: int) -> list[tuple[int, str]]:
+        rows = self._readers.get().execute(
+            "SELECT site_id, conversation_id FROM conversations WHERE deleting = 1 LIMIT ?", (limit,)).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def purge_step(self, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
+        return self._writer.run_sync(lambda conn: purge_step(conn, site_id, conversation_id, budget))
+
 
 def append_batch(conn: sqlite3.Connection, site_id: int, conversation_id: str, payloads: Sequence[str],
                  idempotency_key: str | None, *, recorded_at: str | None = None) -> AppendAck:
-    """Append one batch inside the caller's write transaction; return the acknowledgement."""
+    """Append one batch inside the caller's write transaction; return the acknowledgement.
+    ConversationDeleting if the conversation is being deleted (nothing is written)."""
+    row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = ? AND conversation_id = ?",
+                       (site_id, conversation_id)).fetchone()
+    if row is not None and row[1]:
+        raise ConversationDeleting(conversation_id)
     if idempotency_key is not None:
         prior = conn.execute(
             "SELECT first_seq, last_seq, count, recorded_at FROM append_keys"
@@ -100,8 +156,6 @@ def append_batch(conn: sqlite3.Connection, site_id: int, conversation_id: str, p
         if prior is not None:
             return AppendAck(conversation_id=conversation_id, first_seq=prior[0], last_seq=prior[1],
                              count=prior[2], recorded_at=prior[3], duplicate=True)
-    row = conn.execute("SELECT item_count FROM conversations WHERE site_id = ? AND conversation_id = ?",
-                       (site_id, conversation_id)).fetchone()
     first_seq = row[0] if row else 0
     recorded_at = recorded_at or now_rfc3339()
     # Strictly increasing per site in commit order (we hold the write lock), so "newest activity first"
@@ -141,8 +195,10 @@ def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: st
     continue the conversation: seq == its item count. Consecutive new items sharing a recorded_at go in
     as one batch, so each keeps its recorded_at and the batches keep their boundaries.
     """
-    row = conn.execute("SELECT item_count FROM conversations WHERE site_id = ? AND conversation_id = ?",
+    row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = ? AND conversation_id = ?",
                        (site_id, conversation_id)).fetchone()
+    if row is not None and row[1]:
+        raise Unavailable(deleting_message(conversation_id))
     count = int(row[0]) if row else 0
     outcomes: list[str] = []
     new: list[RawItem] = []
@@ -177,6 +233,39 @@ def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: st
                      recorded_at=new[start][1])
         start = end
     return outcomes
+
+
+def purge_step(conn: sqlite3.Connection, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
+    """One purge transaction of a conversation marked deleting: up to `budget` rows, memory links first, then
+    items, then idempotency keys; when they all fit, the conversation row goes too (done)."""
+    row = conn.execute("SELECT deleting FROM conversations WHERE site_id = ? AND conversation_id = ?",
+                       (site_id, conversation_id)).fetchone()
+    if row is None or not row[0]:  # finished by another purger (or never marked): nothing of it is left
+        return PurgeStep(unlinked=0, items=0, keys=0, done=True)
+    linked = conn.execute(
+        "SELECT id, provenance FROM memories WHERE site_id = ? AND json_extract(provenance, '$.conversation_id') = ?"
+        " LIMIT ?", (site_id, conversation_id, budget)).fetchall()
+    now = now_rfc3339()
+    conn.executemany("UPDATE memories SET provenance = ?, conversation_id = NULL, conversation_seq = NULL,"
+                     " updated_at = ? WHERE id = ?", [(unlinked_provenance(p), now, i) for i, p in linked])
+    left = budget - len(linked)
+    items = keys = 0
+    if left > 0:
+        items = conn.execute(
+            "DELETE FROM log_items WHERE site_id = ? AND conversation_id = ? AND seq IN (SELECT seq FROM log_items"
+            " WHERE site_id = ? AND conversation_id = ? ORDER BY seq LIMIT ?)",
+            (site_id, conversation_id, site_id, conversation_id, left)).rowcount
+        left -= items
+    if left > 0:
+        keys = conn.execute(
+            "DELETE FROM append_keys WHERE site_id = ? AND conversation_id = ? AND idempotency_key IN (SELECT"
+            " idempotency_key FROM append_keys WHERE site_id = ? AND conversation_id = ? LIMIT ?)",
+            (site_id, conversation_id, site_id, conversation_id, left)).rowcount
+        left -= keys
+    done = left > 0  # each kind came short of its share: none of it is left
+    if done:
+        conn.execute("DELETE FROM conversations WHERE site_id = ? AND conversation_id = ?", (site_id, conversation_id))
+    return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done)
 
 
 def same_payload(stored: str, text: str) -> bool:

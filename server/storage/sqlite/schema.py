@@ -212,6 +212,16 @@ SCHEMA = [
     CREATE INDEX console_sessions_by_seen ON console_sessions (seen_at);
     CREATE INDEX memories_by_created ON memories (site_id, created_at);
     """,
+    # 7: log deletion: a conversation marked `deleting` is hidden from every read and purged in small steps
+    # (server/storage/deletion.py); a site's log retention; memories found by the conversation their
+    # provenance names (the links a deletion clears; the listing's provenance_conversation_id filter)
+    """
+    ALTER TABLE conversations ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX conversations_deleting ON conversations (site_id, conversation_id) WHERE deleting = 1;
+    ALTER TABLE sites ADD COLUMN log_retention_days INTEGER;  -- NULL: logs are kept until deleted
+    CREATE INDEX memories_by_provenance_conversation
+        ON memories (site_id, json_extract(provenance, '$.conversation_id'));
+    """,
 ]
 
 

@@ -48,8 +48,13 @@ class SqliteSiteStore:
         return int(row[0]) if row else None
 
     def sites(self) -> list[SiteRecord]:
-        rows = self._readers.get().execute("SELECT id, name, created_at FROM sites ORDER BY name").fetchall()
-        return [SiteRecord(int(r["id"]), r["name"], r["created_at"]) for r in rows]
+        rows = self._readers.get().execute(
+            "SELECT id, name, created_at, log_retention_days FROM sites ORDER BY name").fetchall()
+        return [SiteRecord(int(r["id"]), r["name"], r["created_at"], r["log_retention_days"]) for r in rows]
+
+    def set_log_retention(self, name: str, days: int | None) -> bool:
+        return self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE sites SET log_retention_days = ? WHERE name = ?", (days, name)).rowcount > 0)
 
     def delete_site(self, name: str) -> bool:
         """Delete a site, its tokens and all its data (the index drops the orphaned points at start-up)."""

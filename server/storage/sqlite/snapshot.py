@@ -3,6 +3,7 @@
 The snapshot is fixed by the first read inside BEGIN (WAL: writers go on, the snapshot keeps seeing the
 database as it was). Memories come in creation order; then each conversation's items in seq order,
 conversations in order of last activity, so that listing them after an import orders them the same way.
+A conversation being deleted is left out, with its items.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class SqliteSnapshot:
                 if row is None:
                     raise NotFound(f"no site named {site!r}")
                 self._site_id = int(row[0])
-            self.counts = {name: self._count(name) for name in ("memories", "conversations", "log_items")}
+            self.counts = self._counts()
         except BaseException:
             self.close()
             raise
@@ -39,6 +40,18 @@ class SqliteSnapshot:
         if self._site_id is None:
             return "", ()
         return f" WHERE {alias}.site_id = ?", (self._site_id,)
+
+    def _counts(self) -> dict[str, int]:
+        """What the export holds: conversations being deleted, and their items, are left out."""
+        counts = {name: self._count(name) for name in ("memories", "conversations", "log_items")}
+        where, args = self._where("c")
+        marked = " AND c.deleting = 1" if where else " WHERE c.deleting = 1"
+        hidden, hidden_items = self._conn.execute(
+            "SELECT count(*), coalesce(sum((SELECT count(*) FROM log_items t WHERE t.site_id = c.site_id"
+            f" AND t.conversation_id = c.conversation_id)), 0) FROM conversations c{where}{marked}", args).fetchone()
+        counts["conversations"] -= int(hidden)
+        counts["log_items"] -= int(hidden_items)
+        return counts
 
     def _count(self, table: str) -> int:
         where, args = self._where("t")
@@ -62,7 +75,8 @@ class SqliteSnapshot:
         where, args = self._where("c")
         conversations = self._conn.execute(
             "SELECT c.site_id, s.name, c.conversation_id FROM conversations c JOIN sites s ON s.id = c.site_id"
-            f"{where} ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args,
+            f"{where}{' AND' if where else ' WHERE'} c.deleting = 0"
+            " ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args,
         ).fetchall()
         for site_id, site, conversation_id in conversations:
             for seq, recorded_at, payload in self._conn.execute(

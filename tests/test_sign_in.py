@@ -44,7 +44,8 @@ def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
     data = tmp_path / "data"
     secret = parse_fields(run_cli("site", "create", "acme", data_dir=data).stdout)["secret"]
     process = ServerProcess(data)
-    process.start()
+    # Ready: the model is loaded, so its ~130 MB do not land inside a memory measurement.
+    process.start().wait_ready()
     try:
         yield process, secret
     finally:

@@ -24,6 +24,7 @@ from server.memories.validation import (
     WORD_RULE,
     check_query,
     check_tags,
+    check_timestamp,
     check_word,
 )
 
@@ -50,8 +51,14 @@ def _query(value: str) -> str:
     return check_query(value)
 
 
+def _instant(value: str | None, info: ValidationInfo) -> str | None:
+    """Normalised to UTC as occurred_at is stored, so the store compares like with like."""
+    return None if value is None else check_timestamp(info.field_name or "value", value)
+
+
 WORD = AfterValidator(_word)
 TAGS = AfterValidator(_tags)
+INSTANT = AfterValidator(_instant)
 
 
 def word_field(description: str) -> Any:
@@ -89,6 +96,12 @@ FilterBucket = Annotated[str | None, word_field("Only memories in this bucket; l
 FilterType = Annotated[str | None, word_field("Only memories of exactly this type, e.g. decision"), WORD]
 FilterTags = Annotated[list[Tag] | None, tags_field(
     "Only memories carrying every one of these tags: a JSON array of strings, e.g. [\"docs\"]."), TAGS]
+# A half-open window on occurred_at: [occurred_after, occurred_before).
+OccurredAfter = Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+    "Only memories whose occurred_at is at or after this RFC3339 timestamp, e.g. 2026-05-01T00:00:00Z.")),
+    INSTANT]
+OccurredBefore = Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+    "Only memories whose occurred_at is strictly before this RFC3339 timestamp.")), INSTANT]
 
 
 class FilterParams(Params):
@@ -97,6 +110,8 @@ class FilterParams(Params):
     team: FilterTeam = None
     type: FilterType = None
     tags: FilterTags = None
+    occurred_after: OccurredAfter = None
+    occurred_before: OccurredBefore = None
 
 
 class RememberParams(Params):
@@ -163,6 +178,8 @@ class ListMemoriesParams(Params):
         "Only memories whose provenance.agent equals this."))] = None
     provenance_conversation_id: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
         "Only memories whose provenance.conversation_id equals this."))] = None
+    occurred_after: OccurredAfter = None
+    occurred_before: OccurredBefore = None
     limit: Annotated[int, bounded_field(1, MAX_LIST, LIST_LIMIT, "Page size"), WHOLE_NUMBER,
                      NULL_IS_DEFAULT] = LIST_LIMIT
     cursor: Annotated[str | None, Field(description="Opaque: the previous page's next_cursor.")] = None

@@ -53,7 +53,8 @@ class Retrieval:
             found = self.index.search(vector, where=scope.index_filter(), limit=limit)
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
-        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score])
+        # The index's time window is whole seconds, widened: the exact one is checked on the rows read back.
+        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score], scope)
 
     def expansion(self, site_id: int, query: str, candidates: Sequence[Candidate]) -> dict[str, float]:
         """Near-synonyms of the query's words among the candidates' words (server/ranking/expansion.py)."""
@@ -62,7 +63,8 @@ class Retrieval:
         stems, vectors = self.words.pool(site_id, candidates)
         return expansion_terms(query, analyze(query), self.words.for_query(site_id, query), stems, vectors)
 
-    def _hits(self, scored: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
+    def _hits(self, scored: Sequence[tuple[int, float]], scope: Scope | None = None) -> list[dict[str, Any]]:
         found = self.memories.by_ids([i for i, _ in scored])
         # A memory forgotten between ranking and here is simply skipped.
-        return [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in scored if i in found]
+        return [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in scored
+                if i in found and (scope is None or scope.admits(found[i]))]

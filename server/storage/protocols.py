@@ -126,8 +126,11 @@ class MemoryStore(Protocol):
     def get(self, scope: Scope, reference: str) -> StoredMemory | None: ...
 
     def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
-             after: tuple[str, int] | None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
-        """Visible memories newest first (created_at, id), and the key after the page if there are more."""
+             after: tuple[str, int] | None, occurred_after: str | None = None,
+             occurred_before: str | None = None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Visible memories newest first (created_at, id), and the key after the page if there are more.
+        `occurred_after` / `occurred_before` (normalised RFC3339, as stored): only memories whose occurred_at
+        is at or after the one, and strictly before the other (a half-open range)."""
         ...
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import numpy as np
 
-from server.index.base import Condition, IndexFilter
+from server.index.base import Condition, IndexFilter, Range
 
 # (seq, recorded_at, payload JSON text exactly as stored)
 RawItem = tuple[int, str, str]
@@ -24,6 +24,17 @@ RawItem = tuple[int, str, str]
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_seconds(timestamp: str, *, ceil: bool = False) -> int:
+    """A stored (normalised) RFC3339 timestamp as whole seconds since the epoch, rounded down (or up): the
+    integer the vector index filters on. Whole seconds stay exact as floats, which Qdrant's ranges are."""
+    delta = datetime.fromisoformat(timestamp.replace("Z", "+00:00")) - _EPOCH
+    whole = delta.days * 86400 + delta.seconds  # timedelta keeps seconds and microseconds non-negative
+    return whole + 1 if ceil and delta.microseconds else whole
 
 
 # --- conversation logs ------------------------------------------------------------------------------------
@@ -251,7 +262,8 @@ class IndexRow:
 
     def payload(self) -> dict[str, object]:
         return {"site": str(self.site_id), "team": self.team or "", "project": self.project or "",
-                "bucket": self.bucket, "type": self.type, "tags": list(self.tags)}
+                "bucket": self.bucket, "type": self.type, "tags": list(self.tags),
+                "occurred": epoch_seconds(self.occurred_at)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +284,9 @@ class CandidateRow:
 class Scope:
     """Which memories a request may see: the site, the caller's bounds, and the request's own filters.
 
-    Each field other than `site_id` is a set of allowed values (None: any). `tags` means "has every tag".
+    The keyword fields other than `site_id` are sets of allowed values (None: any); `tags` means "has every
+    tag". `occurred_after` / `occurred_before` (normalised RFC3339, as stored) keep the memories whose
+    occurred_at lies in [occurred_after, occurred_before).
     """
 
     site_id: int
@@ -281,12 +295,27 @@ class Scope:
     buckets: frozenset[str] | None = None
     types: frozenset[str] | None = None
     tags: frozenset[str] = frozenset()
+    occurred_after: str | None = None
+    occurred_before: str | None = None
 
     def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
                  type: str | None = None, tags: Iterable[str] = ()) -> Scope:
-        return Scope(site_id=self.site_id, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
-                     buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
-                     tags=self.tags | frozenset(tags))
+        return replace(self, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
+                       buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
+                       tags=self.tags | frozenset(tags))
+
+    def within(self, *, occurred_after: str | None, occurred_before: str | None) -> Scope:
+        """Narrowed to a time window (both bounds normalised RFC3339, either None)."""
+        after = max(filter(None, (self.occurred_after, occurred_after)), default=None)
+        before = min(filter(None, (self.occurred_before, occurred_before)), default=None)
+        return replace(self, occurred_after=after, occurred_before=before)
+
+    def admits(self, memory: StoredMemory) -> bool:
+        """Whether a memory read by id meets the conditions the vector index can only approximate (its
+        timestamps are whole seconds): checked on the hits of an index-only search."""
+        if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
+            return False
+        return self.occurred_before is None or memory.occurred_at < self.occurred_before
 
     @property
     def empty(self) -> bool:
@@ -302,7 +331,14 @@ class Scope:
         conditions = [Condition("site", (str(self.site_id),))]
         conditions += [Condition(column, tuple(sorted(allowed))) for column, allowed in self.restrictions()]
         conditions += [Condition("tags", (tag,)) for tag in sorted(self.tags)]
-        return IndexFilter(tuple(conditions))
+        # Whole seconds, widened to hold every memory of the window (the exact window is applied to the
+        # rows read back): occurred_at >= after -> floor(occurred) >= floor(after), < before -> <= floor(before).
+        ranges = []
+        if self.occurred_after is not None or self.occurred_before is not None:
+            ranges.append(Range("occurred",
+                                gte=None if self.occurred_after is None else epoch_seconds(self.occurred_after),
+                                lte=None if self.occurred_before is None else epoch_seconds(self.occurred_before)))
+        return IndexFilter(tuple(conditions), ranges=tuple(ranges))
 
 
 def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:

@@ -34,6 +34,10 @@ RETRY_RULE = ("Errors other than unavailable (invalid_parameters, forbidden, not
 READ_ONLY = {"readOnlyHint": True}
 PUBLIC_RECALL = ("query", "limit")
 PUBLIC_CONTEXT = ("query", "max_items", "max_tokens")
+# The SPEC's parameters of the other read and write tools: later additions are on the full profile only.
+PUBLIC_SEARCH = ("query", "limit", "project", "team", "bucket", "type", "tags", "min_score")
+PUBLIC_REMEMBER = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
+                   "occurred_at")
 
 REMEMBER = (
     "Save one fact, decision, note, preference or event worth finding later by meaning: it is embedded "
@@ -45,6 +49,8 @@ REMEMBER = (
     "existing reference with created=false, so a retry never duplicates it. Needs memory:write (a "
     "read-only token gets forbidden); a bounded token writes only inside its teams, projects and "
     f"buckets. {RETRY_RULE}")
+WINDOW = ("occurred_after / occurred_before (RFC3339) keep only memories whose occurred_at lies in "
+          "[occurred_after, occurred_before), e.g. what was decided last week. ")
 SEARCH = (
     "Strict targeted search: only memories that match every filter given (project, team, bucket, type, "
     "tags) exactly and whose score, the cosine similarity between query and memory (0-1), is at least "
@@ -65,7 +71,7 @@ def recall_description(full: bool) -> str:
     return (
         "Best-effort lookup: the few saved memories most relevant to a question, ranked best first, for a "
         "quick answer before you respond. " + (
-            "Searches every bucket unless bucket (or another filter) narrows it. " if full else
+            "Searches every bucket unless bucket (or another filter) narrows it. " + WINDOW if full else
             "Searches all your memories. ") +
         "Weak matches are allowed: the result is empty only when nothing visible exists, and an empty "
         "result is a valid no-match answer, not a failure. Use it when weak-but-useful relevance is "
@@ -75,11 +81,16 @@ def recall_description(full: bool) -> str:
         f"conversation's log (recall_memory). {HIT_SHAPE} {SCORES} {READ_SCOPE} {RETRY_RULE}")
 
 
+def search_description(full: bool) -> str:
+    return SEARCH if not full else SEARCH.replace(" It returns nothing", f" {WINDOW}It returns nothing", 1)
+
+
 def context_description(full: bool) -> str:
     return (
         "Restore the context needed to continue work across sessions: a bounded pack of several saved "
         "memories for a prompt, ranked as recall and packed in rank order while max_items and max_tokens "
-        "hold (the memory that would cross the token budget is shortened to fit or dropped). Use it at the "
+        "hold (the memory that would cross the token budget is shortened to fit or dropped). "
+        + (WINDOW if full else "") + "Use it at the "
         "start of a session or task when one quick answer is not enough. Do not use it for a quick lookup "
         "(recall) or when only a strict match is acceptable (search_memory), and do not ask for an "
         "unbounded dump: max_items and max_tokens are safety and quality limits. Read-only. The text "
@@ -116,11 +127,12 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
         return ok_result(await ops.forget(current(), params))
 
     register(mcp, settings, name="remember", params=RememberParams, run=remember, result=Remembered,
-             description=REMEMBER, annotations={"destructiveHint": False, "idempotentHint": True})
+             description=REMEMBER, annotations={"destructiveHint": False, "idempotentHint": True},
+             only=None if full else PUBLIC_REMEMBER)
     register(mcp, settings, name="recall", params=RecallParams, run=recall, result=Results,
              description=recall_description(full), annotations=READ_ONLY, only=None if full else PUBLIC_RECALL)
     register(mcp, settings, name="search_memory", params=SearchParams, run=search_memory, result=Results,
-             description=SEARCH, annotations=READ_ONLY)
+             description=search_description(full), annotations=READ_ONLY, only=None if full else PUBLIC_SEARCH)
     if full:
         register(mcp, settings, name="recall_context", params=ContextParams, run=recall_context,
                  result=ContextPack, description=context_description(True), annotations=READ_ONLY)

@@ -213,6 +213,10 @@ SCHEMA = [
     CREATE CONSTRAINT TRIGGER memories_change_delete AFTER DELETE ON memories
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
     """,
+    # 5: time windows (occurred_after / occurred_before) read a site's memories by occurred_at
+    """
+    CREATE INDEX memories_by_occurrence ON memories (site_id, occurred_at);
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -15,4 +15,11 @@ def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[object]]:
         # tags is the JSON list as written; `?` is true for a string element equal to the tag.
         clauses.append(f"{alias}.tags::jsonb ? %s")
         args.append(tag)
+    # occurred_at is stored normalised (UTC, microseconds, Z), so text order is time order.
+    if scope.occurred_after is not None:
+        clauses.append(f"{alias}.occurred_at >= %s")
+        args.append(scope.occurred_after)
+    if scope.occurred_before is not None:
+        clauses.append(f"{alias}.occurred_at < %s")
+        args.append(scope.occurred_before)
     return " AND ".join(clauses), args

@@ -114,13 +114,21 @@ class SqliteMemoryStore:
         return stored(row) if row else None
 
     def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
-             after: tuple[str, int] | None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+             after: tuple[str, int] | None, occurred_after: str | None = None,
+             occurred_before: str | None = None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
         """Keyset pagination on (created_at, id): rows written while a client pages never shift a page, and
         every row present throughout is returned exactly once."""
         where, args = scope_sql(scope)
         if location is not None:
             where += " AND m.location = ?"
             args.append(location)
+        # occurred_at is stored normalised (UTC, microseconds, Z), so text order is time order.
+        if occurred_after is not None:
+            where += " AND m.occurred_at >= ?"
+            args.append(occurred_after)
+        if occurred_before is not None:
+            where += " AND m.occurred_at < ?"
+            args.append(occurred_before)
         for key in sorted(provenance):
             if key not in PROVENANCE_FILTERS:
                 raise InvalidParameters(f"cannot filter on provenance.{key}")

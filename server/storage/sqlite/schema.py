@@ -132,6 +132,10 @@ SCHEMA = [
         INSERT INTO memory_changes (id, deleted) VALUES (old.id, 1);
     END;
     """,
+    # 5: time windows (occurred_after / occurred_before) read a site's memories by occurred_at
+    """
+    CREATE INDEX memories_by_occurrence ON memories (site_id, occurred_at);
+    """,
 ]
 
 

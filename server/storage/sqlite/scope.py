@@ -17,6 +17,13 @@ def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[object]]:
     for tag in sorted(scope.tags):
         clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE value = ?)")
         args.append(tag)
+    # occurred_at is stored normalised (UTC, microseconds, Z), so text order is time order.
+    if scope.occurred_after is not None:
+        clauses.append(f"{alias}.occurred_at >= ?")
+        args.append(scope.occurred_after)
+    if scope.occurred_before is not None:
+        clauses.append(f"{alias}.occurred_at < ?")
+        args.append(scope.occurred_before)
     return " AND ".join(clauses), args
 
 

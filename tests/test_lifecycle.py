@@ -1,0 +1,237 @@
+"""Memories that change over time, through a real server (MCP and REST), on both storage and both index
+backends: time windows on occurred_at.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from qdrant_client import QdrantClient
+
+from server.index.base import PAYLOAD_VERSION, IndexPoint
+from server.index.edge import EdgeIndex
+from server.index.edge_files import read_info, write_info
+from server.index.qdrant import METADATA_KEY, QdrantServerIndex
+from server.memories.validation import Filters, read_scope
+from server.ranking.candidates import CandidateSource
+from server.ranking.lexical import analyze
+from server.ranking.recall import Retrieval
+from server.services import Services, open_services
+from server.storage.factory import open_storage
+
+from tests.conftest import LiveServer, index_backlog, make_settings, query, serve
+
+pytestmark = pytest.mark.backends
+
+
+@pytest.fixture(params=["embedded", "server"])
+def mem(request: Any, settings: Any, embedder: Any) -> Iterator[LiveServer]:
+    index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
+    with serve(settings, embedder, index=index) as server:
+        yield server
+
+
+async def call(client: Any, tool: str, **args: Any) -> Any:
+    return await client.call_tool(tool, args, raise_on_error=False)
+
+
+def error_code(result: Any) -> str:
+    assert result.is_error, result
+    return str(result.content[0].text.split(": ", 1)[0])
+
+
+def rest(server: LiveServer, method: str, path: str, *, base: str | None = None, **kwargs: Any) -> httpx2.Response:
+    return httpx2.request(method, f"{base or server.base}{path}", auth=server.basic, timeout=60, **kwargs)
+
+
+# --- time windows ------------------------------------------------------------------------------------------
+
+# The deploy notes of one year; the window [March, May) holds exactly the second and third.
+DEPLOYS = [
+    ("Deploy notes: the billing service moved to blue-green deploys.", "2024-01-20T10:00:00Z"),
+    ("Deploy notes: the billing service deploys now wait for a canary.", "2024-03-01T00:00:00Z"),  # == after
+    ("Deploy notes: billing deploys are frozen during the audit.", "2024-04-30T23:59:59.999999Z"),
+    ("Deploy notes: the billing service deploys resumed after the audit.", "2024-05-01T00:00:00Z"),  # == before
+    ("Deploy notes: billing deploys run on Tuesdays only.", "2024-09-09T09:00:00+02:00"),
+]
+WINDOW = {"occurred_after": "2024-03-01T00:00:00Z", "occurred_before": "2024-05-01T00:00:00Z"}
+
+
+def remember_deploys(server: LiveServer) -> list[str]:
+    refs = []
+    for content, when in DEPLOYS:
+        response = rest(server, "POST", "/v1/memories", json={"content": content, "occurred_at": when,
+                                                                  "bucket": "ops"})
+        assert response.status_code == 201, response.text
+        refs.append(response.json()["reference"])
+    return refs
+
+
+async def test_a_time_window_is_half_open_on_every_read(mem: LiveServer) -> None:
+    refs = remember_deploys(mem)
+    inside = {refs[1], refs[2]}
+    query = "billing service deploys"
+    async with mem.client() as client:
+        recall = await call(client, "recall", query=query, limit=10, **WINDOW)
+        assert {h["reference"] for h in recall.structured_content["results"]} == inside
+        search = await call(client, "search_memory", query=query, min_score=0.0, **WINDOW)
+        assert {h["reference"] for h in search.structured_content["results"]} == inside
+        pack = await call(client, "recall_context", query=query, **WINDOW)
+        assert {i["reference"] for i in pack.structured_content["items"]} == inside
+        assert pack.structured_content["retrieval_plan"]["filters"] == {
+            "occurred_after": "2024-03-01T00:00:00.000000Z", "occurred_before": "2024-05-01T00:00:00.000000Z"}
+        only_after = await call(client, "recall", query=query, limit=10, occurred_after="2024-05-01T00:00:00Z")
+        assert [h["reference"] for h in only_after.structured_content["results"]] in (
+            [refs[3], refs[4]], [refs[4], refs[3]])
+        # Any offset: +02:00 is two hours before the same wall clock in UTC.
+        before = await call(client, "recall", query=query, limit=10, occurred_before="2024-01-20T12:00:00+02:00")
+        assert [h["reference"] for h in before.structured_content["results"]] == []
+        before = await call(client, "recall", query=query, limit=10, occurred_before="2024-01-20T12:00:01+02:00")
+        assert [h["reference"] for h in before.structured_content["results"]] == [refs[0]]
+        nothing = await call(client, "recall", query=query, occurred_after="2030-01-01T00:00:00Z")
+        assert nothing.structured_content == {"results": []} and nothing.content[0].text == "No matching memories."
+
+    for path in ("/v1/recall", "/v1/search", "/v1/context"):
+        body = {"query": query, **WINDOW, **({"min_score": 0.0} if path == "/v1/search" else {})}
+        response = rest(mem, "POST", path, json=body)
+        assert response.status_code == 200, response.text
+        found = response.json()["items" if path == "/v1/context" else "results"]
+        assert {h["reference"] for h in found} == inside, path
+    listed = rest(mem, "GET", "/v1/memories", params={**WINDOW, "limit": 1})
+    assert listed.status_code == 200, listed.text
+    page = listed.json()
+    second = rest(mem, "GET", "/v1/memories", params={**WINDOW, "limit": 1, "cursor": page["next_cursor"]}).json()
+    assert {m["reference"] for m in page["memories"] + second["memories"]} == inside
+    assert second["next_cursor"] is None
+
+
+async def test_a_bad_window_is_invalid_parameters_everywhere(mem: LiveServer) -> None:
+    remember_deploys(mem)
+    bad = [{"occurred_after": "last week"}, {"occurred_before": "2024-13-01T00:00:00Z"},
+           {"occurred_after": "2024-03-01T00:00:00"},  # no timezone
+           {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-05-01T00:00:00Z"},  # empty
+           {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-03-01T00:00:00+00:00"},
+           {"occurred_after": 1714521600}]
+    async with mem.client() as client:
+        for window in bad:
+            for tool in ("recall", "search_memory", "recall_context"):
+                result = await call(client, tool, query="billing deploys", **window)
+                assert error_code(result) == "invalid_parameters", (tool, window, result)
+                assert "occurred_" in result.content[0].text
+    for window in bad:
+        for path in ("/v1/recall", "/v1/search", "/v1/context"):
+            response = rest(mem, "POST", path, json={"query": "billing deploys", **window})
+            assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_parameters"
+        if not isinstance(next(iter(window.values())), int):
+            response = rest(mem, "GET", "/v1/memories", params=window)
+            assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_parameters", window
+
+
+async def test_the_public_profile_keeps_the_spec_parameters(tmp_path: Any, embedder: Any) -> None:
+    with serve(make_settings(tmp_path / "public", tool_profile="public"), embedder) as server:
+        async with server.client() as client:
+            tools = {t.name: t for t in await client.list_tools()}
+            assert set(tools["search_memory"].input_schema["properties"]) == {
+                "query", "limit", "project", "team", "bucket", "type", "tags", "min_score"}
+            assert set(tools["remember"].input_schema["properties"]) == {
+                "content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
+                "occurred_at"}
+            for tool in ("recall", "search_memory", "recall_context"):
+                result = await call(client, tool, query="q", occurred_after="2024-01-01T00:00:00Z")
+                assert error_code(result) == "invalid_parameters"
+
+
+def index_backlog_drains(server: LiveServer, *, outbox: bool = False) -> None:
+    """Wait for the vector index to hold every change (`outbox`: it is kept by the outbox, whatever the
+    authority: a shared Qdrant server)."""
+    def backlog() -> int:
+        if not outbox:
+            return index_backlog(server.settings)
+        [(pending,)] = query(server.settings, "SELECT count(*) FROM memories WHERE indexed = 0")
+        [(deletions,)] = query(server.settings, "SELECT count(*) FROM index_deletions")
+        return int(pending) + int(deletions)
+
+    deadline = time.monotonic() + 60
+    while backlog():
+        assert time.monotonic() < deadline, "the index did not catch up"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("backend", ["embedded", "server"])
+async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backend: str, settings: Any,
+                                                                         embedder: Any) -> None:
+    """Points written before `occurred` existed: the next start writes every point again (the window then
+    works inside the index: search_memory is index-only) and records the payload version."""
+    shared = QdrantServerIndex(QdrantClient(":memory:"), "memories") if backend == "server" else None
+    with serve(settings, embedder, index=shared) as first:
+        refs = remember_deploys(first)
+        index_backlog_drains(first, outbox=shared is not None)
+    # Make it an index of payload version 1: no `occurred` in the points, no version recorded.
+    storage = open_storage(settings)
+    old = shared if shared is not None else EdgeIndex(settings.index_path)
+    try:
+        rows = storage.outbox.index_rows([int(i) for (i,) in query(settings, "SELECT id FROM memories")])
+        old.upsert([IndexPoint(id=row.id, vector=row.vector, payload={
+            k: v for k, v in row.payload().items() if k != "occurred"}) for row in rows if row.vector is not None])
+        old.flush()
+        if isinstance(old, EdgeIndex):
+            info, shard, _ = read_info(settings.index_path)
+            assert info is not None and shard is not None
+            write_info(settings.index_path, info, shard, 1)
+        else:
+            record = {"model": embedder.name, "dimension": embedder.dimension}
+            shared._client.update_collection("memories", metadata={METADATA_KEY: record})  # type: ignore[union-attr]
+    finally:
+        if isinstance(old, EdgeIndex):
+            old.close()
+        storage.close()
+    with serve(settings, embedder, index=shared, site="other") as second:
+        index_backlog_drains(second, outbox=shared is not None)
+        response = rest(first, "POST", "/v1/search", json={"query": "billing deploys", "min_score": 0.0, **WINDOW},
+                        base=second.base)
+        assert {h["reference"] for h in response.json()["results"]} == {refs[1], refs[2]}
+        if shared is None:
+            assert read_info(settings.index_path)[2] == PAYLOAD_VERSION
+        else:
+            assert shared.payload_version() == PAYLOAD_VERSION
+
+
+@pytest.fixture(params=["embedded", "server"])
+def services(request: Any, tmp_path: Any, embedder: Any) -> Iterator[Services]:
+    services = open_services(make_settings(tmp_path / "data"))
+    index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
+    services.load_memories(embedder=embedder, index=index)
+    try:
+        yield services
+    finally:
+        services.close()
+
+
+def test_the_prefetch_applies_the_window_inside_both_indexes(services: Services) -> None:
+    """Past the full-scan size, candidates come from the index's and the lexical index's prefetch. 250
+    memories outside the window are closer to the query than the three inside it, which share no word with
+    it: only a window applied inside the vector index finds those."""
+    principal = services.local_principal("acme")
+    memories = services.loaded_memories()
+    writes = memories.writes
+    crowd = [writes.validate(content=f"Automobile repair shop visit number {i}.",
+                             occurred_at=f"2023-{1 + i % 12:02d}-10T10:00:00Z") for i in range(250)]
+    inside = [writes.validate(content=text, occurred_at=f"2024-06-0{n + 1}T10:00:00Z") for n, text in enumerate(
+        ["The mechanic fixed our car's brakes.", "Our van went to the garage for a new clutch.",
+         "The truck's engine was serviced."])]
+    outcomes = writes.remember_many(principal.site_id, crowd + inside)
+    wanted = {o.reference for o in outcomes[-3:]}
+    source = CandidateSource(services.storage.candidates, memories.index, model=memories.embedder.name,
+                             full_scan_limit=3)
+    retrieval = Retrieval(services.storage.memories, source, memories.index, memories.embedder, memories.words)
+    window = read_scope(principal, Filters()).within(occurred_after="2024-01-01T00:00:00.000000Z",
+                                                     occurred_before="2025-01-01T00:00:00.000000Z")
+    assert not set(analyze("automobile repair")) & {t for m in inside for t in analyze(m.content)}
+    assert {h["reference"] for h in retrieval.recall(window, "automobile repair", 10)} == wanted
+    assert {h["reference"] for h in retrieval.search(window, "automobile repair", 10, 0.0)} == wanted
+    everything = read_scope(principal, Filters())
+    assert not {h["reference"] for h in retrieval.recall(everything, "automobile repair", 10)} & wanted

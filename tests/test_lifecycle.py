@@ -4,6 +4,7 @@ backends: time windows on occurred_at.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.backends
 def mem(request: Any, settings: Any, embedder: Any) -> Iterator[LiveServer]:
     index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
     with serve(settings, embedder, index=index) as server:
+        server.outbox = index is not None or settings.database_url is None  # type: ignore[attr-defined]
         yield server
 
 
@@ -235,3 +237,166 @@ def test_the_prefetch_applies_the_window_inside_both_indexes(services: Services)
     assert {h["reference"] for h in retrieval.search(window, "automobile repair", 10, 0.0)} == wanted
     everything = read_scope(principal, Filters())
     assert not {h["reference"] for h in retrieval.recall(everything, "automobile repair", 10)} & wanted
+
+
+# --- supersede ---------------------------------------------------------------------------------------------
+
+AUTH = [
+    ("We authenticate MCP clients with Basic credentials per site.", "2024-01-10T09:00:00Z"),
+    ("Decision update: MCP clients now authenticate with scoped bearer tokens instead.", "2024-06-10T09:00:00Z"),
+    ("Decision: MCP clients authenticate through OAuth 2.1 with PKCE from now on.", "2025-02-10T09:00:00Z"),
+]
+QUESTION = "current MCP authentication decision"
+
+
+def get(server: LiveServer, reference: str) -> dict[str, Any]:
+    response = rest(server, "GET", f"/v1/memories/{reference}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def references(result: Any, key: str = "results") -> list[str]:
+    return [hit["reference"] for hit in result.structured_content[key]]
+
+
+async def test_supersede_chains_resolve_to_the_newest(mem: LiveServer) -> None:
+    async with mem.client() as client:
+        made: list[str] = []
+        for n, (content, when) in enumerate(AUTH):
+            # The third names the first: the newest of its chain (the second) is what it replaces.
+            links = {"supersedes": made[0]} if n else {}
+            result = await call(client, "remember", content=content, occurred_at=when, type="decision", **links)
+            assert not result.is_error, result
+            made.append(result.structured_content["reference"])
+        a, b, c = made
+        assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (b, "2024-06-10T09:00:00.000000Z")
+        assert (get(mem, b)["supersedes"], get(mem, b)["superseded_by"]) == (a, c)
+        assert (get(mem, c)["supersedes"], get(mem, c)["superseded_by"], get(mem, c)["valid_to"]) == (b, None, None)
+
+        recall = await call(client, "recall", query=QUESTION, limit=3)
+        assert references(recall) == [c, b, a]
+        hits = recall.structured_content["results"]
+        assert [h["superseded_by"] for h in hits] == [None, c, b] and hits[0]["supersedes"] == b
+        assert hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+        text = recall.content[0].text
+        assert f"Superseded by: {c} | valid_to=2025-02-10T09:00:00.000000Z" in text
+        assert text.split("\n\n")[0].count("Superseded by") == 0  # the current one is not marked
+        assert references(await call(client, "recall", query=QUESTION, limit=1)) == [c]
+
+        search = await call(client, "search_memory", query=QUESTION, min_score=0.0)
+        assert references(search) == [c]
+        wide = await call(client, "search_memory", query=QUESTION, min_score=0.0, include_superseded=True)
+        assert set(references(wide)) == {a, b, c}
+        pack = await call(client, "recall_context", query=QUESTION)
+        assert references(pack, "items") == [c]
+        wide = await call(client, "recall_context", query=QUESTION, include_superseded=True)
+        assert set(references(wide, "items")) == {a, b, c}
+        # As of the end of 2024 the second one was current: a window keeps what was valid when it closes.
+        then = {"occurred_before": "2025-01-01T00:00:00Z"}
+        assert references(await call(client, "search_memory", query=QUESTION, min_score=0.0, **then)) == [b]
+        assert references(await call(client, "recall_context", query=QUESTION, **then), "items") == [b]
+        assert references(await call(client, "recall", query=QUESTION, limit=2, **then)) == [b, a]
+
+    for path, key in (("/v1/search", "results"), ("/v1/context", "items")):
+        found = rest(mem, "POST", path, json={"query": QUESTION, "min_score": 0.0} if key == "results"
+                     else {"query": QUESTION}).json()[key]
+        assert [h["reference"] for h in found] == [c], path
+    listed = rest(mem, "GET", "/v1/memories").json()["memories"]  # a listing shows every memory
+    assert {m["reference"]: m["superseded_by"] for m in listed} == {a: b, b: c, c: None}
+
+    # Forgetting the middle joins the chain; forgetting the newest makes the one before current again.
+    assert rest(mem, "DELETE", f"/v1/memories/{b}").status_code == 200
+    assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (c, "2025-02-10T09:00:00.000000Z")
+    assert get(mem, c)["supersedes"] == a
+    assert rest(mem, "DELETE", f"/v1/memories/{c}").status_code == 200
+    assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (None, None)
+    index_backlog_drains(mem, outbox=mem.outbox)  # type: ignore[attr-defined]
+    found = rest(mem, "POST", "/v1/search", json={"query": QUESTION, "min_score": 0.0}).json()["results"]
+    assert [h["reference"] for h in found] == [a]
+
+
+async def test_patch_links_unlinks_and_moves_the_validity(mem: LiveServer) -> None:
+    a, b = [rest(mem, "POST", "/v1/memories", json={"content": content, "occurred_at": when}).json()["reference"]
+            for content, when in AUTH[:2]]
+    changed = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a})
+    assert changed.status_code == 200 and changed.json()["supersedes"] == a
+    assert get(mem, a)["superseded_by"] == b
+    moved = rest(mem, "PATCH", f"/v1/memories/{b}", json={"occurred_at": "2024-07-01T00:00:00+02:00"})
+    assert moved.status_code == 200 and get(mem, a)["valid_to"] == "2024-06-30T22:00:00.000000Z"
+    assert rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a}).json()["updated_at"] == \
+        moved.json()["updated_at"]  # the same link again changes nothing
+    unlinked = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": None})
+    assert unlinked.status_code == 200 and unlinked.json()["supersedes"] is None
+    assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (None, None)
+    # Remembering the same memory again with supersedes links it.
+    again = rest(mem, "POST", "/v1/memories", json={"content": AUTH[1][0], "occurred_at": AUTH[1][1],
+                                                     "supersedes": a})
+    assert again.status_code == 200 and again.json() == {"reference": b, "created": False}
+    assert get(mem, a)["superseded_by"] == b
+
+
+async def test_superseding_refuses_unknown_foreign_and_cyclic_links(mem: LiveServer) -> None:
+    def remember(content: str, **fields: Any) -> httpx2.Response:
+        return rest(mem, "POST", "/v1/memories", json={"content": content, **fields})
+
+    a = remember("The office opens at eight.", bucket="ops").json()["reference"]
+    b = remember("The office opens at nine now.", bucket="ops", supersedes=a).json()["reference"]
+    secret = remember("The board meets on Fridays.", bucket="board").json()["reference"]
+    unknown = remember("Something new.", supersedes="mem_doesnotexist")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    other_site = mem.create_site("elsewhere")
+    foreign = httpx2.post(f"{mem.base}/v1/memories", auth=("elsewhere", other_site), timeout=60,
+                          json={"content": "Not yours.", "supersedes": a})
+    assert foreign.status_code == 404, foreign.text
+    for target in (b, a):  # b itself, or a whose chain ends at b: a cycle either way
+        cycle = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": target})
+        if target == a:
+            assert cycle.status_code == 200  # b supersedes a already: the same link
+            continue
+        assert cycle.status_code == 422 and cycle.json()["error"]["code"] == "invalid_parameters", cycle.text
+    cycle = rest(mem, "PATCH", f"/v1/memories/{a}", json={"supersedes": b})
+    assert cycle.status_code == 422 and "cycle" in cycle.json()["error"]["message"]
+    assert rest(mem, "PATCH", f"/v1/memories/{a}", json={"supersedes": 5}).status_code == 422
+
+    _, ops_token = mem.create_token(scopes=["memory:read", "memory:write"], buckets=["ops"])
+    headers = {"Authorization": f"Bearer {ops_token}"}
+    outside = httpx2.post(f"{mem.base}/v1/memories", headers=headers, timeout=60,
+                          json={"content": "The board meets on Mondays now.", "bucket": "ops", "supersedes": secret})
+    assert outside.status_code == 403 and outside.json()["error"]["code"] == "forbidden", outside.text
+    inside = httpx2.post(f"{mem.base}/v1/memories", headers=headers, timeout=60,
+                         json={"content": "The office opens at ten now.", "bucket": "ops", "supersedes": a})
+    assert inside.status_code == 201 and get(mem, b)["superseded_by"] == inside.json()["reference"]
+    async with mem.client(auth=ops_token) as client:
+        result = await call(client, "remember", content="Board moved.", bucket="ops", supersedes=secret)
+        assert error_code(result) == "forbidden"
+        result = await call(client, "remember", content="Board moved.", bucket="ops", supersedes="mem_nope")
+        assert error_code(result) == "not_found"
+
+
+async def test_recall_brings_the_successor_above_a_better_matching_old_memory(mem: LiveServer) -> None:
+    old = rest(mem, "POST", "/v1/memories", json={"content": "Alice lives in Paris, near the Louvre.",
+                                                   "occurred_at": "2023-03-01T00:00:00Z"}).json()["reference"]
+    for n in range(6):
+        rest(mem, "POST", "/v1/memories", json={"content": f"Unrelated note {n} about the garden hose."})
+    new = rest(mem, "POST", "/v1/memories", json={"content": "Moved to Berlin last month.", "supersedes": old,
+                                                   "occurred_at": "2024-03-01T00:00:00Z"}).json()["reference"]
+    hits = rest(mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?",
+                                                  "limit": 2}).json()["results"]
+    assert [h["reference"] for h in hits] == [new, old]
+    plain = rest(mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?", "limit": 2,
+                                                   "include_superseded": True}).json()["results"]
+    assert plain[0]["reference"] == old
+
+
+async def test_the_public_profile_shows_the_spec_hit(tmp_path: Any, embedder: Any) -> None:
+    with serve(make_settings(tmp_path / "public", tool_profile="public"), embedder) as server:
+        a = rest(server, "POST", "/v1/memories", json={"content": AUTH[0][0]}).json()["reference"]
+        rest(server, "POST", "/v1/memories", json={"content": AUTH[1][0], "supersedes": a})
+        async with server.client() as client:
+            tools = {t.name: t for t in await client.list_tools()}
+            assert "superseded_by" not in json.dumps(tools["recall"].output_schema)
+            assert "superseded_by" not in json.dumps(tools["search_memory"].output_schema)
+            result = await call(client, "recall", query=QUESTION, limit=2)
+            assert all("superseded_by" not in hit for hit in result.structured_content["results"])
+            assert "Superseded by" not in result.content[0].text
+            assert error_code(await call(client, "remember", content="x", supersedes=a)) == "invalid_parameters"

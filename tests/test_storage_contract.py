@@ -483,6 +483,72 @@ def test_a_time_window_narrows_every_read(storage: Storage) -> None:
     assert [window.admits(found[i]) for i in ids] == [False, True, True, False]
 
 
+def test_supersede_chains(storage: Storage) -> None:
+    sid = site(storage)
+    when = ["2024-01-01T00:00:00.000000Z", "2024-02-01T00:00:00.000000Z", "2024-03-01T00:00:00.000000Z"]
+    a = remember(storage, sid, "value one", occurred_at=when[0])
+    b = remember(storage, sid, "value two", occurred_at=when[1], supersedes=a.reference)
+    get = lambda ref: storage.memories.get(Scope(sid), ref)  # noqa: E731
+    assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (b.reference, when[1])
+    assert get(b.reference).supersedes == a.reference and get(b.reference).superseded_by is None
+    assert storage.outbox.index_rows([a.row_id])[0].payload()["valid_to"] == 1706745600
+    assert "valid_to" not in storage.outbox.index_rows([b.row_id])[0].payload()
+    with pytest.raises(StaleRow):  # a is superseded already: the caller must resolve the chain to b
+        remember(storage, sid, "value three", occurred_at=when[2], supersedes=a.reference)
+    with pytest.raises(StaleRow):
+        remember(storage, sid, "value three", occurred_at=when[2], supersedes="mem_gone")
+    assert storage.memories.count() == 2  # the refused inserts left nothing
+    c = remember(storage, sid, "value three", occurred_at=when[2], supersedes=b.reference)
+    assert [storage.memories.chain_head(sid, r.reference) for r in (a, b, c)] == [c.reference] * 3
+    assert storage.memories.chain_head(sid, "mem_gone") is None
+    assert storage.memories.chain_head(site(storage, "other"), a.reference) is None
+    newest = storage.memories.newest(Scope(sid), [a.reference, b.reference, c.reference])
+    assert {k: v.reference for k, v in newest.items()} == {a.reference: c.reference, b.reference: c.reference}
+    window = Scope(sid).within(occurred_after=None, occurred_before=when[2])  # c is outside: b is the newest
+    assert {k: v.reference for k, v in storage.memories.newest(window, [a.reference]).items()} == {
+        a.reference: b.reference}
+    current = Scope(sid).only_current()
+    assert storage.candidates.load(current, None, "model-a", lambda i, v: False)[0] == [c.row_id]
+    assert storage.candidates.load(window.only_current(), None, "model-a", lambda i, v: False)[0] == [b.row_id]
+    assert storage.candidates.visible_count(current, 10) == 1 and storage.candidates.visible_count(Scope(sid), 10) == 3
+
+    # A cycle is refused inside the transaction: a supersedes c, which supersedes (through b) a.
+    with pytest.raises(InvalidParameters, match="cycle"):
+        storage.memories.update(sid, a.reference, memory("value one", occurred_at=when[0], supersedes=c.reference),
+                                based_on={}, document=None, words=Words())
+    assert get(c.reference).superseded_by is None and get(a.reference).supersedes is None
+    # Moving c's date moves b's validity; unlinking c makes b current again.
+    storage.memories.update(sid, c.reference, memory("value three", occurred_at="2024-04-01T00:00:00.000000Z",
+                                                     supersedes=b.reference), based_on={}, document=None, words=Words())
+    assert get(b.reference).valid_to == "2024-04-01T00:00:00.000000Z"
+    storage.memories.update(sid, c.reference, memory("value three", occurred_at=when[2]), based_on={}, document=None,
+                            words=Words())
+    assert (get(b.reference).superseded_by, get(b.reference).valid_to) == (None, None)
+    assert get(c.reference).supersedes is None
+    storage.memories.update(sid, c.reference, memory("value three", occurred_at=when[2], supersedes=b.reference),
+                            based_on={}, document=None, words=Words())
+    # Deleting the middle joins the chain; deleting the newest makes the one before current.
+    assert storage.memories.delete(Scope(sid), b.reference) == b.row_id
+    assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (c.reference, when[2])
+    assert get(c.reference).supersedes == a.reference
+    storage.memories.delete(Scope(sid), c.reference)
+    assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (None, None)
+    # An import keeps the links it carries, linked to nothing yet or not.
+    imported = remember(storage, sid, "imported old", kept=Kept(reference="mem_old", superseded_by="mem_new",
+                                                               valid_to=when[1]))
+    remember(storage, sid, "imported new", supersedes="mem_old", kept=Kept(reference="mem_new"))
+    assert get("mem_old").superseded_by == "mem_new" and get("mem_new").supersedes == "mem_old"
+    assert imported.outcome == CREATED
+    snapshot = storage.snapshot(None)
+    try:
+        exported = {m["reference"]: m for m in snapshot.memories()}
+    finally:
+        snapshot.close()
+    assert (exported["mem_old"]["superseded_by"], exported["mem_old"]["valid_to"]) == ("mem_new", when[1])
+    assert exported["mem_new"]["supersedes"] == "mem_old" and "superseded_by" not in exported["mem_new"]
+    assert "supersedes" not in exported[a.reference]
+
+
 def _ranked(storage: Storage, scope: Scope, terms: list[str], references: dict[int, str]) -> list[str]:
     return [references[i] for i in storage.candidates.best_by_terms(scope, terms, 50)]
 

@@ -19,6 +19,7 @@ from server.memories.validation import (
     MAX_JSON_BYTES,
     MAX_LOCATION,
     MAX_QUERY,
+    MAX_REFERENCE,
     MAX_TAGS,
     SHORT_WORD,
     WORD_RULE,
@@ -112,6 +113,9 @@ class FilterParams(Params):
     tags: FilterTags = None
     occurred_after: OccurredAfter = None
     occurred_before: OccurredBefore = None
+    include_superseded: Annotated[bool, Field(description=(
+        "Also memories another one superseded (replaced): by default search_memory and recall_context leave "
+        "them out and recall ranks each below the memory that replaced it.")), NULL_IS_DEFAULT] = False
 
 
 class RememberParams(Params):
@@ -134,6 +138,10 @@ class RememberParams(Params):
         "Where it came from, as a JSON object: source, agent, conversation_id and seq of the log item it was "
         "taken from..."))] = None
     occurred_at: Timestamp = None
+    supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
+        "The reference of the memory this one replaces (a changed decision, a new value): the old one is kept, "
+        "marked superseded_by this one and valid until this one's occurred_at, and left out of search_memory "
+        "and recall_context. If it was superseded already, the newest memory of its chain is replaced."))] = None
 
 
 class RecallParams(FilterParams):
@@ -187,8 +195,8 @@ class ListMemoriesParams(Params):
 
 class UpdateParams(Params):
     """A change of some attributes (PATCH): only the fields present change. null resets a field to what
-    `remember` defaults it to (location, project, team: unset; type: note; bucket: default; tags: [];
-    metadata, provenance: {}); content and occurred_at cannot be null."""
+    `remember` defaults it to (location, project, team, supersedes: unset; type: note; bucket: default;
+    tags: []; metadata, provenance: {}); content and occurred_at cannot be null."""
 
     content: Annotated[str | SkipJsonSchema[None], Field(json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
                                          description="New content (re-embeds the memory); not null.")] = None
@@ -203,6 +211,9 @@ class UpdateParams(Params):
     provenance: Annotated[dict[str, Any] | None, Field(description="Replaces the whole object.")] = None
     occurred_at: Annotated[str | SkipJsonSchema[None], Field(json_schema_extra={"format": "date-time"}, description=(
         "New time (re-embeds: the date is part of the text); not null."))] = None
+    supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
+        "The memory this one replaces (as in remember); null: it replaces none, and the one it replaced is "
+        "current again."))] = None
 
     def changes(self) -> dict[str, Any]:
         """The fields the request set, with their values (None: reset)."""

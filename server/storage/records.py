@@ -109,6 +109,7 @@ class NewMemory:
     metadata: dict[str, Any]
     provenance: dict[str, Any]
     occurred_at: str
+    supersedes: str | None = None  # the reference of the memory this one replaces (the newest of its chain)
 
     @property
     def dedup_key(self) -> str:
@@ -134,6 +135,8 @@ class Kept:
     reference: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    superseded_by: str | None = None  # the links as exported: an import stores them as they were
+    valid_to: str | None = None
 
 
 CREATED, DUPLICATE, PRESENT, CONFLICT = "created", "duplicate", "present", "conflict"
@@ -196,6 +199,9 @@ class StoredMemory:
     occurred_at: str
     created_at: str
     updated_at: str
+    supersedes: str | None = None  # the memory this one replaced
+    superseded_by: str | None = None  # the memory that replaced this one
+    valid_to: str | None = None  # when it was replaced: its successor's occurred_at
     vector_model: str | None = field(default=None, compare=False)
     has_vector: bool = field(default=False, compare=False)
 
@@ -205,7 +211,8 @@ class StoredMemory:
             "reference": self.reference, "type": self.type, "location": self.location, "content": self.content,
             "project": self.project, "team": self.team, "bucket": self.bucket, "tags": list(self.tags),
             "metadata": self.metadata, "provenance": self.provenance, "occurred_at": self.occurred_at,
-            "created_at": self.created_at,
+            "created_at": self.created_at, "supersedes": self.supersedes, "superseded_by": self.superseded_by,
+            "valid_to": self.valid_to,
         }
 
     def fields(self) -> dict[str, Any]:
@@ -216,7 +223,7 @@ class StoredMemory:
         """The attributes in the shape `remember` validates (for merging a PATCH)."""
         return NewMemory(content=self.content, type=self.type, location=self.location, project=self.project,
                          team=self.team, bucket=self.bucket, tags=self.tags, metadata=self.metadata,
-                         provenance=self.provenance, occurred_at=self.occurred_at)
+                         provenance=self.provenance, occurred_at=self.occurred_at, supersedes=self.supersedes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,11 +266,16 @@ class IndexRow:
     updated_at: str
     content: str
     occurred_at: str
+    valid_to: str | None = None
 
     def payload(self) -> dict[str, object]:
-        return {"site": str(self.site_id), "team": self.team or "", "project": self.project or "",
-                "bucket": self.bucket, "type": self.type, "tags": list(self.tags),
-                "occurred": epoch_seconds(self.occurred_at)}
+        payload: dict[str, object] = {
+            "site": str(self.site_id), "team": self.team or "", "project": self.project or "",
+            "bucket": self.bucket, "type": self.type, "tags": list(self.tags),
+            "occurred": epoch_seconds(self.occurred_at)}
+        if self.valid_to is not None:  # superseded
+            payload["valid_to"] = epoch_seconds(self.valid_to)
+        return payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +298,9 @@ class Scope:
 
     The keyword fields other than `site_id` are sets of allowed values (None: any); `tags` means "has every
     tag". `occurred_after` / `occurred_before` (normalised RFC3339, as stored) keep the memories whose
-    occurred_at lies in [occurred_after, occurred_before).
+    occurred_at lies in [occurred_after, occurred_before). `current` leaves out the memories superseded by
+    the end of the window: those with a successor, unless it came at or after `occurred_before` (a memory
+    still valid when the window closes is current in it).
     """
 
     site_id: int
@@ -297,6 +311,7 @@ class Scope:
     tags: frozenset[str] = frozenset()
     occurred_after: str | None = None
     occurred_before: str | None = None
+    current: bool = False
 
     def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
                  type: str | None = None, tags: Iterable[str] = ()) -> Scope:
@@ -310,12 +325,23 @@ class Scope:
         before = min(filter(None, (self.occurred_before, occurred_before)), default=None)
         return replace(self, occurred_after=after, occurred_before=before)
 
+    def only_current(self, current: bool = True) -> Scope:
+        return replace(self, current=current)
+
+    def superseded(self, memory: StoredMemory) -> bool:
+        """Whether the memory was superseded by the end of the window (see `current`)."""
+        if memory.superseded_by is None:
+            return False
+        return self.occurred_before is None or memory.valid_to is None or memory.valid_to < self.occurred_before
+
     def admits(self, memory: StoredMemory) -> bool:
         """Whether a memory read by id meets the conditions the vector index can only approximate (its
         timestamps are whole seconds): checked on the hits of an index-only search."""
         if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
             return False
-        return self.occurred_before is None or memory.occurred_at < self.occurred_before
+        if self.occurred_before is not None and memory.occurred_at >= self.occurred_before:
+            return False
+        return not (self.current and self.superseded(memory))
 
     @property
     def empty(self) -> bool:
@@ -338,7 +364,13 @@ class Scope:
             ranges.append(Range("occurred",
                                 gte=None if self.occurred_after is None else epoch_seconds(self.occurred_after),
                                 lte=None if self.occurred_before is None else epoch_seconds(self.occurred_before)))
-        return IndexFilter(tuple(conditions), ranges=tuple(ranges))
+        # Superseded by the window's end: valid_to < before -> floor(valid_to) <= floor(before) - 1 leaves out
+        # only memories that are (the rest is checked exactly); without an end, any valid_to.
+        excluded = []
+        if self.current:
+            excluded.append(Range("valid_to", lte=None if self.occurred_before is None
+                                  else epoch_seconds(self.occurred_before) - 1))
+        return IndexFilter(tuple(conditions), ranges=tuple(ranges), excluded=tuple(excluded))
 
 
 def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:

@@ -14,9 +14,9 @@ from fastmcp import FastMCP
 from fastmcp.tools.base import ToolResult
 
 from server.api.mcp.registry import register
-from server.api.mcp.results import ok_result, render_hits, text_result
+from server.api.mcp.results import ok_result, public_hits, render_hits, text_result
 from server.api.operations.memories import MemoryOperations
-from server.api.schemas import ContextPack, Forgotten, Remembered, Results
+from server.api.schemas import ContextPack, Forgotten, PublicResults, Remembered, Results
 from server.auth.principal import Principal
 from server.memories.params import ContextParams, RecallParams, ReferenceParams, RememberParams, SearchParams
 from server.ranking import context
@@ -26,6 +26,8 @@ from server.settings import Settings
 HIT_SHAPE = ("Each hit carries its reference (an opaque id such as mem_3f2a..., the one remember returned; "
              "forget takes it), score, type, location, content and attribution (project, team, bucket, "
              "tags, metadata, provenance, occurred_at).")
+LINKS = ("A memory another one replaced (remember with supersedes) carries superseded_by and valid_to, and its "
+         "text ends with a 'Superseded by:' line; include_superseded=true asks for replaced memories too. ")
 SCORES = "Scores rank the hits of one answer; never compare them across answers."
 READ_SCOPE = ("Needs memory:read (a token without it gets forbidden); a token bounded to teams, projects or "
               "buckets only ever sees memories inside them.")
@@ -71,7 +73,7 @@ def recall_description(full: bool) -> str:
     return (
         "Best-effort lookup: the few saved memories most relevant to a question, ranked best first, for a "
         "quick answer before you respond. " + (
-            "Searches every bucket unless bucket (or another filter) narrows it. " + WINDOW if full else
+            "Searches every bucket unless bucket (or another filter) narrows it. " + WINDOW + LINKS if full else
             "Searches all your memories. ") +
         "Weak matches are allowed: the result is empty only when nothing visible exists, and an empty "
         "result is a valid no-match answer, not a failure. Use it when weak-but-useful relevance is "
@@ -82,7 +84,16 @@ def recall_description(full: bool) -> str:
 
 
 def search_description(full: bool) -> str:
-    return SEARCH if not full else SEARCH.replace(" It returns nothing", f" {WINDOW}It returns nothing", 1)
+    return SEARCH if not full else SEARCH.replace(" It returns nothing", f" {WINDOW}{LINKS}It returns nothing", 1)
+
+
+def remember_description(full: bool) -> str:
+    if not full:
+        return REMEMBER
+    return REMEMBER.replace(" Needs memory:write", (
+        " When it replaces an earlier memory (a changed decision, a new value), pass that one's reference as "
+        "supersedes: the old one is kept, marked superseded, and left out of search_memory and recall_context. "
+        "Needs memory:write"), 1)
 
 
 def context_description(full: bool) -> str:
@@ -90,7 +101,7 @@ def context_description(full: bool) -> str:
         "Restore the context needed to continue work across sessions: a bounded pack of several saved "
         "memories for a prompt, ranked as recall and packed in rank order while max_items and max_tokens "
         "hold (the memory that would cross the token budget is shortened to fit or dropped). "
-        + (WINDOW if full else "") + "Use it at the "
+        + (WINDOW + LINKS if full else "") + "Use it at the "
         "start of a session or task when one quick answer is not enough. Do not use it for a quick lookup "
         "(recall) or when only a strict match is acceptable (search_memory), and do not ask for an "
         "unbounded dump: max_items and max_tokens are safety and quality limits. Read-only. The text "
@@ -109,12 +120,15 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
     async def remember(params: RememberParams) -> ToolResult:
         return ok_result(await ops.remember(current(), params))
 
+    # The public profile answers with the SPEC's hit fields (no supersede links, no mark in the text).
+    shown = (lambda hits: hits) if full else public_hits
+
     async def recall(params: RecallParams) -> ToolResult:
-        hits = await ops.recall(current(), params)
+        hits = shown(await ops.recall(current(), params))
         return ok_result({"results": hits}, render_hits(hits))
 
     async def search_memory(params: SearchParams) -> ToolResult:
-        hits = await ops.search(current(), params)
+        hits = shown(await ops.search(current(), params))
         return ok_result({"results": hits}, render_hits(hits))
 
     async def recall_context(params: ContextParams) -> ToolResult:
@@ -127,11 +141,12 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
         return ok_result(await ops.forget(current(), params))
 
     register(mcp, settings, name="remember", params=RememberParams, run=remember, result=Remembered,
-             description=REMEMBER, annotations={"destructiveHint": False, "idempotentHint": True},
+             description=remember_description(full), annotations={"destructiveHint": False, "idempotentHint": True},
              only=None if full else PUBLIC_REMEMBER)
-    register(mcp, settings, name="recall", params=RecallParams, run=recall, result=Results,
+    results = Results if full else PublicResults
+    register(mcp, settings, name="recall", params=RecallParams, run=recall, result=results,
              description=recall_description(full), annotations=READ_ONLY, only=None if full else PUBLIC_RECALL)
-    register(mcp, settings, name="search_memory", params=SearchParams, run=search_memory, result=Results,
+    register(mcp, settings, name="search_memory", params=SearchParams, run=search_memory, result=results,
              description=search_description(full), annotations=READ_ONLY, only=None if full else PUBLIC_SEARCH)
     if full:
         register(mcp, settings, name="recall_context", params=ContextParams, run=recall_context,

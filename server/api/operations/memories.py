@@ -62,6 +62,8 @@ def described(params: FilterParams) -> dict[str, Any]:
     found = filters_of(params).described()
     found.update({name: value for name, value in (("occurred_after", params.occurred_after),
                                                   ("occurred_before", params.occurred_before)) if value is not None})
+    if params.include_superseded:
+        found["include_superseded"] = True
     return found
 
 
@@ -86,11 +88,12 @@ class MemoryOperations:
     async def recall(self, principal: Principal, params: RecallParams) -> list[dict[str, Any]]:
         memories = self._memories()
         scope = retrieval_scope(principal, params)
-        return await anyio.to_thread.run_sync(memories.retrieval.recall, scope, params.query, params.limit)
+        return await anyio.to_thread.run_sync(lambda: memories.retrieval.recall(
+            scope, params.query, params.limit, demote=not params.include_superseded))
 
     async def search(self, principal: Principal, params: SearchParams) -> list[dict[str, Any]]:
         memories = self._memories()
-        scope = retrieval_scope(principal, params)
+        scope = retrieval_scope(principal, params).only_current(not params.include_superseded)
         threshold = self.settings.search_min_score if params.min_score is None else float(params.min_score)
         return await anyio.to_thread.run_sync(memories.retrieval.search, scope, params.query, params.limit,
                                               threshold)
@@ -98,10 +101,11 @@ class MemoryOperations:
     async def context(self, principal: Principal, params: ContextParams) -> dict[str, Any]:
         """Ranked as recall, packed in rank order under max_items and max_tokens: the structured pack."""
         memories = self._memories()
-        scope = retrieval_scope(principal, params)
+        scope = retrieval_scope(principal, params).only_current(not params.include_superseded)
 
         def build() -> dict[str, Any]:
-            hits = memories.retrieval.recall(scope, params.query, params.max_items)
+            hits = memories.retrieval.recall(scope, params.query, params.max_items,
+                                             demote=not params.include_superseded)
             packed = context.pack(hits, max_items=params.max_items, max_tokens=params.max_tokens,
                                   tokens=memories.tokens)
             plan = {"ranking": "recall", "candidates": len(hits), "filters": described(params)}

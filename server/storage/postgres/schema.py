@@ -217,6 +217,18 @@ SCHEMA = [
     """
     CREATE INDEX memories_by_occurrence ON memories (site_id, occurred_at);
     """,
+    # 6: memories that supersede others. The links are references (they survive export and import); the
+    # change feed also counts a change of the links the index holds (valid_to is in its payload).
+    """
+    ALTER TABLE memories
+        ADD COLUMN supersedes TEXT COLLATE "C",       -- the memory this one replaced
+        ADD COLUMN superseded_by TEXT COLLATE "C",    -- the memory that replaced this one
+        ADD COLUMN valid_to TEXT COLLATE "C";         -- when: the successor's occurred_at
+    DROP TRIGGER memories_change_update ON memories;
+    CREATE CONSTRAINT TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team,
+        bucket, tags, metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to ON memories
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -22,4 +22,10 @@ def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[object]]:
     if scope.occurred_before is not None:
         clauses.append(f"{alias}.occurred_at < %s")
         args.append(scope.occurred_before)
+    if scope.current:  # not superseded by the end of the window (see Scope)
+        if scope.occurred_before is None:
+            clauses.append(f"{alias}.superseded_by IS NULL")
+        else:
+            clauses.append(f"({alias}.superseded_by IS NULL OR {alias}.valid_to >= %s)")
+            args.append(scope.occurred_before)
     return " AND ".join(clauses), args

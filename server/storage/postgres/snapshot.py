@@ -23,7 +23,10 @@ from server.storage.records import RawItem
 
 PAGE = 1000
 MEMORY_FIELDS = ("site", "reference", "content", "type", "location", "project", "team", "bucket", "tags",
-                 "metadata", "provenance", "occurred_at", "created_at", "updated_at")
+                 "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes", "superseded_by",
+                 "valid_to")
+# Written only when set, so an export that uses none of them reads as before.
+OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to")
 
 
 class PostgresSnapshot:
@@ -66,12 +69,15 @@ class PostgresSnapshot:
         """Each memory's public fields and its site's name, in creation order."""
         where, args = self._where("m")
         sql = ("SELECT s.name, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-               " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at"
-               f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id")
+               " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
+               f" m.valid_to FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id")
         for row in self._stream("memories", sql, args):
             record = dict(zip(MEMORY_FIELDS, row, strict=True))
             for name in ("tags", "metadata", "provenance"):
                 record[name] = json.loads(record[name])
+            for name in OPTIONAL_FIELDS:
+                if record[name] is None:
+                    del record[name]
             yield record
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:

@@ -16,6 +16,8 @@ from server.errors import NotFound
 from server.storage.records import RawItem
 from server.storage.sqlite.connection import connect
 
+OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to")
+
 
 class SqliteSnapshot:
     def __init__(self, db_path: Path, *, site: str | None = None) -> None:
@@ -49,12 +51,16 @@ class SqliteSnapshot:
         where, args = self._where("m")
         for row in self._conn.execute(
             "SELECT s.name AS site, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket,"
-            " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at"
-            f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id", args,
+            " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes,"
+            f" m.superseded_by, m.valid_to FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id",
+            args,
         ):
             record = dict(row)
             for name in ("tags", "metadata", "provenance"):
                 record[name] = json.loads(row[name])
+            for name in OPTIONAL_FIELDS:  # written only when set: an export that uses none reads as before
+                if record[name] is None:
+                    del record[name]
             yield record
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:

@@ -1,5 +1,5 @@
-"""Memories that change over time, through a real server (MCP and REST), on both storage and both index
-backends: time windows on occurred_at.
+"""Memories that change over time and memories that must go, through a real server (MCP and REST), on both
+storage and both index backends: time windows on occurred_at, supersede chains, expiry.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx2
@@ -17,6 +18,7 @@ from server.index.base import PAYLOAD_VERSION, IndexPoint
 from server.index.edge import EdgeIndex
 from server.index.edge_files import read_info, write_info
 from server.index.qdrant import METADATA_KEY, QdrantServerIndex
+from server.memories import maintenance
 from server.memories.validation import Filters, read_scope
 from server.ranking.candidates import CandidateSource
 from server.ranking.lexical import analyze
@@ -34,6 +36,7 @@ def mem(request: Any, settings: Any, embedder: Any) -> Iterator[LiveServer]:
     index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
     with serve(settings, embedder, index=index) as server:
         server.outbox = index is not None or settings.database_url is None  # type: ignore[attr-defined]
+        server.index = index  # type: ignore[attr-defined]
         yield server
 
 
@@ -400,3 +403,81 @@ async def test_the_public_profile_shows_the_spec_hit(tmp_path: Any, embedder: An
             assert all("superseded_by" not in hit for hit in result.structured_content["results"])
             assert "Superseded by" not in result.content[0].text
             assert error_code(await call(client, "remember", content="x", supersedes=a)) == "invalid_parameters"
+
+
+# --- expiry ------------------------------------------------------------------------------------------------
+
+
+def soon(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+def quick_upkeep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The maintenance thread's rounds every 0.2 s instead of every few seconds."""
+    monkeypatch.setattr(maintenance, "MAINTENANCE_INTERVAL_S", 0.2)
+
+
+def visible(server: LiveServer, reference: str, query_text: str) -> dict[str, bool]:
+    """Where a memory can be seen: every read of the REST API."""
+    seen = {"get": rest(server, "GET", f"/v1/memories/{reference}").status_code == 200}
+    seen["list"] = reference in {m["reference"] for m in rest(server, "GET", "/v1/memories").json()["memories"]}
+    for path, key in (("/v1/recall", "results"), ("/v1/search", "results"), ("/v1/context", "items")):
+        body = {"query": query_text, **({"min_score": 0.0} if path == "/v1/search" else {})}
+        seen[path] = reference in {h["reference"] for h in rest(server, "POST", path, json=body).json()[key]}
+    return seen
+
+
+async def test_an_expired_memory_is_never_returned_then_purged(quick_upkeep: None, mem: LiveServer) -> None:
+    keep = rest(mem, "POST", "/v1/memories", json={"content": "The wifi password rotates every month."})
+    expiring = rest(mem, "POST", "/v1/memories", json={"content": "The wifi password this week is tulip-42.",
+                                                        "expires_at": soon(3)})
+    assert expiring.status_code == 201, expiring.text
+    ref, kept = expiring.json()["reference"], keep.json()["reference"]
+    assert get(mem, ref)["expires_at"].endswith("Z")
+    assert all(visible(mem, ref, "wifi password").values())
+    async with mem.client() as client:
+        hits = (await call(client, "recall", query="wifi password")).structured_content["results"]
+        assert {h["reference"]: h["expires_at"] for h in hits}[kept] is None
+    [(row_id,)] = query(mem.settings, "SELECT id FROM memories WHERE reference = ?", ref)
+    expires = datetime.fromisoformat(get(mem, ref)["expires_at"].replace("Z", "+00:00"))
+    deadline = time.monotonic() + 30
+    while query(mem.settings, "SELECT 1 FROM memories WHERE reference = ?", ref):
+        assert time.monotonic() < deadline, "the expired memory was not purged"
+        if datetime.now(UTC) >= expires:  # expired, perhaps not purged yet: no read returns it
+            assert not any(visible(mem, ref, "wifi password").values())
+        time.sleep(0.1)
+    assert not any(visible(mem, ref, "wifi password").values())
+    assert all(visible(mem, kept, "wifi password").values())
+    index_backlog_drains(mem, outbox=mem.outbox)  # type: ignore[attr-defined]
+    index = mem.index  # type: ignore[attr-defined]
+    if index is not None:
+        assert row_id not in set(index.ids())
+    async with mem.client() as client:
+        assert error_code(await call(client, "forget", reference=ref)) == "not_found"
+
+
+async def test_expiry_is_set_and_cleared_by_patch_and_a_past_one_hides_at_once(mem: LiveServer) -> None:
+    a = rest(mem, "POST", "/v1/memories", json={"content": "Parking is free on weekends."}).json()["reference"]
+    changed = rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": "2999-01-01T00:00:00+01:00"})
+    assert changed.status_code == 200 and changed.json()["expires_at"] == "2998-12-31T23:00:00.000000Z"
+    assert rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": None}).json()["expires_at"] is None
+    assert rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": "soon"}).status_code == 422
+    gone = rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": "2001-01-01T00:00:00Z"})
+    assert gone.status_code == 200  # answered with the memory as written, never again
+    assert not any(visible(mem, a, "parking weekends").values())
+    # The same memory remembered again is new (the expired copy is purged first).
+    again = rest(mem, "POST", "/v1/memories", json={"content": "Parking is free on weekends."})
+    assert again.status_code == 201 and again.json()["reference"] != a
+    assert visible(mem, again.json()["reference"], "parking weekends")["get"]
+    # An expired memory that another one superseded: purging it leaves its successor current and whole.
+    old = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at nine.",
+                                                   "expires_at": soon(1)}).json()["reference"]
+    new = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at ten now.", "supersedes": old}).json()
+    time.sleep(1.2)
+    assert get(mem, new["reference"])["supersedes"] == old  # until the purge joins the chain
+    async with mem.client() as client:
+        result = await call(client, "remember", content="Tea is at four.", expires_at="not a time")
+        assert error_code(result) == "invalid_parameters"
+        result = await call(client, "recall", query="standup", limit=5)
+        assert [h["reference"] for h in result.structured_content["results"]][0] == new["reference"]

@@ -49,6 +49,7 @@ from server.storage.records import (
     TokenRecord,
     Words,
     WouldBlock,
+    now_rfc3339,
 )
 
 from conftest import make_settings
@@ -547,6 +548,40 @@ def test_supersede_chains(storage: Storage) -> None:
     assert (exported["mem_old"]["superseded_by"], exported["mem_old"]["valid_to"]) == ("mem_new", when[1])
     assert exported["mem_new"]["supersedes"] == "mem_old" and "superseded_by" not in exported["mem_new"]
     assert "supersedes" not in exported[a.reference]
+
+
+def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) -> None:
+    sid = site(storage)
+    past, future = "2001-01-01T00:00:00.000000Z", "2999-01-01T00:00:00.000000Z"
+    gone = [remember(storage, sid, f"apple expired {n}", expires_at=past) for n in range(3)]
+    later = remember(storage, sid, "apple later", expires_at=future)
+    kept = remember(storage, sid, "apple kept")
+    assert storage.outbox.index_rows([gone[0].row_id])[0].payload()["expires"] == 978307200
+    scope = Scope(sid)
+    assert storage.candidates.visible_count(scope, 10) == 2
+    assert storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0] == [later.row_id, kept.row_id]
+    assert sorted(storage.candidates.best_by_terms(scope, ["appl"], 10)) == [later.row_id, kept.row_id]
+    assert storage.memories.get(scope, gone[0].reference) is None
+    assert storage.memories.get(Scope(sid, at="2000-01-01T00:00:00.000000Z"), gone[0].reference) is not None
+    assert len(storage.memories.page(scope, location=None, provenance={}, limit=10, after=None)[0]) == 2
+    assert storage.memories.delete(scope, gone[0].reference) is None  # unseen: cannot be forgotten either
+    found = storage.memories.by_ids([gone[0].row_id, later.row_id])
+    assert [scope.admits(found[i]) for i in (gone[0].row_id, later.row_id)] == [False, True]
+    # A superseded memory that expires: the purge makes its successor's link go with it.
+    newer = remember(storage, sid, "apple newer", supersedes=gone[2].reference)
+    first = storage.memories.purge_expired(now_rfc3339(), 2)
+    assert first == [gone[0].row_id, gone[1].row_id]
+    assert storage.memories.purge_expired(now_rfc3339(), 2) == [gone[2].row_id]
+    assert storage.memories.purge_expired(now_rfc3339(), 2) == []
+    assert storage.memories.get(scope, newer.reference).supersedes is None
+    assert set(storage.outbox.deletions()) >= {g.row_id for g in gone}
+    assert storage.memories.count() == 3
+    snapshot = storage.snapshot(None)
+    try:
+        assert {m["content"]: m.get("expires_at") for m in snapshot.memories()} == {
+            "apple later": future, "apple kept": None, "apple newer": None}
+    finally:
+        snapshot.close()
 
 
 def _ranked(storage: Storage, scope: Scope, terms: list[str], references: dict[int, str]) -> list[str]:

@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project", "team", "bucket", "tags",
                            "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes",
-                           "superseded_by", "valid_to"})
+                           "superseded_by", "valid_to", "expires_at"})
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
 # A reference must be addressable as one REST path segment (/v1/memories/{reference}) without escaping.
 REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,127}$")
@@ -143,7 +143,7 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
         created_at, updated_at = record.get("created_at"), record.get("updated_at")
         memory = validate_new(
             **{name: record.get(name) for name in ("content", "type", "location", "project", "team", "bucket",
-                                                   "tags", "metadata", "provenance", "occurred_at")},
+                                                   "tags", "metadata", "provenance", "occurred_at", "expires_at")},
             supersedes=_reference(record, "supersedes"), max_content_bytes=max_content_bytes,
         )
         valid_to = record.get("valid_to")

@@ -63,12 +63,13 @@ class MemoryFields(BaseModel):
 
 
 class Lifecycle(BaseModel):
-    """How a memory stands among the ones that replaced each other."""
+    """How a memory stands among the ones that replaced each other, and when it expires."""
 
     supersedes: str | None = Field(None, description="The reference of the memory this one replaced.")
     superseded_by: str | None = Field(None, description="The reference of the memory that replaced this one: "
                                       "null while it is current.")
     valid_to: str | None = Field(None, description="When it was replaced (its successor's occurred_at).")
+    expires_at: str | None = Field(None, description="When it expires: never returned from then on, then deleted.")
 
 
 class PublicHit(MemoryFields):

@@ -2,7 +2,7 @@
 
 Points are keyed by the memory's integer row id in SQLite. Each point carries a small keyword payload
 (`site`, `team`, `project`, `bucket`, `type`, `tags`) and integer timestamps (seconds since the epoch:
-`occurred`; `valid_to` on a superseded memory) so filters run inside the index.
+`occurred`; `valid_to` on a superseded memory, `expires` on one that expires) so filters run inside the index.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ T = TypeVar("T")
 # Payload fields that get a keyword index and can appear in a filter.
 FILTER_FIELDS = ("site", "team", "project", "bucket", "type", "tags")
 # Integer payload fields (whole seconds since the epoch) that get a range index and can appear in a Range.
-RANGE_FIELDS = ("occurred", "valid_to")
+RANGE_FIELDS = ("occurred", "valid_to", "expires")
 # The shape of the points' payload. An index recorded with an older one is upgraded at start-up: its range
 # indexes are created and every point is written again from the authority (stored vectors: no model time).
-# 1: keywords only; 2: `occurred`; 3: `valid_to` (superseded memories).
-PAYLOAD_VERSION = 3
+# 1: keywords only; 2: `occurred`; 3: `valid_to` (superseded memories); 4: `expires`.
+PAYLOAD_VERSION = 4
 
 
 class IndexUnavailable(Exception):

@@ -142,6 +142,9 @@ class RememberParams(Params):
         "The reference of the memory this one replaces (a changed decision, a new value): the old one is kept, "
         "marked superseded_by this one and valid until this one's occurred_at, and left out of search_memory "
         "and recall_context. If it was superseded already, the newest memory of its chain is replaced."))] = None
+    expires_at: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+        "RFC3339 timestamp from which the memory is never returned; it is then deleted for good. Default: it "
+        "never expires."))] = None
 
 
 class RecallParams(FilterParams):
@@ -195,8 +198,8 @@ class ListMemoriesParams(Params):
 
 class UpdateParams(Params):
     """A change of some attributes (PATCH): only the fields present change. null resets a field to what
-    `remember` defaults it to (location, project, team, supersedes: unset; type: note; bucket: default;
-    tags: []; metadata, provenance: {}); content and occurred_at cannot be null."""
+    `remember` defaults it to (location, project, team, supersedes, expires_at: unset; type: note; bucket:
+    default; tags: []; metadata, provenance: {}); content and occurred_at cannot be null."""
 
     content: Annotated[str | SkipJsonSchema[None], Field(json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
                                          description="New content (re-embeds the memory); not null.")] = None
@@ -214,6 +217,8 @@ class UpdateParams(Params):
     supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
         "The memory this one replaces (as in remember); null: it replaces none, and the one it replaced is "
         "current again."))] = None
+    expires_at: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+        "When it expires (as in remember); null: never."))] = None
 
     def changes(self) -> dict[str, Any]:
         """The fields the request set, with their values (None: reset)."""

@@ -170,7 +170,7 @@ def check_reference(name: str, value: object) -> str | None:
 def validate_new(*, content: object, type: object = None, location: object = None, project: object = None,
                  team: object = None, bucket: object = None, tags: object = None, metadata: object = None,
                  provenance: object = None, occurred_at: object = None, supersedes: object = None,
-                 max_content_bytes: int) -> NewMemory:
+                 expires_at: object = None, max_content_bytes: int) -> NewMemory:
     if not isinstance(content, str) or not content.strip():
         raise InvalidParameters("content must be a non-empty string")
     check_unicode("content", content)
@@ -189,6 +189,7 @@ def validate_new(*, content: object, type: object = None, location: object = Non
         provenance=check_object("provenance", provenance),
         occurred_at=check_timestamp("occurred_at", occurred_at),
         supersedes=check_reference("supersedes", supersedes),
+        expires_at=None if expires_at is None else check_timestamp("expires_at", expires_at),
     )
 
 

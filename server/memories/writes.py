@@ -33,6 +33,7 @@ from server.storage.records import (
     StaleRow,
     StoredMemory,
     Words,
+    now_rfc3339,
 )
 
 # Bulk remember embeds and commits this many memories at a time: several model batches per call, which the
@@ -40,8 +41,10 @@ from server.storage.records import (
 EMBED_BATCH = 512
 # The attributes a change may set; the rest of a memory follows from them.
 EDITABLE = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
-            "occurred_at", "supersedes")
+            "occurred_at", "supersedes", "expires_at")
 UPDATE_ATTEMPTS = 5
+# Expired memories deleted per transaction: each transaction stays short, so it never holds up other writes.
+PURGE_BATCH = 200
 
 
 class MemoryWrites:
@@ -63,7 +66,7 @@ class MemoryWrites:
     def remember(self, principal: Principal, memory: NewMemory) -> Inserted:
         principal.require(WRITE)
         check_write_bounds(principal, memory)
-        existing = self.store.find_duplicate(principal.site_id, memory.dedup_key)
+        existing = self._duplicate(principal.site_id, memory)
         if existing is not None:  # decided before any model time
             if memory.supersedes is not None:  # the same memory again, now replacing another: link it
                 self.update(principal, existing, {"supersedes": memory.supersedes})
@@ -85,6 +88,27 @@ class MemoryWrites:
                 self.index.written([inserted.row_id, older.id])
             return inserted
         raise Unavailable("the memory to supersede is being changed concurrently; retry")
+
+    def _duplicate(self, site_id: int, memory: NewMemory) -> str | None:
+        """The reference of the site's memory with this content and filing. One that expired (and is not
+        purged yet) is purged now: the memory is new again."""
+        for _ in range(UPDATE_ATTEMPTS):
+            existing = self.store.find_duplicate(site_id, memory.dedup_key)
+            if existing is None or self.store.get(Scope(site_id), existing) is not None:
+                return existing
+            self.index.deleted(self.store.purge_expired(now_rfc3339(), PURGE_BATCH))
+        raise Unavailable("an expired copy of this memory is being purged; retry")
+
+    def purge_expired(self) -> int:
+        """Delete the memories that have expired, PURGE_BATCH per transaction; how many went."""
+        done = 0
+        while True:
+            ids = self.store.purge_expired(now_rfc3339(), PURGE_BATCH)
+            if ids:
+                self.index.deleted(ids)
+                done += len(ids)
+            if len(ids) < PURGE_BATCH:
+                return done
 
     def _older(self, principal: Principal, reference: str, *, newer: str | None = None) -> StoredMemory:
         """The memory a write by `principal` may supersede when it names `reference`: the newest of its chain,
@@ -196,7 +220,8 @@ class MemoryWrites:
             if row_id is None:
                 raise NotFound(f"no memory with reference {reference!r}")
             self.index.written([row_id, *linked])
-            updated = self.store.get(scope, reference)
+            # Read back as written, even when this change made it expire (the answer to the change itself).
+            updated = self.store.get(replace(scope, at=""), reference)
             if updated is None:
                 raise NotFound(f"no memory with reference {reference!r}")
             return updated

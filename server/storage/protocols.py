@@ -149,6 +149,12 @@ class MemoryStore(Protocol):
         bounds; None if the site has no memory `reference`."""
         ...
 
+    def purge_expired(self, at: str, limit: int) -> list[int]:
+        """Delete up to `limit` memories whose expires_at is at or before `at` (normalised RFC3339), oldest
+        expiry first, in one short transaction (their chains joined, each queued for removal from the index);
+        their ids."""
+        ...
+
     def count(self) -> int: ...
 
 

@@ -110,6 +110,7 @@ class NewMemory:
     provenance: dict[str, Any]
     occurred_at: str
     supersedes: str | None = None  # the reference of the memory this one replaces (the newest of its chain)
+    expires_at: str | None = None  # never returned from then on, and purged
 
     @property
     def dedup_key(self) -> str:
@@ -202,6 +203,7 @@ class StoredMemory:
     supersedes: str | None = None  # the memory this one replaced
     superseded_by: str | None = None  # the memory that replaced this one
     valid_to: str | None = None  # when it was replaced: its successor's occurred_at
+    expires_at: str | None = None
     vector_model: str | None = field(default=None, compare=False)
     has_vector: bool = field(default=False, compare=False)
 
@@ -212,7 +214,7 @@ class StoredMemory:
             "project": self.project, "team": self.team, "bucket": self.bucket, "tags": list(self.tags),
             "metadata": self.metadata, "provenance": self.provenance, "occurred_at": self.occurred_at,
             "created_at": self.created_at, "supersedes": self.supersedes, "superseded_by": self.superseded_by,
-            "valid_to": self.valid_to,
+            "valid_to": self.valid_to, "expires_at": self.expires_at,
         }
 
     def fields(self) -> dict[str, Any]:
@@ -223,7 +225,8 @@ class StoredMemory:
         """The attributes in the shape `remember` validates (for merging a PATCH)."""
         return NewMemory(content=self.content, type=self.type, location=self.location, project=self.project,
                          team=self.team, bucket=self.bucket, tags=self.tags, metadata=self.metadata,
-                         provenance=self.provenance, occurred_at=self.occurred_at, supersedes=self.supersedes)
+                         provenance=self.provenance, occurred_at=self.occurred_at, supersedes=self.supersedes,
+                         expires_at=self.expires_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,7 @@ class IndexRow:
     content: str
     occurred_at: str
     valid_to: str | None = None
+    expires_at: str | None = None
 
     def payload(self) -> dict[str, object]:
         payload: dict[str, object] = {
@@ -275,6 +279,8 @@ class IndexRow:
             "occurred": epoch_seconds(self.occurred_at)}
         if self.valid_to is not None:  # superseded
             payload["valid_to"] = epoch_seconds(self.valid_to)
+        if self.expires_at is not None:  # rounded up: a point is left out only once it has surely expired
+            payload["expires"] = epoch_seconds(self.expires_at, ceil=True)
         return payload
 
 
@@ -300,7 +306,8 @@ class Scope:
     tag". `occurred_after` / `occurred_before` (normalised RFC3339, as stored) keep the memories whose
     occurred_at lies in [occurred_after, occurred_before). `current` leaves out the memories superseded by
     the end of the window: those with a successor, unless it came at or after `occurred_before` (a memory
-    still valid when the window closes is current in it).
+    still valid when the window closes is current in it). `at` is the instant the read happens at: a memory
+    whose expires_at is at or before it is never seen.
     """
 
     site_id: int
@@ -312,6 +319,7 @@ class Scope:
     occurred_after: str | None = None
     occurred_before: str | None = None
     current: bool = False
+    at: str = field(default_factory=now_rfc3339, compare=False)
 
     def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
                  type: str | None = None, tags: Iterable[str] = ()) -> Scope:
@@ -340,6 +348,8 @@ class Scope:
         if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
             return False
         if self.occurred_before is not None and memory.occurred_at >= self.occurred_before:
+            return False
+        if memory.expires_at is not None and memory.expires_at <= self.at:
             return False
         return not (self.current and self.superseded(memory))
 
@@ -370,6 +380,8 @@ class Scope:
         if self.current:
             excluded.append(Range("valid_to", lte=None if self.occurred_before is None
                                   else epoch_seconds(self.occurred_before) - 1))
+        # Expired: expires_at <= at. The payload is rounded up, so ceil(expires) <= floor(at) holds only then.
+        excluded.append(Range("expires", lte=epoch_seconds(self.at)))
         return IndexFilter(tuple(conditions), ranges=tuple(ranges), excluded=tuple(excluded))
 
 

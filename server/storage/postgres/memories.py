@@ -42,7 +42,7 @@ from server.storage.records import (
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.vector_model, m.vector IS NOT NULL AS has_vector")
+           " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
 INSERT_FTS = ("INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
@@ -144,6 +144,21 @@ class PostgresMemoryStore:
             sql, [scope.site_id, list(references), scope.site_id, MAX_CHAIN, scope.site_id, *args]).fetchall())
         return newest_of([(str(row["start"]), int(row["depth"]), stored(row)) for row in rows])
 
+    def purge_expired(self, at: str, limit: int) -> list[int]:
+        def purge(conn: Conn) -> list[int]:
+            # SKIP LOCKED: replicas purging at once take different rows instead of waiting on each other.
+            rows = conn.execute("SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
+                                " WHERE expires_at <= %s ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                                [at, limit]).fetchall()
+            links = chains(conn)
+            for _, site_id, reference, older, newer in rows:
+                links.bridge(int(site_id), str(reference), older, newer)
+            if rows:
+                conn.execute("DELETE FROM memories WHERE id = ANY(%s::bigint[])", [[int(r[0]) for r in rows]])
+            return [int(row[0]) for row in rows]
+
+        return self._db.write(purge)
+
     def chain_head(self, site_id: int, reference: str) -> str | None:
         return self._db.read(lambda conn: chains(conn).head(site_id, reference))
 
@@ -198,12 +213,12 @@ def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept
     conversation_id, seq = memory.conversation_position
     row = conn.execute(
         f"INSERT INTO memories ({ATTRIBUTES}, reference, site_id, created_at, updated_at, dedup_key,"
-        " conversation_id, conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, indexed)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0)"
-        " ON CONFLICT DO NOTHING RETURNING id",
+        " conversation_id, conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at,"
+        " indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s, 0) ON CONFLICT DO NOTHING RETURNING id",
         [*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
          conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
-         kept.valid_to]).fetchone()
+         kept.valid_to, memory.expires_at]).fetchone()
     if row is not None:
         # Ids are never reused here (an identity column), so no queued deletion can name this one.
         if live and memory.supersedes is not None:  # an import keeps the links it read instead
@@ -236,9 +251,9 @@ def update(conn: Conn, site_id: int, reference: str, memory: NewMemory, based_on
     conversation_id, seq = memory.conversation_position
     assignments = ("content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
                    " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
-                   " conversation_id = %s, conversation_seq = %s, supersedes = %s, indexed = 0")
+                   " conversation_id = %s, conversation_seq = %s, supersedes = %s, expires_at = %s, indexed = 0")
     values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
-                         memory.supersedes]
+                         memory.supersedes, memory.expires_at]
     if document is not None:
         assignments += ", vector = %s, vector_model = %s"
         values += [_blob(document.vector), document.model]
@@ -288,5 +303,6 @@ def stored(row: Mapping[str, Any]) -> StoredMemory:
         bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
         provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
         updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], vector_model=row["vector_model"], has_vector=bool(row["has_vector"]),
+        valid_to=row["valid_to"], expires_at=row["expires_at"], vector_model=row["vector_model"],
+        has_vector=bool(row["has_vector"]),
     )

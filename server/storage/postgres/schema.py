@@ -229,6 +229,15 @@ SCHEMA = [
         bucket, tags, metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to ON memories
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
     """,
+    # 7: memories that expire: never returned from expires_at on, then purged (oldest expiry first)
+    """
+    ALTER TABLE memories ADD COLUMN expires_at TEXT COLLATE "C";  -- normalised RFC3339, or NULL: never
+    CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL;
+    DROP TRIGGER memories_change_update ON memories;
+    CREATE CONSTRAINT TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team,
+        bucket, tags, metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to, expires_at
+        ON memories DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -37,7 +37,7 @@ from server.storage.sqlite.writer import Readers, Writer
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.vector_model, m.vector IS NOT NULL AS has_vector")
+           " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 
 
@@ -82,9 +82,9 @@ class SqliteMemoryStore:
             conversation_id, seq = memory.conversation_position
             assignments = ("content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
                            " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
-                           " conversation_id = ?, conversation_seq = ?, supersedes = ?, indexed = 0")
+                           " conversation_id = ?, conversation_seq = ?, supersedes = ?, expires_at = ?, indexed = 0")
             values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
-                                 memory.supersedes]
+                                 memory.supersedes, memory.expires_at]
             if document is not None:
                 assignments += ", vector = ?, vector_model = ?"
                 values += [_blob(document.vector), document.model]
@@ -158,6 +158,18 @@ class SqliteMemoryStore:
             [scope.site_id, *references, scope.site_id, MAX_CHAIN, scope.site_id, *args]).fetchall()
         return newest_of([(row["start"], row["depth"], stored(row)) for row in rows])
 
+    def purge_expired(self, at: str, limit: int) -> list[int]:
+        def purge(conn: sqlite3.Connection) -> list[int]:
+            rows = conn.execute("SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
+                                " WHERE expires_at <= ? ORDER BY expires_at LIMIT ?", (at, limit)).fetchall()
+            chains = Chains(conn)
+            for row_id, site_id, reference, older, newer in rows:
+                chains.bridge(site_id, reference, older, newer)
+                conn.execute("DELETE FROM memories WHERE id = ?", (row_id,))
+            return [int(row[0]) for row in rows]
+
+        return self._writer.run_sync(purge)
+
     def chain_head(self, site_id: int, reference: str) -> str | None:
         return Chains(self._readers.get()).head(site_id, reference)
 
@@ -209,11 +221,11 @@ def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: 
     cur = conn.execute(
         "INSERT INTO memories (content, type, location, project, team, bucket, tags, metadata, provenance,"
         " occurred_at, reference, site_id, created_at, updated_at, dedup_key, conversation_id,"
-        " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, indexed)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+        " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at, indexed)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
         (*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
          conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
-         kept.valid_to),
+         kept.valid_to, memory.expires_at),
     )
     row_id = int(cur.lastrowid or 0)
     conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, document.terms))
@@ -251,5 +263,6 @@ def stored(row: sqlite3.Row) -> StoredMemory:
         bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
         provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
         updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], vector_model=row["vector_model"], has_vector=bool(row["has_vector"]),
+        valid_to=row["valid_to"], expires_at=row["expires_at"], vector_model=row["vector_model"],
+        has_vector=bool(row["has_vector"]),
     )

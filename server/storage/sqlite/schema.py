@@ -148,6 +148,17 @@ SCHEMA = [
         INSERT INTO memory_changes (id, deleted) VALUES (new.id, 0);
     END;
     """,
+    # 7: memories that expire: never returned from expires_at on, then purged (oldest expiry first)
+    """
+    ALTER TABLE memories ADD COLUMN expires_at TEXT;      -- normalised RFC3339, or NULL: never
+    CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL;
+    DROP TRIGGER memories_change_update;
+    CREATE TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team, bucket, tags,
+        metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to, expires_at ON memories
+    BEGIN
+        INSERT INTO memory_changes (id, deleted) VALUES (new.id, 0);
+    END;
+    """,
 ]
 
 

@@ -24,6 +24,8 @@ def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[object]]:
     if scope.occurred_before is not None:
         clauses.append(f"{alias}.occurred_at < ?")
         args.append(scope.occurred_before)
+    clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")  # normalised: text order
+    args.append(scope.at)
     if scope.current:  # not superseded by the end of the window (see Scope)
         if scope.occurred_before is None:
             clauses.append(f"{alias}.superseded_by IS NULL")

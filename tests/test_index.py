@@ -19,6 +19,7 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from server.index.base import (
+    PAYLOAD_VERSION,
     Condition,
     IndexDimensionError,
     IndexFilter,
@@ -26,6 +27,7 @@ from server.index.base import (
     IndexLocked,
     IndexPoint,
     IndexUnavailable,
+    Range,
     VectorIndex,
 )
 from server.index.edge import SHARD_PREFIX, EdgeIndex
@@ -165,6 +167,27 @@ def test_empty_values_match_nothing_and_unknown_fields_are_refused(ready: Vector
 
 def test_no_conditions_searches_everything(ready: VectorIndex) -> None:
     assert sorted(ids_of(ready, vec(1, 0, 0, 0), IndexFilter())) == [1, 2, 3, 4, 5]
+
+
+def test_ranges_on_integer_payloads_and_exclusions(index: VectorIndex) -> None:
+    index.reset(INFO)
+    assert index.payload_version() == PAYLOAD_VERSION
+    times = {1: 100, 2: 200, 3: 300, 4: None}  # 4: a point written before the payload had the field
+    index.upsert([IndexPoint(id=i, vector=vec(1, 0.1 * i, 0, 0), payload={"site": "a"} | (
+        {"occurred": t} if t is not None else {})) for i, t in times.items()])
+    site = (Condition("site", ("a",)),)
+
+    def found(ranges: tuple[Range, ...] = (), excluded: tuple[Range, ...] = ()) -> list[int]:
+        return sorted(ids_of(index, vec(1, 0, 0, 0), IndexFilter(site, ranges=ranges, excluded=excluded)))
+
+    assert found((Range("occurred", gte=200),)) == [2, 3]  # a point without the field is in no range
+    assert found((Range("occurred", lte=200),)) == [1, 2]  # both ends inclusive
+    assert found((Range("occurred", gte=150, lte=250),)) == [2]
+    assert found((Range("occurred"),)) == [1, 2, 3]
+    assert found(excluded=(Range("occurred", lte=100),)) == [2, 3, 4]  # kept: not excluded, or no field
+    assert found((Range("occurred", gte=100),), (Range("occurred", gte=300),)) == [1, 2]
+    with pytest.raises(ValueError, match="by range"):
+        found((Range("bucket", gte=1),))
 
 
 def test_delete(ready: VectorIndex) -> None:

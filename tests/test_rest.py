@@ -128,7 +128,7 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
     assert "HTTPValidationError" not in doc["components"]["schemas"]  # FastAPI's default 422 is replaced
     remember_body = doc["components"]["schemas"]["RememberParams"]["properties"]
     assert set(remember_body) == {"content", "type", "location", "project", "team", "bucket", "tags", "metadata",
-                                  "provenance", "occurred_at"}
+                                  "provenance", "occurred_at", "supersedes", "expires_at"}
     memory = doc["components"]["schemas"]["Memory"]["properties"]
     assert {"reference", "created_at", "updated_at", "provenance"} <= set(memory)
 
@@ -456,7 +456,8 @@ async def test_recall_and_search(live: LiveServer) -> None:
         assert [h["reference"] for h in hits][0] == refs[0] and len(hits) == 2
         assert hits[0]["score"] >= hits[1]["score"]
         assert set(hits[0]) == {"reference", "score", "type", "location", "content", "project", "team", "bucket",
-                                "tags", "metadata", "provenance", "occurred_at", "created_at"}
+                                "tags", "metadata", "provenance", "occurred_at", "created_at", "supersedes",
+                                "superseded_by", "valid_to", "expires_at"}
         scoped = (await http.post("/v1/recall", json={"query": "coffee", "bucket": "eng", "limit": 5})).json()
         assert {h["reference"] for h in scoped["results"]} == {refs[0], refs[1]}
         tagged = (await http.post("/v1/recall", json={"query": "coffee", "tags": ["alice", "dinner"]})).json()

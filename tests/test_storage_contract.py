@@ -65,6 +65,7 @@ from server.storage.records import (
     TokenRecord,
     Words,
     WouldBlock,
+    now_rfc3339,
 )
 
 from conftest import make_settings
@@ -799,6 +800,136 @@ def test_candidates(storage: Storage) -> None:
     # The other site's newer match counts towards `examine`: only the newest two matches are looked at.
     assert newest(scope, ["appl"], every=False, limit=10, examine=2, exclude=set()) == [ids[3]]
     assert candidates.neighbours([ids[2]], 1) == {ids[1], ids[2], ids[3]} and candidates.neighbours([], 1) == set()
+
+
+def test_a_time_window_narrows_every_read(storage: Storage) -> None:
+    sid = site(storage)
+    months = ["2024-01-15T00:00:00.000000Z", "2024-03-01T00:00:00.000000Z", "2024-04-30T23:59:59.999999Z",
+              "2024-05-01T00:00:00.000000Z"]
+    rows = [remember(storage, sid, f"apple report {n}", occurred_at=when) for n, when in enumerate(months)]
+    ids = [r.row_id for r in rows]
+    window = Scope(sid).within(occurred_after=months[1], occurred_before=months[3])
+    assert Scope(sid).within(occurred_after=None, occurred_before=None) == Scope(sid)
+    assert window.within(occurred_after=months[0], occurred_before=None) == window  # narrowed, never widened
+    assert window.within(occurred_after=months[2], occurred_before=None).occurred_after == months[2]
+    inside = [ids[1], ids[2]]
+    candidates = storage.candidates
+    assert candidates.visible_count(window, 100) == 2
+    assert candidates.load(window, None, "model-a", lambda i, v: False)[0] == inside
+    assert candidates.load(window, ids, "model-a", lambda i, v: False)[0] == inside
+    assert sorted(candidates.best_by_terms(window, ["appl"], 10)) == inside
+    assert candidates.newest_with_terms(window, ["appl"], every=False, limit=10, examine=100,
+                                        exclude=set()) == [ids[2], ids[1]]
+    assert storage.memories.get(window, rows[0].reference) is None
+    assert storage.memories.get(window, rows[1].reference) is not None
+    listed, _ = storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None,
+                                      occurred_after=months[1], occurred_before=months[3])
+    assert sorted(m.id for m in listed) == inside
+    only_before, _ = storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None,
+                                           occurred_before=months[1])
+    assert [m.id for m in only_before] == [ids[0]]
+    found = storage.memories.by_ids(ids)
+    assert [window.admits(found[i]) for i in ids] == [False, True, True, False]
+
+
+def test_supersede_chains(storage: Storage) -> None:
+    sid = site(storage)
+    when = ["2024-01-01T00:00:00.000000Z", "2024-02-01T00:00:00.000000Z", "2024-03-01T00:00:00.000000Z"]
+    a = remember(storage, sid, "value one", occurred_at=when[0])
+    b = remember(storage, sid, "value two", occurred_at=when[1], supersedes=a.reference)
+    get = lambda ref: storage.memories.get(Scope(sid), ref)  # noqa: E731
+    assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (b.reference, when[1])
+    assert get(b.reference).supersedes == a.reference and get(b.reference).superseded_by is None
+    assert storage.outbox.index_rows([a.row_id])[0].payload()["valid_to"] == 1706745600
+    assert "valid_to" not in storage.outbox.index_rows([b.row_id])[0].payload()
+    with pytest.raises(StaleRow):  # a is superseded already: the caller must resolve the chain to b
+        remember(storage, sid, "value three", occurred_at=when[2], supersedes=a.reference)
+    with pytest.raises(StaleRow):
+        remember(storage, sid, "value three", occurred_at=when[2], supersedes="mem_gone")
+    assert storage.memories.count() == 2  # the refused inserts left nothing
+    c = remember(storage, sid, "value three", occurred_at=when[2], supersedes=b.reference)
+    assert [storage.memories.chain_head(sid, r.reference) for r in (a, b, c)] == [c.reference] * 3
+    assert storage.memories.chain_head(sid, "mem_gone") is None
+    assert storage.memories.chain_head(site(storage, "other"), a.reference) is None
+    newest = storage.memories.newest(Scope(sid), [a.reference, b.reference, c.reference])
+    assert {k: v.reference for k, v in newest.items()} == {a.reference: c.reference, b.reference: c.reference}
+    window = Scope(sid).within(occurred_after=None, occurred_before=when[2])  # c is outside: b is the newest
+    assert {k: v.reference for k, v in storage.memories.newest(window, [a.reference]).items()} == {
+        a.reference: b.reference}
+    current = Scope(sid).only_current()
+    assert storage.candidates.load(current, None, "model-a", lambda i, v: False)[0] == [c.row_id]
+    assert storage.candidates.load(window.only_current(), None, "model-a", lambda i, v: False)[0] == [b.row_id]
+    assert storage.candidates.visible_count(current, 10) == 1 and storage.candidates.visible_count(Scope(sid), 10) == 3
+
+    # A cycle is refused inside the transaction: a supersedes c, which supersedes (through b) a.
+    with pytest.raises(InvalidParameters, match="cycle"):
+        storage.memories.update(sid, a.reference, memory("value one", occurred_at=when[0], supersedes=c.reference),
+                                based_on={}, document=None, words=Words())
+    assert get(c.reference).superseded_by is None and get(a.reference).supersedes is None
+    # Moving c's date moves b's validity; unlinking c makes b current again.
+    storage.memories.update(sid, c.reference, memory("value three", occurred_at="2024-04-01T00:00:00.000000Z",
+                                                     supersedes=b.reference), based_on={}, document=None, words=Words())
+    assert get(b.reference).valid_to == "2024-04-01T00:00:00.000000Z"
+    storage.memories.update(sid, c.reference, memory("value three", occurred_at=when[2]), based_on={}, document=None,
+                            words=Words())
+    assert (get(b.reference).superseded_by, get(b.reference).valid_to) == (None, None)
+    assert get(c.reference).supersedes is None
+    storage.memories.update(sid, c.reference, memory("value three", occurred_at=when[2], supersedes=b.reference),
+                            based_on={}, document=None, words=Words())
+    # Deleting the middle joins the chain; deleting the newest makes the one before current.
+    assert storage.memories.delete(Scope(sid), b.reference) == b.row_id
+    assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (c.reference, when[2])
+    assert get(c.reference).supersedes == a.reference
+    storage.memories.delete(Scope(sid), c.reference)
+    assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (None, None)
+    # An import keeps the links it carries, linked to nothing yet or not.
+    imported = remember(storage, sid, "imported old", kept=Kept(reference="mem_old", superseded_by="mem_new",
+                                                               valid_to=when[1]))
+    remember(storage, sid, "imported new", supersedes="mem_old", kept=Kept(reference="mem_new"))
+    assert get("mem_old").superseded_by == "mem_new" and get("mem_new").supersedes == "mem_old"
+    assert imported.outcome == CREATED
+    snapshot = storage.snapshot(None)
+    try:
+        exported = {m["reference"]: m for m in snapshot.memories()}
+    finally:
+        snapshot.close()
+    assert (exported["mem_old"]["superseded_by"], exported["mem_old"]["valid_to"]) == ("mem_new", when[1])
+    assert exported["mem_new"]["supersedes"] == "mem_old" and "superseded_by" not in exported["mem_new"]
+    assert "supersedes" not in exported[a.reference]
+
+
+def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) -> None:
+    sid = site(storage)
+    past, future = "2001-01-01T00:00:00.000000Z", "2999-01-01T00:00:00.000000Z"
+    gone = [remember(storage, sid, f"apple expired {n}", expires_at=past) for n in range(3)]
+    later = remember(storage, sid, "apple later", expires_at=future)
+    kept = remember(storage, sid, "apple kept")
+    assert storage.outbox.index_rows([gone[0].row_id])[0].payload()["expires"] == 978307200
+    scope = Scope(sid)
+    assert storage.candidates.visible_count(scope, 10) == 2
+    assert storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0] == [later.row_id, kept.row_id]
+    assert sorted(storage.candidates.best_by_terms(scope, ["appl"], 10)) == [later.row_id, kept.row_id]
+    assert storage.memories.get(scope, gone[0].reference) is None
+    assert storage.memories.get(Scope(sid, at="2000-01-01T00:00:00.000000Z"), gone[0].reference) is not None
+    assert len(storage.memories.page(scope, location=None, provenance={}, limit=10, after=None)[0]) == 2
+    assert storage.memories.delete(scope, gone[0].reference) is None  # unseen: cannot be forgotten either
+    found = storage.memories.by_ids([gone[0].row_id, later.row_id])
+    assert [scope.admits(found[i]) for i in (gone[0].row_id, later.row_id)] == [False, True]
+    # A superseded memory that expires: the purge makes its successor's link go with it.
+    newer = remember(storage, sid, "apple newer", supersedes=gone[2].reference)
+    first = storage.memories.purge_expired(now_rfc3339(), 2)
+    assert first == [gone[0].row_id, gone[1].row_id]
+    assert storage.memories.purge_expired(now_rfc3339(), 2) == [gone[2].row_id]
+    assert storage.memories.purge_expired(now_rfc3339(), 2) == []
+    assert storage.memories.get(scope, newer.reference).supersedes is None
+    assert set(storage.outbox.deletions()) >= {g.row_id for g in gone}
+    assert storage.memories.count() == 3
+    snapshot = storage.snapshot(None)
+    try:
+        assert {m["content"]: m.get("expires_at") for m in snapshot.memories()} == {
+            "apple later": future, "apple kept": None, "apple newer": None}
+    finally:
+        snapshot.close()
 
 
 def _ranked(storage: Storage, scope: Scope, terms: list[str], references: dict[int, str]) -> list[str]:

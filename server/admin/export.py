@@ -4,7 +4,8 @@ The file: one JSON object per line, UTF-8.
 
     {"kind": "header", "version": 1, "exported_at", "model", "site", "counts": {...}}   (first line)
     {"kind": "memory", "site", "reference", "content", "type", "location", "project", "team", "bucket",
-     "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"}
+     "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"
+     [, "supersedes", "superseded_by", "valid_to"]}   (the bracketed fields only when set)
     {"kind": "log_item", "site", "conversation_id", "seq", "recorded_at", "payload"}
 
 It is written from one consistent snapshot of the store (a server may go on appending meanwhile). It never

@@ -23,7 +23,7 @@ from server.auth.admin import ensure_site
 from server.auth.secrets import SITE_NAME
 from server.errors import AppError, InvalidParameters
 from server.logs.validation import MAX_CURSOR_INT, MAX_ITEMS, LogLimits, check_conversation_id, serialize_items
-from server.memories.validation import parse_timestamp, validate_new
+from server.memories.validation import check_timestamp, parse_timestamp, validate_new
 from server.memories.writes import EMBED_BATCH, MemoryWrites
 from server.storage.protocols import LogStore, SiteStore
 from server.storage.records import APPENDED, CREATED, DUPLICATE, PRESENT, Inserted, Kept, NewMemory
@@ -31,7 +31,8 @@ from server.storage.records import APPENDED, CREATED, DUPLICATE, PRESENT, Insert
 T = TypeVar("T")
 
 MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project", "team", "bucket", "tags",
-                           "metadata", "provenance", "occurred_at", "created_at", "updated_at"})
+                           "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes",
+                           "superseded_by", "valid_to", "expires_at"})
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
 # A reference must be addressable as one REST path segment (/v1/memories/{reference}) without escaping.
 REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,127}$")
@@ -71,6 +72,8 @@ class MemoryRecord:
     memory: NewMemory
     created_at: str | None
     updated_at: str | None
+    superseded_by: str | None = None
+    valid_to: str | None = None
 
 
 Record = Header | LogRecord | MemoryRecord
@@ -98,6 +101,14 @@ def _check_site(record: dict[str, Any], mapped: bool) -> str | None:
     if not isinstance(site, str) or not SITE_NAME.fullmatch(site):
         raise InvalidParameters("site must be a site name (1-64 characters of [A-Za-z0-9_-])")
     return site
+
+
+def _reference(record: dict[str, Any], name: str) -> str | None:
+    value = record.get(name)
+    if value is not None and (not isinstance(value, str) or not REFERENCE.fullmatch(value)):
+        raise InvalidParameters(f"{name} must be 1-128 characters of [A-Za-z0-9_.~:-], starting alphanumeric "
+                                "(it has to fit in a URL path)")
+    return value
 
 
 def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: int, mapped: bool) -> Record:
@@ -128,16 +139,14 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
         )
     if kind == "memory":
         _check_fields(record, kind, MEMORY_FIELDS, ("content",))
-        reference = record.get("reference")
-        if reference is not None and (not isinstance(reference, str) or not REFERENCE.fullmatch(reference)):
-            raise InvalidParameters("reference must be 1-128 characters of [A-Za-z0-9_.~:-], starting alphanumeric "
-                                    "(it has to fit in a URL path)")
+        reference, superseded_by = (_reference(record, name) for name in ("reference", "superseded_by"))
         created_at, updated_at = record.get("created_at"), record.get("updated_at")
         memory = validate_new(
             **{name: record.get(name) for name in ("content", "type", "location", "project", "team", "bucket",
-                                                   "tags", "metadata", "provenance", "occurred_at")},
-            max_content_bytes=max_content_bytes,
+                                                   "tags", "metadata", "provenance", "occurred_at", "expires_at")},
+            supersedes=_reference(record, "supersedes"), max_content_bytes=max_content_bytes,
         )
+        valid_to = record.get("valid_to")
         return MemoryRecord(
             line=line,
             site=_check_site(record, mapped),
@@ -145,6 +154,9 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
             memory=memory,
             created_at=None if created_at is None else check_stored_timestamp("created_at", created_at),
             updated_at=None if updated_at is None else check_stored_timestamp("updated_at", updated_at),
+            superseded_by=superseded_by,
+            # Normalised as occurred_at is: time windows compare it with theirs as text.
+            valid_to=None if valid_to is None else check_timestamp("valid_to", valid_to),
         )
     if kind == "header":  # other header fields are informative: a reader ignores them
         if "version" not in record:
@@ -310,7 +322,7 @@ class Importer:
             by_site.setdefault(site_id, []).append(record)
         for site_id, records in by_site.items():
             assert self._memory is not None  # _add_memory refuses memory records without it
-            kept = [Kept(r.reference, r.created_at, r.updated_at) for r in records]
+            kept = [Kept(r.reference, r.created_at, r.updated_at, r.superseded_by, r.valid_to) for r in records]
             try:
                 outcomes = self._memory.remember_many(site_id, [r.memory for r in records], kept)
             except AppError as exc:

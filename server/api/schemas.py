@@ -70,7 +70,27 @@ class MemoryFields(BaseModel):
     created_at: str
 
 
-class Hit(MemoryFields):
+class Lifecycle(BaseModel):
+    """How a memory stands among the ones that replaced each other, and when it expires."""
+
+    supersedes: str | None = Field(None, description="The reference of the memory this one replaced.")
+    superseded_by: str | None = Field(None, description="The reference of the memory that replaced this one: "
+                                      "null while it is current.")
+    valid_to: str | None = Field(None, description="When it was replaced (its successor's occurred_at).")
+    expires_at: str | None = Field(None, description="When it expires: never returned from then on, then deleted.")
+
+
+class PublicHit(MemoryFields):
+    """A hit as the SPEC lists its fields (the public tool profile)."""
+
+    score: float
+
+
+class PublicResults(BaseModel):
+    results: list[PublicHit]
+
+
+class Hit(MemoryFields, Lifecycle):
     score: float
 
 
@@ -78,7 +98,7 @@ class Results(BaseModel):
     results: list[Hit]
 
 
-class Memory(MemoryFields):
+class Memory(MemoryFields, Lifecycle):
     updated_at: str
 
 

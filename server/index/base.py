@@ -1,7 +1,8 @@
 """The vector index interface. SQLite is the authority; an index only holds what can be rebuilt from it.
 
 Points are keyed by the memory's integer row id in SQLite. Each point carries a small keyword payload
-(`site`, `team`, `project`, `bucket`, `type`, `tags`) so filters run inside the index.
+(`site`, `team`, `project`, `bucket`, `type`, `tags`) and integer timestamps (seconds since the epoch:
+`occurred`; `valid_to` on a superseded memory, `expires` on one that expires) so filters run inside the index.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ T = TypeVar("T")
 
 # Payload fields that get a keyword index and can appear in a filter.
 FILTER_FIELDS = ("site", "team", "project", "bucket", "type", "tags")
+# Integer payload fields (whole seconds since the epoch) that get a range index and can appear in a Range.
+RANGE_FIELDS = ("occurred", "valid_to", "expires")
+# The shape of the points' payload. An index recorded with an older one is upgraded at start-up: its range
+# indexes are created and every point is written again from the authority (stored vectors: no model time).
+# 1: keywords only; 2: `occurred`; 3: `valid_to` (superseded memories); 4: `expires`.
+PAYLOAD_VERSION = 4
 
 
 class IndexUnavailable(Exception):
@@ -43,10 +50,23 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class Range:
+    """`field` (an integer payload) lies within [gte, lte]; None leaves that side open. A point without the
+    field lies in no range."""
+
+    field: str
+    gte: int | None = None
+    lte: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class IndexFilter:
-    """A conjunction of conditions: a point matches when every condition holds."""
+    """A conjunction: a point matches when every condition holds, it lies in every range of `ranges`, and in
+    none of `excluded` (a point without an excluded range's field is kept)."""
 
     conditions: tuple[Condition, ...] = ()
+    ranges: tuple[Range, ...] = ()
+    excluded: tuple[Range, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +124,15 @@ class VectorIndex(Protocol):
         """Build search structures (HNSW); slow, called off the request path."""
         ...
 
+    def payload_version(self) -> int:
+        """The payload shape the index was made for (PAYLOAD_VERSION when new; 1 before it was recorded)."""
+        ...
+
+    def upgrade_payload(self) -> None:
+        """Create the payload indexes of PAYLOAD_VERSION the index lacks and record it. The caller has the
+        authority write every point again (their payload is still of the older shape)."""
+        ...
+
     def flush(self) -> None:
         """Make acknowledged writes survive power loss (a process crash never loses them)."""
         ...
@@ -145,6 +174,9 @@ def checked_conditions(where: IndexFilter) -> list[Condition] | None:
     for condition in where.conditions:
         if condition.field not in FILTER_FIELDS:
             raise ValueError(f"cannot filter on {condition.field!r}: not one of {FILTER_FIELDS}")
+    for bound in (*where.ranges, *where.excluded):
+        if bound.field not in RANGE_FIELDS:
+            raise ValueError(f"cannot filter on {bound.field!r} by range: not one of {RANGE_FIELDS}")
     if any(not condition.values for condition in where.conditions):
         return None
     return list(where.conditions)

@@ -48,12 +48,15 @@ from qdrant_edge import (
     Point,
     Query,
     QueryRequest,
+    RangeFloat,
     ScrollRequest,
     UpdateOperation,
 )
 
 from .base import (
     FILTER_FIELDS,
+    PAYLOAD_VERSION,
+    RANGE_FIELDS,
     IndexFilter,
     IndexHit,
     IndexInfo,
@@ -64,6 +67,7 @@ from .base import (
     checked_conditions,
     plain_payload,
 )
+from .base import Range as Bounds
 from .edge_files import (
     SHARD_PREFIX,
     SharedLock,
@@ -86,6 +90,11 @@ UPSERT_BATCH = 512
 INDEXING_THRESHOLD_KB = 10_000
 # Free space an index write needs: a WAL segment Edge may map and fill (32 MiB) with room to spare.
 MIN_FREE_BYTES = 64 * 1024 * 1024
+
+def _range(bounds: Bounds) -> FieldCondition:
+    return FieldCondition(bounds.field, range=RangeFloat(
+        gte=None if bounds.gte is None else float(bounds.gte), lte=None if bounds.lte is None else float(bounds.lte)))
+
 
 # Runs in the child process; `nice` so the server's request threads keep the CPU first. The fsync
 # walk makes the whole copy durable (copytree does not sync) before index_info.json may point at it.
@@ -127,7 +136,7 @@ class EdgeIndex:
         self._shard: EdgeShard | None = None
         self._shard_dir: Path | None = None
         try:
-            self._info, shard_name = read_info(self._path)
+            self._info, shard_name, self._payload = read_info(self._path)
             remove_stale_shards(self._path, keep=shard_name)
             if self._info is not None and shard_name is not None:
                 self._shard_dir = self._path / shard_name
@@ -154,13 +163,15 @@ class EdgeIndex:
                 shard = EdgeShard.create(str(new_dir), self._config(info.dimension))
                 for name in FILTER_FIELDS:
                     shard.update(UpdateOperation.create_field_index(name, PayloadSchemaType.Keyword))
+                for name in RANGE_FIELDS:
+                    shard.update(UpdateOperation.create_field_index(name, PayloadSchemaType.Integer))
                 shard.flush()
-                write_info(self._path, info, new_dir.name)  # the switch-over point
+                write_info(self._path, info, new_dir.name, PAYLOAD_VERSION)  # the switch-over point
             except BaseException:
                 shutil.rmtree(new_dir, ignore_errors=True)
                 raise
             old, old_dir = self._shard, self._shard_dir
-            self._shard, self._shard_dir, self._info = shard, new_dir, info
+            self._shard, self._shard_dir, self._info, self._payload = shard, new_dir, info, PAYLOAD_VERSION
             if old is not None:
                 old.close()
         if old_dir is not None:
@@ -184,10 +195,12 @@ class EdgeIndex:
         if conditions is None or limit <= 0:
             return []
         must: list[ConditionType] = [FieldCondition(c.field, match=MatchAny(list(c.values))) for c in conditions]
+        must += [_range(r) for r in where.ranges]
+        must_not: list[ConditionType] = [_range(r) for r in where.excluded]
         request = QueryRequest(
             limit=limit,
             query=Query.Nearest(query),
-            filter=Filter(must=must) if must else None,
+            filter=Filter(must=must, must_not=must_not or None) if must or must_not else None,
             with_payload=False,
             with_vector=False,
         )
@@ -262,6 +275,23 @@ class EdgeIndex:
                 shutil.rmtree(build_dir, ignore_errors=True)
                 raise
             self._swap_in(built, build_dir, generation, replayed)
+
+    def payload_version(self) -> int:
+        return self._payload or PAYLOAD_VERSION
+
+    def upgrade_payload(self) -> None:
+        with self._rw.shared():
+            shard_dir, info = self._live_dir(), self._info
+            existing = self._live().info().payload_schema
+        for name in RANGE_FIELDS:
+            if name not in existing:
+                self._apply(UpdateOperation.create_field_index(name, PayloadSchemaType.Integer))
+        self.flush()
+        if info is not None:
+            with self._write_mutex:
+                if self._shard_dir == shard_dir:  # else a reset or an optimize swap recorded it meanwhile
+                    write_info(self._path, info, shard_dir.name, PAYLOAD_VERSION)
+                self._payload = PAYLOAD_VERSION
 
     def flush(self) -> None:
         with self._rw.shared():
@@ -366,7 +396,7 @@ class EdgeIndex:
                 built.flush()
             with self._rw.exclusive():  # only the switch itself stops searches
                 if not self._closed and self._generation == generation and self._info is not None:
-                    write_info(self._path, self._info, build_dir.name)  # the switch-over point
+                    write_info(self._path, self._info, build_dir.name, self._payload)  # the switch-over point
                     old, old_dir = self._shard, self._shard_dir
                     self._shard, self._shard_dir, self._journal = built, build_dir, None
         if old_dir == build_dir:

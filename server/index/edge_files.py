@@ -1,7 +1,7 @@
 """The embedded index's directory: its lock file, its info file, its shard directories.
 
     index.lock        flock held by the one process that has the index open
-    index_info.json   {"model", "dimension", "shard"}: replaced atomically
+    index_info.json   {"model", "dimension", "shard", "payload"}: replaced atomically
     shard-<hex>/      an Edge shard (segments + WAL)
 """
 
@@ -117,25 +117,28 @@ def load_shard(shard_dir: Path) -> EdgeShard:
         ) from exc
 
 
-def read_info(path: Path) -> tuple[IndexInfo | None, str | None]:
+def read_info(path: Path) -> tuple[IndexInfo | None, str | None, int]:
+    """(what the index was built with, its live shard directory, its payload version); (None, None, 0) for
+    no index. A file without a payload version predates it: version 1."""
     try:
         raw = json.loads((path / INFO_FILE).read_text())
         info = IndexInfo(model=str(raw["model"]), dimension=int(raw["dimension"]))
         shard = str(raw["shard"])
+        payload = int(raw.get("payload", 1))
     except FileNotFoundError:
-        return None, None
+        return None, None, 0
     except (ValueError, KeyError, TypeError) as exc:
         # Written atomically, so this is damage from outside: refuse rather than delete shards.
         raise IndexUnavailable(
             f"{path / INFO_FILE} is unreadable ({exc!r}): delete {path} and run `reindex`"
         ) from exc
     if not (path / shard).is_dir():
-        return None, None  # the shard was removed by hand: no index, the caller reindexes
-    return info, shard
+        return None, None, 0  # the shard was removed by hand: no index, the caller reindexes
+    return info, shard, payload
 
 
-def write_info(path: Path, info: IndexInfo, shard: str) -> None:
-    body = json.dumps({"model": info.model, "dimension": info.dimension, "shard": shard})
+def write_info(path: Path, info: IndexInfo, shard: str, payload: int) -> None:
+    body = json.dumps({"model": info.model, "dimension": info.dimension, "shard": shard, "payload": payload})
     tmp = path / f"{INFO_FILE}.tmp"
     with open(tmp, "w") as f:
         f.write(body)

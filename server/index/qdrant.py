@@ -18,6 +18,8 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from .base import (
     FILTER_FIELDS,
+    PAYLOAD_VERSION,
+    RANGE_FIELDS,
     IndexFilter,
     IndexHit,
     IndexInfo,
@@ -28,6 +30,7 @@ from .base import (
     checked_conditions,
     plain_payload,
 )
+from .base import Range as Bounds
 
 # Marks a collection as ours: a same-named collection without it is never dropped by reset().
 METADATA_KEY = "memory_server_index"
@@ -43,6 +46,7 @@ class QdrantServerIndex:
         self._collection = collection
         self._where = f"the Qdrant server at {url}" if url else "the Qdrant server"  # for messages
         self._info: IndexInfo | None = None  # cached: read once, then kept up to date by reset()
+        self._payload = PAYLOAD_VERSION
 
     def info(self) -> IndexInfo | None:
         with self._reachable():
@@ -56,6 +60,7 @@ class QdrantServerIndex:
                 "choose another collection name or delete that collection"
             )
         self._info = IndexInfo(model=str(record["model"]), dimension=int(record["dimension"]))
+        self._payload = int(record.get("payload", 1))
         return self._info
 
     def reset(self, info: IndexInfo) -> None:
@@ -68,16 +73,36 @@ class QdrantServerIndex:
             self._client.create_collection(
                 self._collection,
                 vectors_config=models.VectorParams(size=info.dimension, distance=models.Distance.COSINE),
-                metadata={METADATA_KEY: {"model": info.model, "dimension": info.dimension}},
+                metadata={METADATA_KEY: self._record(info)},
             )
-            with warnings.catch_warnings():
-                # Local mode warns that payload indexes do nothing there; on a server they matter.
-                warnings.simplefilter("ignore", UserWarning)
-                for name in FILTER_FIELDS:
-                    self._client.create_payload_index(
-                        self._collection, name, models.PayloadSchemaType.KEYWORD, wait=True
-                    )
-        self._info = info
+            self._create_payload_indexes(FILTER_FIELDS, models.PayloadSchemaType.KEYWORD)
+            self._create_payload_indexes(RANGE_FIELDS, models.PayloadSchemaType.INTEGER)
+        self._info, self._payload = info, PAYLOAD_VERSION
+
+    def payload_version(self) -> int:
+        if self._info is None:
+            self.info()
+        return self._payload
+
+    def upgrade_payload(self) -> None:
+        info = self._info or self.info()
+        if info is None:
+            return
+        with self._reachable():
+            self._create_payload_indexes(RANGE_FIELDS, models.PayloadSchemaType.INTEGER)
+            self._client.update_collection(self._collection, metadata={METADATA_KEY: self._record(info)})
+        self._payload = PAYLOAD_VERSION
+
+    @staticmethod
+    def _record(info: IndexInfo) -> dict[str, object]:
+        return {"model": info.model, "dimension": info.dimension, "payload": PAYLOAD_VERSION}
+
+    def _create_payload_indexes(self, names: Sequence[str], schema: models.PayloadSchemaType) -> None:
+        with warnings.catch_warnings():
+            # Local mode warns that payload indexes do nothing there; on a server they matter.
+            warnings.simplefilter("ignore", UserWarning)
+            for name in names:  # creating an index that exists already changes nothing
+                self._client.create_payload_index(self._collection, name, schema, wait=True)
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         dimension = self._dimension()
@@ -110,11 +135,13 @@ class QdrantServerIndex:
             models.FieldCondition(key=c.field, match=models.MatchAny(any=list(c.values)))
             for c in conditions
         ]
+        must += [_range(r) for r in where.ranges]
+        must_not: list[models.Condition] = [_range(r) for r in where.excluded]
         with self._reachable():
             response = self._client.query_points(
                 self._collection,
                 query=query,
-                query_filter=models.Filter(must=must) if must else None,
+                query_filter=models.Filter(must=must, must_not=must_not or None) if must or must_not else None,
                 limit=limit,
                 with_payload=False,
                 with_vectors=False,
@@ -185,3 +212,7 @@ class QdrantServerIndex:
             if status is not None and status >= 500:
                 raise IndexUnavailable(f"{self._where} failed (HTTP {status}): {exc}") from exc
             raise
+
+
+def _range(bounds: Bounds) -> models.FieldCondition:
+    return models.FieldCondition(key=bounds.field, range=models.Range(gte=bounds.gte, lte=bounds.lte))

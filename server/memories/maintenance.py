@@ -1,8 +1,9 @@
 """Background upkeep, on one thread: what start-up left for later, then a loop every few seconds.
 
 Once: the whole integrity check if start-up's was cut short; index the backlog start-up left (see
-STARTUP_SYNC_LIMIT); drop index points whose row is gone; embed the words of older memories. Then, every
-MAINTENANCE_INTERVAL_S: retry any backlog, and build HNSW when enough points are unoptimised. An index that
+STARTUP_SYNC_LIMIT); drop index points whose row is gone; delete expired memories; embed the words of older
+memories. Then, every MAINTENANCE_INTERVAL_S: delete memories that expired meanwhile (a few hundred per
+transaction), retry any backlog, and build HNSW when enough points are unoptimised. An index that
 follows a shared authority (server/memories/follower.py) applies its changes every FOLLOW_INTERVAL_S instead
 of keeping an outbox.
 """
@@ -63,11 +64,14 @@ def _keep_outbox(memories: Memories, stop: threading.Event) -> None:
     _once(lambda: outbox.sync() if outbox.backlog() else 0, "indexed %d memories in the background",
           "indexing the backlog failed; retrying later")
     _once(outbox.reconcile, "removed %d index points with no stored memory", "index reconciliation failed")
+    _once(memories.writes.purge_expired, "deleted %d expired memories", "deleting expired memories failed")
     _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
           "embedding the vocabulary of earlier memories failed")
     throttle = Throttle(log)
     while not stop.wait(MAINTENANCE_INTERVAL_S):
         with _reported(throttle):
+            # Before the backlog: the memories whose chains a purge joined are indexed in the same round.
+            _purge(memories)
             if outbox.backlog():
                 outbox.sync()
             # Builds HNSW in a child process once enough points are unoptimised; a no-op otherwise.
@@ -78,6 +82,7 @@ def _follow(memories: Memories, follower: IndexFollower, stop: threading.Event) 
     """This server's own index follows a shared authority: apply the others' changes every
     FOLLOW_INTERVAL_S; build HNSW and forget old changes every MAINTENANCE_INTERVAL_S."""
     _once(follower.catch_up, "applied %d changes of the authority to the index", "following the authority failed")
+    _once(memories.writes.purge_expired, "deleted %d expired memories", "deleting expired memories failed")
     _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
           "embedding the vocabulary of earlier memories failed")
     throttle = Throttle(log)
@@ -88,8 +93,15 @@ def _follow(memories: Memories, follower: IndexFollower, stop: threading.Event) 
         with _reported(throttle):
             follower.catch_up()
             if tick % ticks_per_upkeep == 0:
+                _purge(memories)
                 memories.index.optimize()
                 memories.storage.outbox.prune_changes(CHANGE_RETENTION_S)
+
+
+def _purge(memories: Memories) -> None:
+    purged = memories.writes.purge_expired()
+    if purged:
+        log.info("deleted %d expired memories", purged)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from server.memories.validation import (
     MAX_JSON_BYTES,
     MAX_LOCATION,
     MAX_QUERY,
+    MAX_REFERENCE,
     MAX_TAGS,
     SHORT_WORD,
     WORD_RULE,
@@ -97,6 +98,12 @@ FilterBucket = Annotated[str | None, word_field("Only memories in this bucket; l
 FilterType = Annotated[str | None, word_field("Only memories of exactly this type, e.g. decision"), WORD]
 FilterTags = Annotated[list[Tag] | None, tags_field(
     "Only memories carrying every one of these tags: a JSON array of strings, e.g. [\"docs\"]."), TAGS]
+# A half-open window on occurred_at: [occurred_after, occurred_before).
+OccurredAfter = Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+    "Only memories whose occurred_at is at or after this RFC3339 timestamp, e.g. 2026-05-01T00:00:00Z.")),
+    INSTANT]
+OccurredBefore = Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+    "Only memories whose occurred_at is strictly before this RFC3339 timestamp.")), INSTANT]
 
 
 class FilterParams(Params):
@@ -105,6 +112,11 @@ class FilterParams(Params):
     team: FilterTeam = None
     type: FilterType = None
     tags: FilterTags = None
+    occurred_after: OccurredAfter = None
+    occurred_before: OccurredBefore = None
+    include_superseded: Annotated[bool, Field(description=(
+        "Also memories another one superseded (replaced): by default search_memory and recall_context leave "
+        "them out and recall ranks each below the memory that replaced it.")), NULL_IS_DEFAULT] = False
 
 
 class RememberParams(Params):
@@ -127,6 +139,13 @@ class RememberParams(Params):
         "Where it came from, as a JSON object: source, agent, conversation_id and seq of the log item it was "
         "taken from..."))] = None
     occurred_at: Timestamp = None
+    supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
+        "The reference of the memory this one replaces (a changed decision, a new value): the old one is kept, "
+        "marked superseded_by this one and valid until this one's occurred_at, and left out of search_memory "
+        "and recall_context. If it was superseded already, the newest memory of its chain is replaced."))] = None
+    expires_at: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+        "RFC3339 timestamp from which the memory is never returned; it is then deleted for good. Default: it "
+        "never expires."))] = None
 
 
 class RecallParams(FilterParams):
@@ -171,11 +190,8 @@ class ListMemoriesParams(Params):
         "Only memories whose provenance.agent equals this."))] = None
     provenance_conversation_id: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
         "Only memories whose provenance.conversation_id equals this."))] = None
-    occurred_after: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
-        "Only memories whose occurred_at is at or after this RFC3339 timestamp, e.g. 2026-05-01T00:00:00Z.")),
-        INSTANT] = None
-    occurred_before: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
-        "Only memories whose occurred_at is strictly before this RFC3339 timestamp.")), INSTANT] = None
+    occurred_after: OccurredAfter = None
+    occurred_before: OccurredBefore = None
     limit: Annotated[int, bounded_field(1, MAX_LIST, LIST_LIMIT, "Page size"), WHOLE_NUMBER,
                      NULL_IS_DEFAULT] = LIST_LIMIT
     cursor: Annotated[str | None, Field(description="Opaque: the previous page's next_cursor.")] = None
@@ -188,8 +204,8 @@ class ActivityParams(Params):
 
 class UpdateParams(Params):
     """A change of some attributes (PATCH): only the fields present change. null resets a field to what
-    `remember` defaults it to (location, project, team: unset; type: note; bucket: default; tags: [];
-    metadata, provenance: {}); content and occurred_at cannot be null."""
+    `remember` defaults it to (location, project, team, supersedes, expires_at: unset; type: note; bucket:
+    default; tags: []; metadata, provenance: {}); content and occurred_at cannot be null."""
 
     content: Annotated[str | SkipJsonSchema[None], Field(json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
                                          description="New content (re-embeds the memory); not null.")] = None
@@ -204,6 +220,11 @@ class UpdateParams(Params):
     provenance: Annotated[dict[str, Any] | None, Field(description="Replaces the whole object.")] = None
     occurred_at: Annotated[str | SkipJsonSchema[None], Field(json_schema_extra={"format": "date-time"}, description=(
         "New time (re-embeds: the date is part of the text); not null."))] = None
+    supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
+        "The memory this one replaces (as in remember); null: it replaces none, and the one it replaced is "
+        "current again."))] = None
+    expires_at: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(
+        "When it expires (as in remember); null: never."))] = None
 
     def changes(self) -> dict[str, Any]:
         """The fields the request set, with their values (None: reset)."""

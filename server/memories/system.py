@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from embeddings.base import Embedder
 from embeddings.tokens import TokenCounter
-from server.index.base import VectorIndex
+from server.index.base import PAYLOAD_VERSION, VectorIndex
 from server.memories.follower import FOLLOW_FILE, IndexFollower
 from server.memories.outbox import Outbox
 from server.memories.writes import MemoryWrites
@@ -80,9 +80,17 @@ def repair(memories: Memories, *, startup_sync_limit: int = STARTUP_SYNC_LIMIT) 
     """At start-up: refuse an index built with another model, load the words, index a small backlog now."""
     follower = memories.follower
     new_index = memories.outbox.check_model(outbox=follower is None)
+    outdated = not new_index and memories.index.payload_version() < PAYLOAD_VERSION
+    if outdated:
+        log.info("the vector index predates the payload fields this version filters on (version %d < %d): "
+                 "writing every point again from the authority", memories.index.payload_version(), PAYLOAD_VERSION)
+        if follower is None:
+            # Marked first: a crash before the index records the new version only means marking them again.
+            memories.storage.outbox.mark_all_unindexed()
+            memories.index.upgrade_payload()
     memories.words.load(memories.storage.words)
     if follower is not None:
-        follower.start(new_index=new_index)
+        follower.start(new_index=new_index or outdated)  # a rebuild makes the index anew
         lag = follower.lag()
         if lag > startup_sync_limit:
             log.info("the index is %d changes behind the authority: catching up in the background", lag)

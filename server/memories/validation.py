@@ -159,9 +159,18 @@ def check_location(value: object) -> str | None:
     return check_unicode("location", value)
 
 
+def check_reference(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not plausible_reference(value):
+        raise InvalidParameters(f"{name} must be a memory's reference (1-{MAX_REFERENCE} characters)")
+    return check_unicode(name, str(value))
+
+
 def validate_new(*, content: object, type: object = None, location: object = None, project: object = None,
                  team: object = None, bucket: object = None, tags: object = None, metadata: object = None,
-                 provenance: object = None, occurred_at: object = None, max_content_bytes: int) -> NewMemory:
+                 provenance: object = None, occurred_at: object = None, supersedes: object = None,
+                 expires_at: object = None, max_content_bytes: int) -> NewMemory:
     if not isinstance(content, str) or not content.strip():
         raise InvalidParameters("content must be a non-empty string")
     check_unicode("content", content)
@@ -179,6 +188,8 @@ def validate_new(*, content: object, type: object = None, location: object = Non
         metadata=check_object("metadata", metadata),
         provenance=check_object("provenance", provenance),
         occurred_at=check_timestamp("occurred_at", occurred_at),
+        supersedes=check_reference("supersedes", supersedes),
+        expires_at=None if expires_at is None else check_timestamp("expires_at", expires_at),
     )
 
 

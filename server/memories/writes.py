@@ -8,13 +8,14 @@ Blocking: call from a worker thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from embeddings.base import Embedder
 from server.auth.principal import WRITE, Principal
-from server.errors import InvalidParameters, NotFound, Unavailable
+from server.errors import Forbidden, InvalidParameters, NotFound, Unavailable
 from server.index.base import batched
 from server.memories.outbox import IndexSync
 from server.memories.validation import check_write_bounds, plausible_reference, scope_for, validate_new
@@ -22,15 +23,28 @@ from server.ranking.fusion import document_text
 from server.ranking.lexical import analyzed_text
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
-from server.storage.records import DUPLICATE, Document, Inserted, Kept, NewMemory, StaleRow, StoredMemory, Words
+from server.storage.records import (
+    DUPLICATE,
+    Document,
+    Inserted,
+    Kept,
+    NewMemory,
+    Scope,
+    StaleRow,
+    StoredMemory,
+    Words,
+    now_rfc3339,
+)
 
 # Bulk remember embeds and commits this many memories at a time: several model batches per call, which the
 # onnx engine runs one per core (64 at a time: 156 memories/s on 2 cores; 512: about twice that).
 EMBED_BATCH = 512
 # The attributes a change may set; the rest of a memory follows from them.
 EDITABLE = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
-            "occurred_at")
+            "occurred_at", "supersedes", "expires_at")
 UPDATE_ATTEMPTS = 5
+# Expired memories deleted per transaction: each transaction stays short, so it never holds up other writes.
+PURGE_BATCH = 200
 
 
 class MemoryWrites:
@@ -52,10 +66,68 @@ class MemoryWrites:
     def remember(self, principal: Principal, memory: NewMemory) -> Inserted:
         principal.require(WRITE)
         check_write_bounds(principal, memory)
-        existing = self.store.find_duplicate(principal.site_id, memory.dedup_key)
+        existing = self._duplicate(principal.site_id, memory)
         if existing is not None:  # decided before any model time
+            if memory.supersedes is not None:  # the same memory again, now replacing another: link it
+                self.update(principal, existing, {"supersedes": memory.supersedes})
             return Inserted(None, existing, DUPLICATE)
-        return self._insert_batch(principal.site_id, [(memory, None)])[0]
+        if memory.supersedes is None:
+            return self._insert_batch(principal.site_id, [(memory, None)])[0]
+        text = document_text(memory.content, memory.occurred_at)
+        document = self._document(memory, self.embedder.embed_documents([text])[0])
+        words = self.words.new_words(principal.site_id, [text])
+        for _ in range(UPDATE_ATTEMPTS):  # the memory to supersede was superseded meanwhile: follow its chain
+            older = self._older(principal, memory.supersedes)
+            linked = replace(memory, supersedes=older.reference)
+            try:
+                inserted = self.store.insert(principal.site_id, [(linked, document, None)], words)[0]
+            except StaleRow:
+                continue
+            self.words.add(principal.site_id, words)
+            if inserted.row_id is not None:
+                self.index.written([inserted.row_id, older.id])
+            return inserted
+        raise Unavailable("the memory to supersede is being changed concurrently; retry")
+
+    def _duplicate(self, site_id: int, memory: NewMemory) -> str | None:
+        """The reference of the site's memory with this content and filing. One that expired (and is not
+        purged yet) is purged now: the memory is new again."""
+        for _ in range(UPDATE_ATTEMPTS):
+            existing = self.store.find_duplicate(site_id, memory.dedup_key)
+            if existing is None or self.store.get(Scope(site_id), existing) is not None:
+                return existing
+            self.index.deleted(self.store.purge_expired(now_rfc3339(), PURGE_BATCH))
+        raise Unavailable("an expired copy of this memory is being purged; retry")
+
+    def purge_expired(self) -> int:
+        """Delete the memories that have expired, PURGE_BATCH per transaction; how many went."""
+        done = 0
+        while True:
+            ids = self.store.purge_expired(now_rfc3339(), PURGE_BATCH)
+            if ids:
+                self.index.deleted(ids)
+                done += len(ids)
+            if len(ids) < PURGE_BATCH:
+                return done
+
+    def _older(self, principal: Principal, reference: str, *, newer: str | None = None) -> StoredMemory:
+        """The memory a write by `principal` may supersede when it names `reference`: the newest of its chain,
+        visible to the caller like `reference` itself (else forbidden; an unknown one is not_found, and
+        `newer` already in that chain is a cycle)."""
+        scope = scope_for(principal)
+        if plausible_reference(reference) and self.store.get(scope, reference) is None:
+            if self.store.get(Scope(principal.site_id), reference) is not None:
+                raise Forbidden(f"memory {reference} is outside this token's bounds: it cannot be superseded here")
+        head = self.store.chain_head(principal.site_id, reference) if plausible_reference(reference) else None
+        found = self.store.get(scope, head) if head is not None else None
+        if head is None or (found is None and self.store.get(Scope(principal.site_id), head) is None):
+            raise NotFound(f"no memory with reference {reference!r} to supersede")
+        if found is None:
+            raise Forbidden(f"memory {reference} was superseded by {head}, which is outside this token's bounds")
+        if newer is not None and (head == newer or self.store.chain_head(principal.site_id, newer) == head):
+            raise InvalidParameters(f"{newer} cannot supersede {reference}: they are in one chain of superseded "
+                                    "memories already (a cycle)")
+        return found
 
     def remember_many(self, site_id: int, memories: Sequence[NewMemory],
                       kept: Sequence[Kept | None] | None = None) -> list[Inserted]:
@@ -84,10 +156,16 @@ class MemoryWrites:
 
     def forget(self, principal: Principal, reference: str) -> None:
         principal.require(WRITE)
-        row_id = self.store.delete(scope_for(principal), reference) if plausible_reference(reference) else None
-        if row_id is None:
+        scope = scope_for(principal)
+        current = self.store.get(scope, reference) if plausible_reference(reference) else None
+        row_id = self.store.delete(scope, reference) if current is not None else None
+        if row_id is None or current is None:
             raise NotFound(f"no memory with reference {reference!r}")
         self.index.deleted([row_id])
+        # Its neighbours in a chain of superseded memories were joined (their payload changed).
+        neighbours = [self.store.get(Scope(scope.site_id), r) for r in (current.supersedes, current.superseded_by)
+                      if r is not None]
+        self.index.written([m.id for m in neighbours if m is not None])
 
     def update(self, principal: Principal, reference: str, changes: dict[str, Any]) -> StoredMemory:
         """Change some attributes of a visible memory (PATCH). `changes` maps attribute names to new values;
@@ -110,6 +188,18 @@ class MemoryWrites:
             merged = {name: getattr(current, name) for name in EDITABLE}
             merged["tags"] = list(current.tags)
             merged.update(changes)
+            linked: list[int] = []  # the other memories whose links change
+            target = merged["supersedes"]
+            if target is not None and target != current.supersedes:
+                older = self._older(principal, target, newer=reference)
+                merged["supersedes"] = older.reference
+                linked.append(older.id)
+            if current.supersedes is not None and merged["supersedes"] != current.supersedes:
+                previous = self.store.get(Scope(scope.site_id), current.supersedes)
+                linked += [previous.id] if previous is not None else []
+            elif current.supersedes is not None and merged["occurred_at"] != current.occurred_at:
+                previous = self.store.get(Scope(scope.site_id), current.supersedes)  # its valid_to moves
+                linked += [previous.id] if previous is not None else []
             memory = self.validate(**merged)
             check_write_bounds(principal, memory)
             if memory == current.as_new():
@@ -129,8 +219,9 @@ class MemoryWrites:
             self.words.add(scope.site_id, words)
             if row_id is None:
                 raise NotFound(f"no memory with reference {reference!r}")
-            self.index.written([row_id])
-            updated = self.store.get(scope, reference)
+            self.index.written([row_id, *linked])
+            # Read back as written, even when this change made it expire (the answer to the change itself).
+            updated = self.store.get(replace(scope, at=""), reference)
             if updated is None:
                 raise NotFound(f"no memory with reference {reference!r}")
             return updated

@@ -16,9 +16,11 @@ from server.ranking.fusion import Candidate, rank
 from server.ranking.lexical import analyze
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
-from server.storage.records import Scope
+from server.storage.records import Scope, StoredMemory
 
 RANKINGS = ("production", "dense", "lexical")
+# recall looks this many times `limit` down the ranking for superseded memories to place below their successor.
+DEMOTION_WINDOW = 3
 
 
 class Retrieval:
@@ -31,18 +33,53 @@ class Retrieval:
         self.words = words
         self.ranking = ranking  # "production"; "dense" or "lexical" alone are baselines for benchmarks
 
-    def recall(self, scope: Scope, query: str, limit: int) -> list[dict[str, Any]]:
-        """Best first, best effort: weak matches allowed, empty only if nothing visible exists."""
+    def recall(self, scope: Scope, query: str, limit: int, *, demote: bool = True) -> list[dict[str, Any]]:
+        """Best first, best effort: weak matches allowed, empty only if nothing visible exists. With `demote`,
+        a memory superseded (by the end of the scope's window) ranks below the newest memory of its chain the
+        scope sees, which is brought in when the ranking left it out."""
         if scope.empty:
             return []
         vector = self.embedder.embed_query(query)
         candidates = self.source.candidates(scope, query, vector)
         if self.ranking == "production":
-            ranked = rank(query, vector, candidates, limit=limit,
+            ranked = rank(query, vector, candidates, limit=len(candidates),
                           expansion=self.expansion(scope.site_id, query, candidates))
         else:
-            ranked = rank_single(self.ranking, query, vector, candidates, limit=limit)
-        return self._hits([(c.id, score) for c, score in ranked])
+            ranked = rank_single(self.ranking, query, vector, candidates, limit=len(candidates))
+        scored = [(c.id, score) for c, score in ranked]
+        if not demote:
+            return self._hits(scored[:limit])
+        return self._successors_first(scope, scored, limit)
+
+    def _successors_first(self, scope: Scope, scored: Sequence[tuple[int, float]], limit: int) -> list[dict[str, Any]]:
+        """The best `limit`, each superseded memory among them placed below the memories that superseded it.
+        A chain's newest visible memory and the superseded ones that lead to it form a group, newest first
+        (by valid_to: a memory replaced later is newer); each takes the best score of itself and every older
+        one of the group, so the group keeps its order wherever its best member ranked, and a tie goes to the
+        newer. Looked at: the best DEMOTION_WINDOW x limit (a memory ranked lower cannot end up in the
+        answer, however it moves)."""
+        position = {row_id: n for n, (row_id, _) in enumerate(scored)}
+        score = dict(scored)
+        top = scored[:max(limit * DEMOTION_WINDOW, limit + 10)]
+        found = self.memories.by_ids([i for i, _ in top])
+        superseded = [found[i] for i, _ in top if i in found and scope.superseded(found[i])]
+        newest = self.memories.newest(scope, [m.reference for m in superseded])
+        best = {i: s for i, s in top if i in found}
+        groups: dict[int, list[StoredMemory]] = {}
+        for memory in superseded:
+            successor = newest.get(memory.reference)
+            if successor is not None:  # else replaced by a memory this scope does not see: it stays put
+                found[successor.id] = successor
+                groups.setdefault(successor.id, []).append(memory)
+        behind: dict[int, int] = {}  # place in its group, 0 for the newest
+        for head, members in groups.items():
+            chain = [found[head], *sorted(members, key=lambda m: m.valid_to or "", reverse=True)]
+            running = 0.0
+            for place, memory in reversed(list(enumerate(chain))):
+                running = max(running, best.get(memory.id, score.get(memory.id, 0.0)))
+                best[memory.id], behind[memory.id] = running, place
+        order = sorted(best, key=lambda i: (-best[i], behind.get(i, 0), position.get(i, len(position))))[:limit]
+        return [{**found[i].hit_fields(), "score": round(best[i], 6)} for i in order]
 
     def search(self, scope: Scope, query: str, limit: int, min_score: float) -> list[dict[str, Any]]:
         """Strict: every filter matches exactly and the cosine similarity is at least min_score."""
@@ -53,7 +90,8 @@ class Retrieval:
             found = self.index.search(vector, where=scope.index_filter(), limit=limit)
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
-        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score])
+        # The index's time window is whole seconds, widened: the exact one is checked on the rows read back.
+        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score], scope)
 
     def expansion(self, site_id: int, query: str, candidates: Sequence[Candidate]) -> dict[str, float]:
         """Near-synonyms of the query's words among the candidates' words (server/ranking/expansion.py)."""
@@ -62,7 +100,8 @@ class Retrieval:
         stems, vectors = self.words.pool(site_id, candidates)
         return expansion_terms(query, analyze(query), self.words.for_query(site_id, query), stems, vectors)
 
-    def _hits(self, scored: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
+    def _hits(self, scored: Sequence[tuple[int, float]], scope: Scope | None = None) -> list[dict[str, Any]]:
         found = self.memories.by_ids([i for i, _ in scored])
         # A memory forgotten between ranking and here is simply skipped.
-        return [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in scored if i in found]
+        return [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in scored
+                if i in found and (scope is None or scope.admits(found[i]))]

@@ -234,7 +234,9 @@ class MemoryStore(Protocol):
 
     def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
                words: Words) -> list[Inserted]:
-        """Insert a batch in one transaction with the site's new words; each decided again inside it."""
+        """Insert a batch in one transaction with the site's new words; each decided again inside it. A memory
+        that `supersedes` another is linked to it, which must be the newest of its chain (else StaleRow); one
+        with a `Kept` (an import) keeps the links it carries instead."""
         ...
 
     def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
@@ -243,11 +245,13 @@ class MemoryStore(Protocol):
         change did not set but was computed from (the merge, the kept embedding), as they were read; if the
         memory no longer has them, StaleRow (the attributes the change sets are last-writer-wins).
         `document` None keeps the stored vector and terms (the text did not change). InvalidParameters if it
-        would become identical to another memory."""
+        would become identical to another memory. A change of `supersedes` moves the link (the new one must
+        be the newest of its chain, else StaleRow; a cycle is InvalidParameters)."""
         ...
 
     def delete(self, scope: Scope, reference: str) -> int | None:
-        """Delete a visible memory (queued for removal from the index); its id, or None if not visible."""
+        """Delete a visible memory (queued for removal from the index); its id, or None if not visible. The
+        memory it superseded is then superseded by its successor, or current again."""
         ...
 
     def get(self, scope: Scope, reference: str) -> StoredMemory | None: ...
@@ -266,6 +270,22 @@ class MemoryStore(Protocol):
         ...
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...
+
+    def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
+        """For each of `references` that is superseded, the memory furthest along its chain of successors that
+        the scope sees (none if it sees none of them)."""
+        ...
+
+    def chain_head(self, site_id: int, reference: str) -> str | None:
+        """The newest memory of the chain `reference` is in (itself if nothing supersedes it), whatever its
+        bounds; None if the site has no memory `reference`."""
+        ...
+
+    def purge_expired(self, at: str, limit: int) -> list[int]:
+        """Delete up to `limit` memories whose expires_at is at or before `at` (normalised RFC3339), oldest
+        expiry first, in one short transaction (their chains joined, each queued for removal from the index);
+        their ids."""
+        ...
 
     def count(self) -> int: ...
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import numpy as np
 
-from server.index.base import Condition, IndexFilter
+from server.index.base import Condition, IndexFilter, Range
 
 # (seq, recorded_at, payload JSON text exactly as stored)
 RawItem = tuple[int, str, str]
@@ -24,6 +24,17 @@ RawItem = tuple[int, str, str]
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_seconds(timestamp: str, *, ceil: bool = False) -> int:
+    """A stored (normalised) RFC3339 timestamp as whole seconds since the epoch, rounded down (or up): the
+    integer the vector index filters on. Whole seconds stay exact as floats, which Qdrant's ranges are."""
+    delta = datetime.fromisoformat(timestamp.replace("Z", "+00:00")) - _EPOCH
+    whole = delta.days * 86400 + delta.seconds  # timedelta keeps seconds and microseconds non-negative
+    return whole + 1 if ceil and delta.microseconds else whole
 
 
 # --- conversation logs ------------------------------------------------------------------------------------
@@ -142,6 +153,8 @@ class NewMemory:
     metadata: dict[str, Any]
     provenance: dict[str, Any]
     occurred_at: str
+    supersedes: str | None = None  # the reference of the memory this one replaces (the newest of its chain)
+    expires_at: str | None = None  # never returned from then on, and purged
 
     @property
     def dedup_key(self) -> str:
@@ -167,6 +180,8 @@ class Kept:
     reference: str | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    superseded_by: str | None = None  # the links as exported: an import stores them as they were
+    valid_to: str | None = None
 
 
 CREATED, DUPLICATE, PRESENT, CONFLICT = "created", "duplicate", "present", "conflict"
@@ -229,6 +244,10 @@ class StoredMemory:
     occurred_at: str
     created_at: str
     updated_at: str
+    supersedes: str | None = None  # the memory this one replaced
+    superseded_by: str | None = None  # the memory that replaced this one
+    valid_to: str | None = None  # when it was replaced: its successor's occurred_at
+    expires_at: str | None = None
     vector_model: str | None = field(default=None, compare=False)
     has_vector: bool = field(default=False, compare=False)
 
@@ -238,7 +257,8 @@ class StoredMemory:
             "reference": self.reference, "type": self.type, "location": self.location, "content": self.content,
             "project": self.project, "team": self.team, "bucket": self.bucket, "tags": list(self.tags),
             "metadata": self.metadata, "provenance": self.provenance, "occurred_at": self.occurred_at,
-            "created_at": self.created_at,
+            "created_at": self.created_at, "supersedes": self.supersedes, "superseded_by": self.superseded_by,
+            "valid_to": self.valid_to, "expires_at": self.expires_at,
         }
 
     def fields(self) -> dict[str, Any]:
@@ -249,7 +269,8 @@ class StoredMemory:
         """The attributes in the shape `remember` validates (for merging a PATCH)."""
         return NewMemory(content=self.content, type=self.type, location=self.location, project=self.project,
                          team=self.team, bucket=self.bucket, tags=self.tags, metadata=self.metadata,
-                         provenance=self.provenance, occurred_at=self.occurred_at)
+                         provenance=self.provenance, occurred_at=self.occurred_at, supersedes=self.supersedes,
+                         expires_at=self.expires_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,10 +313,19 @@ class IndexRow:
     updated_at: str
     content: str
     occurred_at: str
+    valid_to: str | None = None
+    expires_at: str | None = None
 
     def payload(self) -> dict[str, object]:
-        return {"site": str(self.site_id), "team": self.team or "", "project": self.project or "",
-                "bucket": self.bucket, "type": self.type, "tags": list(self.tags)}
+        payload: dict[str, object] = {
+            "site": str(self.site_id), "team": self.team or "", "project": self.project or "",
+            "bucket": self.bucket, "type": self.type, "tags": list(self.tags),
+            "occurred": epoch_seconds(self.occurred_at)}
+        if self.valid_to is not None:  # superseded
+            payload["valid_to"] = epoch_seconds(self.valid_to)
+        if self.expires_at is not None:  # rounded up: a point is left out only once it has surely expired
+            payload["expires"] = epoch_seconds(self.expires_at, ceil=True)
+        return payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +346,12 @@ class CandidateRow:
 class Scope:
     """Which memories a request may see: the site, the caller's bounds, and the request's own filters.
 
-    Each field other than `site_id` is a set of allowed values (None: any). `tags` means "has every tag".
+    The keyword fields other than `site_id` are sets of allowed values (None: any); `tags` means "has every
+    tag". `occurred_after` / `occurred_before` (normalised RFC3339, as stored) keep the memories whose
+    occurred_at lies in [occurred_after, occurred_before). `current` leaves out the memories superseded by
+    the end of the window: those with a successor, unless it came at or after `occurred_before` (a memory
+    still valid when the window closes is current in it). `at` is the instant the read happens at: a memory
+    whose expires_at is at or before it is never seen.
     """
 
     site_id: int
@@ -325,12 +360,42 @@ class Scope:
     buckets: frozenset[str] | None = None
     types: frozenset[str] | None = None
     tags: frozenset[str] = frozenset()
+    occurred_after: str | None = None
+    occurred_before: str | None = None
+    current: bool = False
+    at: str = field(default_factory=now_rfc3339, compare=False)
 
     def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
                  type: str | None = None, tags: Iterable[str] = ()) -> Scope:
-        return Scope(site_id=self.site_id, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
-                     buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
-                     tags=self.tags | frozenset(tags))
+        return replace(self, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
+                       buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
+                       tags=self.tags | frozenset(tags))
+
+    def within(self, *, occurred_after: str | None, occurred_before: str | None) -> Scope:
+        """Narrowed to a time window (both bounds normalised RFC3339, either None)."""
+        after = max(filter(None, (self.occurred_after, occurred_after)), default=None)
+        before = min(filter(None, (self.occurred_before, occurred_before)), default=None)
+        return replace(self, occurred_after=after, occurred_before=before)
+
+    def only_current(self, current: bool = True) -> Scope:
+        return replace(self, current=current)
+
+    def superseded(self, memory: StoredMemory) -> bool:
+        """Whether the memory was superseded by the end of the window (see `current`)."""
+        if memory.superseded_by is None:
+            return False
+        return self.occurred_before is None or memory.valid_to is None or memory.valid_to < self.occurred_before
+
+    def admits(self, memory: StoredMemory) -> bool:
+        """Whether a memory read by id meets the conditions the vector index can only approximate (its
+        timestamps are whole seconds): checked on the hits of an index-only search."""
+        if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
+            return False
+        if self.occurred_before is not None and memory.occurred_at >= self.occurred_before:
+            return False
+        if memory.expires_at is not None and memory.expires_at <= self.at:
+            return False
+        return not (self.current and self.superseded(memory))
 
     @property
     def empty(self) -> bool:
@@ -346,7 +411,22 @@ class Scope:
         conditions = [Condition("site", (str(self.site_id),))]
         conditions += [Condition(column, tuple(sorted(allowed))) for column, allowed in self.restrictions()]
         conditions += [Condition("tags", (tag,)) for tag in sorted(self.tags)]
-        return IndexFilter(tuple(conditions))
+        # Whole seconds, widened to hold every memory of the window (the exact window is applied to the
+        # rows read back): occurred_at >= after -> floor(occurred) >= floor(after), < before -> <= floor(before).
+        ranges = []
+        if self.occurred_after is not None or self.occurred_before is not None:
+            ranges.append(Range("occurred",
+                                gte=None if self.occurred_after is None else epoch_seconds(self.occurred_after),
+                                lte=None if self.occurred_before is None else epoch_seconds(self.occurred_before)))
+        # Superseded by the window's end: valid_to < before -> floor(valid_to) <= floor(before) - 1 leaves out
+        # only memories that are (the rest is checked exactly); without an end, any valid_to.
+        excluded = []
+        if self.current:
+            excluded.append(Range("valid_to", lte=None if self.occurred_before is None
+                                  else epoch_seconds(self.occurred_before) - 1))
+        # Expired: expires_at <= at. The payload is rounded up, so ceil(expires) <= floor(at) holds only then.
+        excluded.append(Range("expires", lte=epoch_seconds(self.at)))
+        return IndexFilter(tuple(conditions), ranges=tuple(ranges), excluded=tuple(excluded))
 
 
 def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:

@@ -14,9 +14,9 @@ from fastmcp import FastMCP
 from fastmcp.tools.base import ToolResult
 
 from server.api.mcp.registry import register
-from server.api.mcp.results import ok_result, render_hits, text_result
+from server.api.mcp.results import ok_result, public_hits, render_hits, text_result
 from server.api.operations.memories import MemoryOperations
-from server.api.schemas import ContextPack, Forgotten, Remembered, Results
+from server.api.schemas import ContextPack, Forgotten, PublicResults, Remembered, Results
 from server.auth.principal import Principal
 from server.memories.params import ContextParams, RecallParams, ReferenceParams, RememberParams, SearchParams
 from server.ranking import context
@@ -26,6 +26,8 @@ from server.settings import Settings
 HIT_SHAPE = ("Each hit carries its reference (an opaque id such as mem_3f2a..., the one remember returned; "
              "forget takes it), score, type, location, content and attribution (project, team, bucket, "
              "tags, metadata, provenance, occurred_at).")
+LINKS = ("A memory another one replaced (remember with supersedes) carries superseded_by and valid_to, and its "
+         "text ends with a 'Superseded by:' line; include_superseded=true asks for replaced memories too. ")
 SCORES = "Scores rank the hits of one answer; never compare them across answers."
 READ_SCOPE = ("Needs memory:read (a token without it gets forbidden); a token bounded to teams, projects or "
               "buckets only ever sees memories inside them.")
@@ -34,6 +36,10 @@ RETRY_RULE = ("Errors other than unavailable (invalid_parameters, forbidden, not
 READ_ONLY = {"readOnlyHint": True}
 PUBLIC_RECALL = ("query", "limit")
 PUBLIC_CONTEXT = ("query", "max_items", "max_tokens")
+# The SPEC's parameters of the other read and write tools: later additions are on the full profile only.
+PUBLIC_SEARCH = ("query", "limit", "project", "team", "bucket", "type", "tags", "min_score")
+PUBLIC_REMEMBER = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
+                   "occurred_at")
 
 REMEMBER = (
     "Save one fact, decision, note, preference or event worth finding later by meaning: it is embedded "
@@ -45,6 +51,8 @@ REMEMBER = (
     "existing reference with created=false, so a retry never duplicates it. Needs memory:write (a "
     "read-only token gets forbidden); a bounded token writes only inside its teams, projects and "
     f"buckets. {RETRY_RULE}")
+WINDOW = ("occurred_after / occurred_before (RFC3339) keep only memories whose occurred_at lies in "
+          "[occurred_after, occurred_before), e.g. what was decided last week. ")
 SEARCH = (
     "Strict targeted search: only memories that match every filter given (project, team, bucket, type, "
     "tags) exactly and whose score, the cosine similarity between query and memory (0-1), is at least "
@@ -65,7 +73,7 @@ def recall_description(full: bool) -> str:
     return (
         "Best-effort lookup: the few saved memories most relevant to a question, ranked best first, for a "
         "quick answer before you respond. " + (
-            "Searches every bucket unless bucket (or another filter) narrows it. " if full else
+            "Searches every bucket unless bucket (or another filter) narrows it. " + WINDOW + LINKS if full else
             "Searches all your memories. ") +
         "Weak matches are allowed: the result is empty only when nothing visible exists, and an empty "
         "result is a valid no-match answer, not a failure. Use it when weak-but-useful relevance is "
@@ -75,11 +83,25 @@ def recall_description(full: bool) -> str:
         f"conversation's log (recall_memory). {HIT_SHAPE} {SCORES} {READ_SCOPE} {RETRY_RULE}")
 
 
+def search_description(full: bool) -> str:
+    return SEARCH if not full else SEARCH.replace(" It returns nothing", f" {WINDOW}{LINKS}It returns nothing", 1)
+
+
+def remember_description(full: bool) -> str:
+    if not full:
+        return REMEMBER
+    return REMEMBER.replace(" Needs memory:write", (
+        " When it replaces an earlier memory (a changed decision, a new value), pass that one's reference as "
+        "supersedes: the old one is kept, marked superseded, and left out of search_memory and recall_context. "
+        "Needs memory:write"), 1)
+
+
 def context_description(full: bool) -> str:
     return (
         "Restore the context needed to continue work across sessions: a bounded pack of several saved "
         "memories for a prompt, ranked as recall and packed in rank order while max_items and max_tokens "
-        "hold (the memory that would cross the token budget is shortened to fit or dropped). Use it at the "
+        "hold (the memory that would cross the token budget is shortened to fit or dropped). "
+        + (WINDOW + LINKS if full else "") + "Use it at the "
         "start of a session or task when one quick answer is not enough. Do not use it for a quick lookup "
         "(recall) or when only a strict match is acceptable (search_memory), and do not ask for an "
         "unbounded dump: max_items and max_tokens are safety and quality limits. Read-only. The text "
@@ -98,12 +120,15 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
     async def remember(params: RememberParams) -> ToolResult:
         return ok_result(await ops.remember(current(), params))
 
+    # The public profile answers with the SPEC's hit fields (no supersede links, no mark in the text).
+    shown = (lambda hits: hits) if full else public_hits
+
     async def recall(params: RecallParams) -> ToolResult:
-        hits = await ops.recall(current(), params)
+        hits = shown(await ops.recall(current(), params))
         return ok_result({"results": hits}, render_hits(hits))
 
     async def search_memory(params: SearchParams) -> ToolResult:
-        hits = await ops.search(current(), params)
+        hits = shown(await ops.search(current(), params))
         return ok_result({"results": hits}, render_hits(hits))
 
     async def recall_context(params: ContextParams) -> ToolResult:
@@ -116,11 +141,13 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
         return ok_result(await ops.forget(current(), params))
 
     register(mcp, settings, name="remember", params=RememberParams, run=remember, result=Remembered,
-             description=REMEMBER, annotations={"destructiveHint": False, "idempotentHint": True})
-    register(mcp, settings, name="recall", params=RecallParams, run=recall, result=Results,
+             description=remember_description(full), annotations={"destructiveHint": False, "idempotentHint": True},
+             only=None if full else PUBLIC_REMEMBER)
+    results = Results if full else PublicResults
+    register(mcp, settings, name="recall", params=RecallParams, run=recall, result=results,
              description=recall_description(full), annotations=READ_ONLY, only=None if full else PUBLIC_RECALL)
-    register(mcp, settings, name="search_memory", params=SearchParams, run=search_memory, result=Results,
-             description=SEARCH, annotations=READ_ONLY)
+    register(mcp, settings, name="search_memory", params=SearchParams, run=search_memory, result=results,
+             description=search_description(full), annotations=READ_ONLY, only=None if full else PUBLIC_SEARCH)
     if full:
         register(mcp, settings, name="recall_context", params=ContextParams, run=recall_context,
                  result=ContextPack, description=context_description(True), annotations=READ_ONLY)

@@ -14,7 +14,10 @@ from typing import Any
 import pydantic
 from fastmcp.tools.base import ToolResult
 
+from server.api.schemas import PublicHit
 from server.errors import AppError
+
+PUBLIC_HIT_FIELDS = tuple(PublicHit.model_fields)
 
 
 def error_result(error: AppError) -> ToolResult:
@@ -45,15 +48,24 @@ def validation_message(exc: BaseException) -> str:
 
 
 def render_hits(hits: list[dict[str, Any]]) -> str:
-    """The SPEC's text rendering of recall and search_memory answers."""
+    """The SPEC's text rendering of recall and search_memory answers; a superseded hit gets one more line,
+    `Superseded by: <reference> | valid_to=<ts>` (a hit without the lifecycle fields renders as the SPEC's)."""
     if not hits:
         return "No matching memories."
     blocks = []
     for n, hit in enumerate(hits, start=1):
-        blocks.append(
+        block = (
             f"[{n}] Reference: {hit['reference']} | Type: {hit['type']} | Location: {hit['location'] or '-'}"
             f" | Score: {hit['score']:.4f}\n{hit['content']}\n"
             f"Attribution: project={hit['project'] or '-'} team={hit['team'] or '-'} bucket={hit['bucket']}"
             f" occurred_at={hit['occurred_at']}"
         )
+        if hit.get("superseded_by"):
+            block += f"\nSuperseded by: {hit['superseded_by']} | valid_to={hit.get('valid_to') or '-'}"
+        blocks.append(block)
     return "\n\n".join(blocks)
+
+
+def public_hits(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Hits with the SPEC's fields only (the public profile)."""
+    return [{name: hit[name] for name in PUBLIC_HIT_FIELDS} for hit in hits]

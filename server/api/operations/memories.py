@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from server.auth.principal import Principal
-from server.errors import NotFound, Unavailable
+from server.errors import InvalidParameters, NotFound, Unavailable
 from server.memories.params import (
     ActivityParams,
     ContextParams,
@@ -37,6 +37,7 @@ from server.memories.validation import (
 )
 from server.ranking import context
 from server.settings import Settings
+from server.storage.records import Scope
 
 # A count of visible memories stops here: past it a status page says "more than" (a full count walks rows).
 COUNT_CAP = 1_000_000
@@ -45,6 +46,30 @@ COUNT_CAP = 1_000_000
 def filters_of(params: FilterParams) -> Filters:
     return filters(project=params.project, team=params.team, bucket=params.bucket, type=params.type,
                    tags=params.tags)
+
+
+def check_window(occurred_after: str | None, occurred_before: str | None) -> None:
+    """A time window [occurred_after, occurred_before) holds something (both bounds come normalised)."""
+    if occurred_after is not None and occurred_before is not None and occurred_after >= occurred_before:
+        raise InvalidParameters("occurred_after must be earlier than occurred_before")
+
+
+def retrieval_scope(principal: Principal, params: FilterParams) -> Scope:
+    """What recall, search_memory and recall_context look at: the caller's bounds narrowed by the request's
+    filters and its time window."""
+    check_window(params.occurred_after, params.occurred_before)
+    return read_scope(principal, filters_of(params)).within(occurred_after=params.occurred_after,
+                                                            occurred_before=params.occurred_before)
+
+
+def described(params: FilterParams) -> dict[str, Any]:
+    """The request's filters, for a retrieval plan."""
+    found = filters_of(params).described()
+    found.update({name: value for name, value in (("occurred_after", params.occurred_after),
+                                                  ("occurred_before", params.occurred_before)) if value is not None})
+    if params.include_superseded:
+        found["include_superseded"] = True
+    return found
 
 
 class MemoryOperations:
@@ -67,12 +92,13 @@ class MemoryOperations:
 
     async def recall(self, principal: Principal, params: RecallParams) -> list[dict[str, Any]]:
         memories = self._memories()
-        scope = read_scope(principal, filters_of(params))
-        return await anyio.to_thread.run_sync(memories.retrieval.recall, scope, params.query, params.limit)
+        scope = retrieval_scope(principal, params)
+        return await anyio.to_thread.run_sync(lambda: memories.retrieval.recall(
+            scope, params.query, params.limit, demote=not params.include_superseded))
 
     async def search(self, principal: Principal, params: SearchParams) -> list[dict[str, Any]]:
         memories = self._memories()
-        scope = read_scope(principal, filters_of(params))
+        scope = retrieval_scope(principal, params).only_current(not params.include_superseded)
         threshold = self.settings.search_min_score if params.min_score is None else float(params.min_score)
         return await anyio.to_thread.run_sync(memories.retrieval.search, scope, params.query, params.limit,
                                               threshold)
@@ -80,14 +106,14 @@ class MemoryOperations:
     async def context(self, principal: Principal, params: ContextParams) -> dict[str, Any]:
         """Ranked as recall, packed in rank order under max_items and max_tokens: the structured pack."""
         memories = self._memories()
-        found = filters_of(params)
-        scope = read_scope(principal, found)
+        scope = retrieval_scope(principal, params).only_current(not params.include_superseded)
 
         def build() -> dict[str, Any]:
-            hits = memories.retrieval.recall(scope, params.query, params.max_items)
+            hits = memories.retrieval.recall(scope, params.query, params.max_items,
+                                             demote=not params.include_superseded)
             packed = context.pack(hits, max_items=params.max_items, max_tokens=params.max_tokens,
                                   tokens=memories.tokens)
-            plan = {"ranking": "recall", "candidates": len(hits), "filters": found.described()}
+            plan = {"ranking": "recall", "candidates": len(hits), "filters": described(params)}
             return context.structured(packed, tokens=memories.tokens, plan=plan)
 
         return await anyio.to_thread.run_sync(build)
@@ -116,6 +142,7 @@ class MemoryOperations:
         """A page of visible memories, newest first, and the cursor of the next page (or None)."""
         memories = self._memories()
         after = decode_list_cursor(params.cursor) if params.cursor is not None else None
+        check_window(params.occurred_after, params.occurred_before)
         scope = read_scope(principal, filters(project=params.project, team=params.team, bucket=params.bucket,
                                               type=params.type, tags=params.tag))
         if scope.empty:

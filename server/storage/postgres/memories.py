@@ -20,6 +20,7 @@ import numpy as np
 from psycopg.rows import dict_row
 
 from server.errors import InvalidParameters, Unavailable
+from server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.lexicon import fts_tokens
 from server.storage.postgres.scope import scope_sql
@@ -40,8 +41,8 @@ from server.storage.records import (
 )
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.vector_model,"
-           " m.vector IS NOT NULL AS has_vector")
+           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
+           " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
 INSERT_FTS = ("INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
@@ -80,11 +81,18 @@ class PostgresMemoryStore:
 
     def delete(self, scope: Scope, reference: str) -> int | None:
         where, args = scope_sql(scope)
-        # One statement: the lexical row goes by cascade, the id is queued for the index by trigger.
-        row = self._db.write(lambda conn: conn.execute(
-            f"DELETE FROM memories m WHERE m.reference = %s AND {where} RETURNING m.id",
-            [reference, *args]).fetchone(), single=True)
-        return int(row[0]) if row else None
+
+        def delete(conn: Conn) -> int | None:
+            found = conn.execute(f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m"
+                                 f" WHERE m.reference = %s AND {where} FOR UPDATE", [reference, *args]).fetchone()
+            if found is None:
+                return None
+            chains(conn).bridge(scope.site_id, reference, found[1], found[2])
+            # The lexical row goes by cascade, the id is queued for the index by trigger.
+            conn.execute("DELETE FROM memories WHERE id = %s", [found[0]])
+            return int(found[0])
+
+        return self._db.write(delete)
 
     # --- reads ------------------------------------------------------------------------------------
 
@@ -133,6 +141,34 @@ class PostgresMemoryStore:
             " AND m.created_at >= %s GROUP BY day ORDER BY day", [*args, since]).fetchall())
         return [(str(row[0]), int(row[1])) for row in rows]
 
+    def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
+        if not references:
+            return {}
+        where, args = scope_sql(scope)
+        sql = (chain_sql("= ANY(?::text[])").replace("?", "%s") + "SELECT chain.start, chain.depth, "
+               f"{COLUMNS} FROM chain JOIN memories m ON m.site_id = %s AND m.reference = chain.ref WHERE {where}")
+        rows = self._db.read(lambda conn: conn.cursor(row_factory=dict_row).execute(
+            sql, [scope.site_id, list(references), scope.site_id, MAX_CHAIN, scope.site_id, *args]).fetchall())
+        return newest_of([(str(row["start"]), int(row["depth"]), stored(row)) for row in rows])
+
+    def purge_expired(self, at: str, limit: int) -> list[int]:
+        def purge(conn: Conn) -> list[int]:
+            # SKIP LOCKED: replicas purging at once take different rows instead of waiting on each other.
+            rows = conn.execute("SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
+                                " WHERE expires_at <= %s ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                                [at, limit]).fetchall()
+            links = chains(conn)
+            for _, site_id, reference, older, newer in rows:
+                links.bridge(int(site_id), str(reference), older, newer)
+            if rows:
+                conn.execute("DELETE FROM memories WHERE id = ANY(%s::bigint[])", [[int(r[0]) for r in rows]])
+            return [int(row[0]) for row in rows]
+
+        return self._db.write(purge)
+
+    def chain_head(self, site_id: int, reference: str) -> str | None:
+        return self._db.read(lambda conn: chains(conn).head(site_id, reference))
+
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]:
         if not ids:
             return {}
@@ -178,19 +214,22 @@ def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept
     outcome = decided(conn, site_id, memory, kept)
     if outcome is not None:
         return outcome
-    kept = kept or Kept()
+    live, kept = kept is None, kept or Kept()
     reference = kept.reference or f"mem_{uuid.uuid4().hex}"
     created_at = kept.created_at or now_rfc3339()
     conversation_id, seq = memory.conversation_position
     row = conn.execute(
         f"INSERT INTO memories ({ATTRIBUTES}, reference, site_id, created_at, updated_at, dedup_key,"
-        " conversation_id, conversation_seq, vector, vector_model, indexed)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0)"
-        " ON CONFLICT DO NOTHING RETURNING id",
+        " conversation_id, conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at,"
+        " indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s, 0) ON CONFLICT DO NOTHING RETURNING id",
         [*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
-         conversation_id, seq, _blob(document.vector), document.model]).fetchone()
+         conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
+         kept.valid_to, memory.expires_at]).fetchone()
     if row is not None:
         # Ids are never reused here (an identity column), so no queued deletion can name this one.
+        if live and memory.supersedes is not None:  # an import keeps the links it read instead
+            chains(conn).link(site_id, reference, memory.occurred_at, memory.supersedes)
         return Inserted(int(row[0]), reference, CREATED)
     # A concurrent transaction committed this memory (or reference) while this one waited on the index.
     outcome = decided(conn, site_id, memory, kept)
@@ -219,8 +258,9 @@ def update(conn: Conn, site_id: int, reference: str, memory: NewMemory, based_on
     conversation_id, seq = memory.conversation_position
     assignments = ("content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
                    " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
-                   " conversation_id = %s, conversation_seq = %s, indexed = 0")
-    values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq]
+                   " conversation_id = %s, conversation_seq = %s, supersedes = %s, expires_at = %s, indexed = 0")
+    values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
+                         memory.supersedes, memory.expires_at]
     if document is not None:
         assignments += ", vector = %s, vector_model = %s"
         values += [_blob(document.vector), document.model]
@@ -229,7 +269,14 @@ def update(conn: Conn, site_id: int, reference: str, memory: NewMemory, based_on
     if document is not None:
         conn.execute("UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
                      [document.terms, fts_tokens(document.terms), now.id])
+    relink(chains(conn), site_id, reference, now, memory)
     return now.id
+
+
+def chains(conn: Conn) -> Chains:
+    # A row about to be linked is locked: two writers superseding it at once serialise, and the second finds
+    # it superseded (StaleRow) and resolves the chain again.
+    return Chains(conn, mark="%s", lock=" FOR UPDATE")
 
 
 def store_words(conn: Conn, site_id: int, words: Words, model: str) -> None:
@@ -262,5 +309,7 @@ def stored(row: Mapping[str, Any]) -> StoredMemory:
         type=row["type"], location=row["location"], project=row["project"], team=row["team"],
         bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
         provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
-        updated_at=row["updated_at"], vector_model=row["vector_model"], has_vector=bool(row["has_vector"]),
+        updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
+        valid_to=row["valid_to"], expires_at=row["expires_at"], vector_model=row["vector_model"],
+        has_vector=bool(row["has_vector"]),
     )

@@ -41,7 +41,8 @@ class PostgresOutboxStore:
             return []
         rows = self._db.read(lambda conn: conn.cursor(binary=True).execute(
             "SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at, content,"
-            " occurred_at FROM memories WHERE id = ANY(%s::bigint[]) ORDER BY id", [list(ids)]).fetchall())
+            " occurred_at, valid_to, expires_at FROM memories WHERE id = ANY(%s::bigint[]) ORDER BY id",
+            [list(ids)]).fetchall())
         return [_index_row(row) for row in rows]
 
     def set_vector(self, row_id: int, vector: np.ndarray, model: str) -> None:
@@ -116,4 +117,6 @@ def _index_row(row: tuple[Any, ...]) -> IndexRow:
     return IndexRow(id=int(row[0]), site_id=int(row[1]), team=row[2], project=row[3], bucket=str(row[4]),
                     type=str(row[5]), tags=tuple(json.loads(row[6])),
                     vector=np.frombuffer(blob, dtype=np.float32) if blob is not None else None,
-                    vector_model=row[8], updated_at=str(row[9]), content=str(row[10]), occurred_at=str(row[11]))
+                    vector_model=row[8], updated_at=str(row[9]), content=str(row[10]), occurred_at=str(row[11]),
+                    valid_to=None if row[12] is None else str(row[12]),
+                    expires_at=None if row[13] is None else str(row[13]))

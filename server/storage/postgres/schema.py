@@ -302,6 +302,31 @@ SCHEMA = [
     CREATE INDEX memories_by_provenance_conversation
         ON memories (site_id, ((provenance::jsonb) ->> 'conversation_id'));
     """,
+    # 8: time windows (occurred_after / occurred_before) read a site's memories by occurred_at
+    """
+    CREATE INDEX memories_by_occurrence ON memories (site_id, occurred_at);
+    """,
+    # 9: memories that supersede others. The links are references (they survive export and import); the
+    # change feed also counts a change of the links the index holds (valid_to is in its payload).
+    """
+    ALTER TABLE memories
+        ADD COLUMN supersedes TEXT COLLATE "C",       -- the memory this one replaced
+        ADD COLUMN superseded_by TEXT COLLATE "C",    -- the memory that replaced this one
+        ADD COLUMN valid_to TEXT COLLATE "C";         -- when: the successor's occurred_at
+    DROP TRIGGER memories_change_update ON memories;
+    CREATE CONSTRAINT TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team,
+        bucket, tags, metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to ON memories
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
+    # 10: memories that expire: never returned from expires_at on, then purged (oldest expiry first)
+    """
+    ALTER TABLE memories ADD COLUMN expires_at TEXT COLLATE "C";  -- normalised RFC3339, or NULL: never
+    CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL;
+    DROP TRIGGER memories_change_update ON memories;
+    CREATE CONSTRAINT TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team,
+        bucket, tags, metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to, expires_at
+        ON memories DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -20,11 +20,14 @@ from psycopg.rows import TupleRow
 from server.errors import NotFound, Unavailable
 from server.storage.postgres.errors import postgres_failure, unreachable
 from server.storage.postgres.schema import schema_version
-from server.storage.records import RawItem
+from server.storage.records import RawItem, now_rfc3339
 
 PAGE = 1000
 MEMORY_FIELDS = ("site", "reference", "content", "type", "location", "project", "team", "bucket", "tags",
-                 "metadata", "provenance", "occurred_at", "created_at", "updated_at")
+                 "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes", "superseded_by",
+                 "valid_to", "expires_at")
+# Written only when set, so an export that uses none of them reads as before.
+OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")
 
 
 class PostgresSnapshot:
@@ -37,6 +40,7 @@ class PostgresSnapshot:
             self._conn.isolation_level = IsolationLevel.REPEATABLE_READ
             self._conn.read_only = True
             self._conn.deferrable = True
+            self._at = now_rfc3339()  # memories expired by then are left out, as every read leaves them out
             if schema_version(self._conn) is None:
                 raise NotFound("this PostgreSQL database has no memory-server data: is MEMORY_DATABASE_URL right?")
             self._site_id: int | None = None
@@ -53,10 +57,13 @@ class PostgresSnapshot:
             self.close()
             raise
 
-    def _where(self, alias: str) -> tuple[str, list[Any]]:
-        if self._site_id is None:
-            return "", []
-        return f" WHERE {alias}.site_id = %s", [self._site_id]
+    def _where(self, alias: str, *, memories: bool = False) -> tuple[str, list[Any]]:
+        clauses: list[str] = [f"{alias}.site_id = %s"] if self._site_id is not None else []
+        args: list[Any] = [self._site_id] if self._site_id is not None else []
+        if memories:
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s)")
+            args.append(self._at)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
     def _counts(self) -> dict[str, int]:
         """What the export holds: conversations being deleted, and their items, are left out."""
@@ -72,20 +79,23 @@ class PostgresSnapshot:
         return counts
 
     def _count(self, table: str) -> int:
-        where, args = self._where("t")
+        where, args = self._where("t", memories=table == "memories")
         row = self._conn.execute(f"SELECT count(*) FROM {table} t{where}", args).fetchone()
         return int(row[0]) if row else 0
 
     def memories(self) -> Iterator[dict[str, Any]]:
         """Each memory's public fields and its site's name, in creation order."""
-        where, args = self._where("m")
+        where, args = self._where("m", memories=True)
         sql = ("SELECT s.name, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-               " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at"
-               f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id")
+               " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
+               f" m.valid_to, m.expires_at FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id")
         for row in self._stream("memories", sql, args):
             record = dict(zip(MEMORY_FIELDS, row, strict=True))
             for name in ("tags", "metadata", "provenance"):
                 record[name] = json.loads(record[name])
+            for name in OPTIONAL_FIELDS:
+                if record[name] is None:
+                    del record[name]
             yield record
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from server.errors import InvalidParameters
+from server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from server.storage.records import (
     CONFLICT,
     CREATED,
@@ -35,8 +36,8 @@ from server.storage.sqlite.scope import marks, scope_sql
 from server.storage.sqlite.writer import Readers, Writer
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.vector_model,"
-           " m.vector IS NOT NULL AS has_vector")
+           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
+           " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 
 
@@ -81,14 +82,16 @@ class SqliteMemoryStore:
             conversation_id, seq = memory.conversation_position
             assignments = ("content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
                            " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
-                           " conversation_id = ?, conversation_seq = ?, indexed = 0")
-            values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq]
+                           " conversation_id = ?, conversation_seq = ?, supersedes = ?, expires_at = ?, indexed = 0")
+            values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
+                                 memory.supersedes, memory.expires_at]
             if document is not None:
                 assignments += ", vector = ?, vector_model = ?"
                 values += [_blob(document.vector), document.model]
                 conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?", (document.terms, row_id))
                 store_words(conn, site_id, words, document.model)
             conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values, row_id))
+            relink(Chains(conn), site_id, reference, now, memory)
             return row_id
 
         return self._writer.run_sync(write)
@@ -96,10 +99,11 @@ class SqliteMemoryStore:
     def delete(self, scope: Scope, reference: str) -> int | None:
         def delete(conn: sqlite3.Connection) -> int | None:
             where, args = scope_sql(scope)
-            found = conn.execute(f"SELECT m.id FROM memories m WHERE m.reference = ? AND {where}",
-                                 (reference, *args)).fetchone()
+            found = conn.execute(f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m"
+                                 f" WHERE m.reference = ? AND {where}", (reference, *args)).fetchone()
             if found is None:
                 return None
+            Chains(conn).bridge(scope.site_id, reference, found[1], found[2])
             conn.execute("DELETE FROM memories WHERE id = ?", (found[0],))
             return int(found[0])
 
@@ -151,6 +155,31 @@ class SqliteMemoryStore:
             " AND m.created_at >= ? GROUP BY day ORDER BY day", (*args, since)).fetchall()
         return [(str(row[0]), int(row[1])) for row in rows]
 
+    def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
+        if not references:
+            return {}
+        where, args = scope_sql(scope)
+        rows = self._readers.get().execute(
+            f"{chain_sql(f'IN ({marks(references)})')} SELECT chain.start, chain.depth, {COLUMNS} FROM chain"
+            f" JOIN memories m ON m.site_id = ? AND m.reference = chain.ref WHERE {where}",
+            [scope.site_id, *references, scope.site_id, MAX_CHAIN, scope.site_id, *args]).fetchall()
+        return newest_of([(row["start"], row["depth"], stored(row)) for row in rows])
+
+    def purge_expired(self, at: str, limit: int) -> list[int]:
+        def purge(conn: sqlite3.Connection) -> list[int]:
+            rows = conn.execute("SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
+                                " WHERE expires_at <= ? ORDER BY expires_at LIMIT ?", (at, limit)).fetchall()
+            chains = Chains(conn)
+            for row_id, site_id, reference, older, newer in rows:
+                chains.bridge(site_id, reference, older, newer)
+                conn.execute("DELETE FROM memories WHERE id = ?", (row_id,))
+            return [int(row[0]) for row in rows]
+
+        return self._writer.run_sync(purge)
+
+    def chain_head(self, site_id: int, reference: str) -> str | None:
+        return Chains(self._readers.get()).head(site_id, reference)
+
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]:
         if not ids:
             return {}
@@ -192,20 +221,24 @@ def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: 
     outcome = decided(conn, site_id, memory, kept)
     if outcome is not None:
         return outcome
-    kept = kept or Kept()
+    live, kept = kept is None, kept or Kept()
     reference = kept.reference or f"mem_{uuid.uuid4().hex}"
     created_at = kept.created_at or now_rfc3339()
     conversation_id, seq = memory.conversation_position
     cur = conn.execute(
         "INSERT INTO memories (content, type, location, project, team, bucket, tags, metadata, provenance,"
         " occurred_at, reference, site_id, created_at, updated_at, dedup_key, conversation_id,"
-        " conversation_seq, vector, vector_model, indexed) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+        " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at, indexed)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
         (*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
-         conversation_id, seq, _blob(document.vector), document.model),
+         conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
+         kept.valid_to, memory.expires_at),
     )
     row_id = int(cur.lastrowid or 0)
     conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, document.terms))
     conn.execute("DELETE FROM index_deletions WHERE id = ?", (row_id,))
+    if live and memory.supersedes is not None:  # an import keeps the links it read instead
+        Chains(conn).link(site_id, reference, memory.occurred_at, memory.supersedes)
     return Inserted(row_id, reference, CREATED)
 
 
@@ -236,5 +269,7 @@ def stored(row: sqlite3.Row) -> StoredMemory:
         type=row["type"], location=row["location"], project=row["project"], team=row["team"],
         bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
         provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
-        updated_at=row["updated_at"], vector_model=row["vector_model"], has_vector=bool(row["has_vector"]),
+        updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
+        valid_to=row["valid_to"], expires_at=row["expires_at"], vector_model=row["vector_model"],
+        has_vector=bool(row["has_vector"]),
     )

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from server.errors import NotFound
-from server.storage.records import RawItem
+from server.storage.records import RawItem, now_rfc3339
 from server.storage.sqlite.connection import connect
+
+OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")
 
 
 class SqliteSnapshot:
@@ -25,6 +27,7 @@ class SqliteSnapshot:
         self._conn = connect(db_path, readonly=True)
         try:
             self._conn.execute("BEGIN")
+            self._at = now_rfc3339()  # memories expired by then are left out, as every read leaves them out
             self._site_id: int | None = None
             if site is not None:
                 row = self._conn.execute("SELECT id FROM sites WHERE name = ?", (site,)).fetchone()
@@ -36,10 +39,13 @@ class SqliteSnapshot:
             self.close()
             raise
 
-    def _where(self, alias: str) -> tuple[str, tuple[Any, ...]]:
-        if self._site_id is None:
-            return "", ()
-        return f" WHERE {alias}.site_id = ?", (self._site_id,)
+    def _where(self, alias: str, *, memories: bool = False) -> tuple[str, tuple[Any, ...]]:
+        clauses: list[str] = [f"{alias}.site_id = ?"] if self._site_id is not None else []
+        args: list[Any] = [self._site_id] if self._site_id is not None else []
+        if memories:
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
+            args.append(self._at)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
 
     def _counts(self) -> dict[str, int]:
         """What the export holds: conversations being deleted, and their items, are left out."""
@@ -54,20 +60,25 @@ class SqliteSnapshot:
         return counts
 
     def _count(self, table: str) -> int:
-        where, args = self._where("t")
+        where, args = self._where("t", memories=table == "memories")
         return int(self._conn.execute(f"SELECT count(*) FROM {table} t{where}", args).fetchone()[0])
 
     def memories(self) -> Iterator[dict[str, Any]]:
         """Each memory's public fields and its site's name, in creation order."""
-        where, args = self._where("m")
+        where, args = self._where("m", memories=True)
         for row in self._conn.execute(
             "SELECT s.name AS site, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket,"
-            " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at"
-            f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id", args,
+            " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes,"
+            " m.superseded_by, m.valid_to, m.expires_at"
+            f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id",
+            args,
         ):
             record = dict(row)
             for name in ("tags", "metadata", "provenance"):
                 record[name] = json.loads(row[name])
+            for name in OPTIONAL_FIELDS:  # written only when set: an export that uses none reads as before
+                if record[name] is None:
+                    del record[name]
             yield record
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:

@@ -1,0 +1,483 @@
+"""Memories that change over time and memories that must go, through a real server (MCP and REST), on both
+storage and both index backends: time windows on occurred_at, supersede chains, expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx2
+import pytest
+from qdrant_client import QdrantClient
+
+from server.index.base import PAYLOAD_VERSION, IndexPoint
+from server.index.edge import EdgeIndex
+from server.index.edge_files import read_info, write_info
+from server.index.qdrant import METADATA_KEY, QdrantServerIndex
+from server.memories import maintenance
+from server.memories.validation import Filters, read_scope
+from server.ranking.candidates import CandidateSource
+from server.ranking.lexical import analyze
+from server.ranking.recall import Retrieval
+from server.services import Services, open_services
+from server.storage.factory import open_storage
+
+from tests.conftest import LiveServer, index_backlog, make_settings, query, serve
+
+pytestmark = pytest.mark.backends
+
+
+@pytest.fixture(params=["embedded", "server"])
+def mem(request: Any, settings: Any, embedder: Any) -> Iterator[LiveServer]:
+    index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
+    with serve(settings, embedder, index=index) as server:
+        server.outbox = index is not None or settings.database_url is None  # type: ignore[attr-defined]
+        server.index = index  # type: ignore[attr-defined]
+        yield server
+
+
+async def call(client: Any, tool: str, **args: Any) -> Any:
+    return await client.call_tool(tool, args, raise_on_error=False)
+
+
+def error_code(result: Any) -> str:
+    assert result.is_error, result
+    return str(result.content[0].text.split(": ", 1)[0])
+
+
+def rest(server: LiveServer, method: str, path: str, *, base: str | None = None, **kwargs: Any) -> httpx2.Response:
+    return httpx2.request(method, f"{base or server.base}{path}", auth=server.basic, timeout=60, **kwargs)
+
+
+# --- time windows ------------------------------------------------------------------------------------------
+
+# The deploy notes of one year; the window [March, May) holds exactly the second and third.
+DEPLOYS = [
+    ("Deploy notes: the billing service moved to blue-green deploys.", "2024-01-20T10:00:00Z"),
+    ("Deploy notes: the billing service deploys now wait for a canary.", "2024-03-01T00:00:00Z"),  # == after
+    ("Deploy notes: billing deploys are frozen during the audit.", "2024-04-30T23:59:59.999999Z"),
+    ("Deploy notes: the billing service deploys resumed after the audit.", "2024-05-01T00:00:00Z"),  # == before
+    ("Deploy notes: billing deploys run on Tuesdays only.", "2024-09-09T09:00:00+02:00"),
+]
+WINDOW = {"occurred_after": "2024-03-01T00:00:00Z", "occurred_before": "2024-05-01T00:00:00Z"}
+
+
+def remember_deploys(server: LiveServer) -> list[str]:
+    refs = []
+    for content, when in DEPLOYS:
+        response = rest(server, "POST", "/v1/memories", json={"content": content, "occurred_at": when,
+                                                                  "bucket": "ops"})
+        assert response.status_code == 201, response.text
+        refs.append(response.json()["reference"])
+    return refs
+
+
+async def test_a_time_window_is_half_open_on_every_read(mem: LiveServer) -> None:
+    refs = remember_deploys(mem)
+    inside = {refs[1], refs[2]}
+    query = "billing service deploys"
+    async with mem.client() as client:
+        recall = await call(client, "recall", query=query, limit=10, **WINDOW)
+        assert {h["reference"] for h in recall.structured_content["results"]} == inside
+        search = await call(client, "search_memory", query=query, min_score=0.0, **WINDOW)
+        assert {h["reference"] for h in search.structured_content["results"]} == inside
+        pack = await call(client, "recall_context", query=query, **WINDOW)
+        assert {i["reference"] for i in pack.structured_content["items"]} == inside
+        assert pack.structured_content["retrieval_plan"]["filters"] == {
+            "occurred_after": "2024-03-01T00:00:00.000000Z", "occurred_before": "2024-05-01T00:00:00.000000Z"}
+        only_after = await call(client, "recall", query=query, limit=10, occurred_after="2024-05-01T00:00:00Z")
+        assert [h["reference"] for h in only_after.structured_content["results"]] in (
+            [refs[3], refs[4]], [refs[4], refs[3]])
+        # Any offset: +02:00 is two hours before the same wall clock in UTC.
+        before = await call(client, "recall", query=query, limit=10, occurred_before="2024-01-20T12:00:00+02:00")
+        assert [h["reference"] for h in before.structured_content["results"]] == []
+        before = await call(client, "recall", query=query, limit=10, occurred_before="2024-01-20T12:00:01+02:00")
+        assert [h["reference"] for h in before.structured_content["results"]] == [refs[0]]
+        nothing = await call(client, "recall", query=query, occurred_after="2030-01-01T00:00:00Z")
+        assert nothing.structured_content == {"results": []} and nothing.content[0].text == "No matching memories."
+
+    for path in ("/v1/recall", "/v1/search", "/v1/context"):
+        body = {"query": query, **WINDOW, **({"min_score": 0.0} if path == "/v1/search" else {})}
+        response = rest(mem, "POST", path, json=body)
+        assert response.status_code == 200, response.text
+        found = response.json()["items" if path == "/v1/context" else "results"]
+        assert {h["reference"] for h in found} == inside, path
+    listed = rest(mem, "GET", "/v1/memories", params={**WINDOW, "limit": 1})
+    assert listed.status_code == 200, listed.text
+    page = listed.json()
+    second = rest(mem, "GET", "/v1/memories", params={**WINDOW, "limit": 1, "cursor": page["next_cursor"]}).json()
+    assert {m["reference"] for m in page["memories"] + second["memories"]} == inside
+    assert second["next_cursor"] is None
+
+
+async def test_a_bad_window_is_invalid_parameters_everywhere(mem: LiveServer) -> None:
+    remember_deploys(mem)
+    bad = [{"occurred_after": "last week"}, {"occurred_before": "2024-13-01T00:00:00Z"},
+           {"occurred_after": "2024-03-01T00:00:00"},  # no timezone
+           {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-05-01T00:00:00Z"},  # empty
+           {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-03-01T00:00:00+00:00"},
+           {"occurred_after": 1714521600}]
+    async with mem.client() as client:
+        for window in bad:
+            for tool in ("recall", "search_memory", "recall_context"):
+                result = await call(client, tool, query="billing deploys", **window)
+                assert error_code(result) == "invalid_parameters", (tool, window, result)
+                assert "occurred_" in result.content[0].text
+    for window in bad:
+        for path in ("/v1/recall", "/v1/search", "/v1/context"):
+            response = rest(mem, "POST", path, json={"query": "billing deploys", **window})
+            assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_parameters"
+        if not isinstance(next(iter(window.values())), int):
+            response = rest(mem, "GET", "/v1/memories", params=window)
+            assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_parameters", window
+
+
+async def test_the_public_profile_keeps_the_spec_parameters(tmp_path: Any, embedder: Any) -> None:
+    with serve(make_settings(tmp_path / "public", tool_profile="public"), embedder) as server:
+        async with server.client() as client:
+            tools = {t.name: t for t in await client.list_tools()}
+            assert set(tools["search_memory"].input_schema["properties"]) == {
+                "query", "limit", "project", "team", "bucket", "type", "tags", "min_score"}
+            assert set(tools["remember"].input_schema["properties"]) == {
+                "content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
+                "occurred_at"}
+            for tool in ("recall", "search_memory", "recall_context"):
+                result = await call(client, tool, query="q", occurred_after="2024-01-01T00:00:00Z")
+                assert error_code(result) == "invalid_parameters"
+
+
+def index_backlog_drains(server: LiveServer, *, outbox: bool = False) -> None:
+    """Wait for the vector index to hold every change (`outbox`: it is kept by the outbox, whatever the
+    authority: a shared Qdrant server)."""
+    def backlog() -> int:
+        if not outbox:
+            return index_backlog(server.settings)
+        [(pending,)] = query(server.settings, "SELECT count(*) FROM memories WHERE indexed = 0")
+        [(deletions,)] = query(server.settings, "SELECT count(*) FROM index_deletions")
+        return int(pending) + int(deletions)
+
+    deadline = time.monotonic() + 60
+    while backlog():
+        assert time.monotonic() < deadline, "the index did not catch up"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("backend", ["embedded", "server"])
+async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backend: str, settings: Any,
+                                                                         embedder: Any) -> None:
+    """Points written before `occurred` existed: the next start writes every point again (the window then
+    works inside the index: search_memory is index-only) and records the payload version."""
+    shared = QdrantServerIndex(QdrantClient(":memory:"), "memories") if backend == "server" else None
+    with serve(settings, embedder, index=shared) as first:
+        refs = remember_deploys(first)
+        index_backlog_drains(first, outbox=shared is not None)
+    # Make it an index of payload version 1: no `occurred` in the points, no version recorded.
+    storage = open_storage(settings)
+    old = shared if shared is not None else EdgeIndex(settings.index_path)
+    try:
+        rows = storage.outbox.index_rows([int(i) for (i,) in query(settings, "SELECT id FROM memories")])
+        old.upsert([IndexPoint(id=row.id, vector=row.vector, payload={
+            k: v for k, v in row.payload().items() if k != "occurred"}) for row in rows if row.vector is not None])
+        old.flush()
+        if isinstance(old, EdgeIndex):
+            info, shard, _ = read_info(settings.index_path)
+            assert info is not None and shard is not None
+            write_info(settings.index_path, info, shard, 1)
+        else:
+            record = {"model": embedder.name, "dimension": embedder.dimension}
+            shared._client.update_collection("memories", metadata={METADATA_KEY: record})  # type: ignore[union-attr]
+    finally:
+        if isinstance(old, EdgeIndex):
+            old.close()
+        storage.close()
+    with serve(settings, embedder, index=shared, site="other") as second:
+        index_backlog_drains(second, outbox=shared is not None)
+        response = rest(first, "POST", "/v1/search", json={"query": "billing deploys", "min_score": 0.0, **WINDOW},
+                        base=second.base)
+        assert {h["reference"] for h in response.json()["results"]} == {refs[1], refs[2]}
+        if shared is None:
+            assert read_info(settings.index_path)[2] == PAYLOAD_VERSION
+        else:
+            assert shared.payload_version() == PAYLOAD_VERSION
+
+
+@pytest.fixture(params=["embedded", "server"])
+def services(request: Any, tmp_path: Any, embedder: Any) -> Iterator[Services]:
+    services = open_services(make_settings(tmp_path / "data"))
+    index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
+    services.load_memories(embedder=embedder, index=index)
+    try:
+        yield services
+    finally:
+        services.close()
+
+
+def test_the_prefetch_applies_the_window_inside_both_indexes(services: Services) -> None:
+    """Past the full-scan size, candidates come from the index's and the lexical index's prefetch. 250
+    memories outside the window are closer to the query than the three inside it, which share no word with
+    it: only a window applied inside the vector index finds those."""
+    principal = services.local_principal("acme")
+    memories = services.loaded_memories()
+    writes = memories.writes
+    crowd = [writes.validate(content=f"Automobile repair shop visit number {i}.",
+                             occurred_at=f"2023-{1 + i % 12:02d}-10T10:00:00Z") for i in range(250)]
+    inside = [writes.validate(content=text, occurred_at=f"2024-06-0{n + 1}T10:00:00Z") for n, text in enumerate(
+        ["The mechanic fixed our car's brakes.", "Our van went to the garage for a new clutch.",
+         "The truck's engine was serviced."])]
+    outcomes = writes.remember_many(principal.site_id, crowd + inside)
+    wanted = {o.reference for o in outcomes[-3:]}
+    source = CandidateSource(services.storage.candidates, memories.index, model=memories.embedder.name,
+                             full_scan_limit=3)
+    retrieval = Retrieval(services.storage.memories, source, memories.index, memories.embedder, memories.words)
+    window = read_scope(principal, Filters()).within(occurred_after="2024-01-01T00:00:00.000000Z",
+                                                     occurred_before="2025-01-01T00:00:00.000000Z")
+    assert not set(analyze("automobile repair")) & {t for m in inside for t in analyze(m.content)}
+    assert {h["reference"] for h in retrieval.recall(window, "automobile repair", 10)} == wanted
+    assert {h["reference"] for h in retrieval.search(window, "automobile repair", 10, 0.0)} == wanted
+    everything = read_scope(principal, Filters())
+    assert not {h["reference"] for h in retrieval.recall(everything, "automobile repair", 10)} & wanted
+
+
+# --- supersede ---------------------------------------------------------------------------------------------
+
+AUTH = [
+    ("We authenticate MCP clients with Basic credentials per site.", "2024-01-10T09:00:00Z"),
+    ("Decision update: MCP clients now authenticate with scoped bearer tokens instead.", "2024-06-10T09:00:00Z"),
+    ("Decision: MCP clients authenticate through OAuth 2.1 with PKCE from now on.", "2025-02-10T09:00:00Z"),
+]
+QUESTION = "current MCP authentication decision"
+
+
+def get(server: LiveServer, reference: str) -> dict[str, Any]:
+    response = rest(server, "GET", f"/v1/memories/{reference}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def references(result: Any, key: str = "results") -> list[str]:
+    return [hit["reference"] for hit in result.structured_content[key]]
+
+
+async def test_supersede_chains_resolve_to_the_newest(mem: LiveServer) -> None:
+    async with mem.client() as client:
+        made: list[str] = []
+        for n, (content, when) in enumerate(AUTH):
+            # The third names the first: the newest of its chain (the second) is what it replaces.
+            links = {"supersedes": made[0]} if n else {}
+            result = await call(client, "remember", content=content, occurred_at=when, type="decision", **links)
+            assert not result.is_error, result
+            made.append(result.structured_content["reference"])
+        a, b, c = made
+        assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (b, "2024-06-10T09:00:00.000000Z")
+        assert (get(mem, b)["supersedes"], get(mem, b)["superseded_by"]) == (a, c)
+        assert (get(mem, c)["supersedes"], get(mem, c)["superseded_by"], get(mem, c)["valid_to"]) == (b, None, None)
+
+        recall = await call(client, "recall", query=QUESTION, limit=3)
+        assert references(recall) == [c, b, a]
+        hits = recall.structured_content["results"]
+        assert [h["superseded_by"] for h in hits] == [None, c, b] and hits[0]["supersedes"] == b
+        assert hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+        text = recall.content[0].text
+        assert f"Superseded by: {c} | valid_to=2025-02-10T09:00:00.000000Z" in text
+        assert text.split("\n\n")[0].count("Superseded by") == 0  # the current one is not marked
+        assert references(await call(client, "recall", query=QUESTION, limit=1)) == [c]
+
+        search = await call(client, "search_memory", query=QUESTION, min_score=0.0)
+        assert references(search) == [c]
+        wide = await call(client, "search_memory", query=QUESTION, min_score=0.0, include_superseded=True)
+        assert set(references(wide)) == {a, b, c}
+        pack = await call(client, "recall_context", query=QUESTION)
+        assert references(pack, "items") == [c]
+        wide = await call(client, "recall_context", query=QUESTION, include_superseded=True)
+        assert set(references(wide, "items")) == {a, b, c}
+        # As of the end of 2024 the second one was current: a window keeps what was valid when it closes.
+        then = {"occurred_before": "2025-01-01T00:00:00Z"}
+        assert references(await call(client, "search_memory", query=QUESTION, min_score=0.0, **then)) == [b]
+        assert references(await call(client, "recall_context", query=QUESTION, **then), "items") == [b]
+        assert references(await call(client, "recall", query=QUESTION, limit=2, **then)) == [b, a]
+
+    for path, key in (("/v1/search", "results"), ("/v1/context", "items")):
+        found = rest(mem, "POST", path, json={"query": QUESTION, "min_score": 0.0} if key == "results"
+                     else {"query": QUESTION}).json()[key]
+        assert [h["reference"] for h in found] == [c], path
+    listed = rest(mem, "GET", "/v1/memories").json()["memories"]  # a listing shows every memory
+    assert {m["reference"]: m["superseded_by"] for m in listed} == {a: b, b: c, c: None}
+
+    # Forgetting the middle joins the chain; forgetting the newest makes the one before current again.
+    assert rest(mem, "DELETE", f"/v1/memories/{b}").status_code == 200
+    assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (c, "2025-02-10T09:00:00.000000Z")
+    assert get(mem, c)["supersedes"] == a
+    assert rest(mem, "DELETE", f"/v1/memories/{c}").status_code == 200
+    assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (None, None)
+    index_backlog_drains(mem, outbox=mem.outbox)  # type: ignore[attr-defined]
+    found = rest(mem, "POST", "/v1/search", json={"query": QUESTION, "min_score": 0.0}).json()["results"]
+    assert [h["reference"] for h in found] == [a]
+
+
+async def test_patch_links_unlinks_and_moves_the_validity(mem: LiveServer) -> None:
+    a, b = [rest(mem, "POST", "/v1/memories", json={"content": content, "occurred_at": when}).json()["reference"]
+            for content, when in AUTH[:2]]
+    changed = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a})
+    assert changed.status_code == 200 and changed.json()["supersedes"] == a
+    assert get(mem, a)["superseded_by"] == b
+    moved = rest(mem, "PATCH", f"/v1/memories/{b}", json={"occurred_at": "2024-07-01T00:00:00+02:00"})
+    assert moved.status_code == 200 and get(mem, a)["valid_to"] == "2024-06-30T22:00:00.000000Z"
+    assert rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a}).json()["updated_at"] == \
+        moved.json()["updated_at"]  # the same link again changes nothing
+    unlinked = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": None})
+    assert unlinked.status_code == 200 and unlinked.json()["supersedes"] is None
+    assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (None, None)
+    # Remembering the same memory again with supersedes links it.
+    again = rest(mem, "POST", "/v1/memories", json={"content": AUTH[1][0], "occurred_at": AUTH[1][1],
+                                                     "supersedes": a})
+    assert again.status_code == 200 and again.json() == {"reference": b, "created": False}
+    assert get(mem, a)["superseded_by"] == b
+
+
+async def test_superseding_refuses_unknown_foreign_and_cyclic_links(mem: LiveServer) -> None:
+    def remember(content: str, **fields: Any) -> httpx2.Response:
+        return rest(mem, "POST", "/v1/memories", json={"content": content, **fields})
+
+    a = remember("The office opens at eight.", bucket="ops").json()["reference"]
+    b = remember("The office opens at nine now.", bucket="ops", supersedes=a).json()["reference"]
+    secret = remember("The board meets on Fridays.", bucket="board").json()["reference"]
+    unknown = remember("Something new.", supersedes="mem_doesnotexist")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+    other_site = mem.create_site("elsewhere")
+    foreign = httpx2.post(f"{mem.base}/v1/memories", auth=("elsewhere", other_site), timeout=60,
+                          json={"content": "Not yours.", "supersedes": a})
+    assert foreign.status_code == 404, foreign.text
+    for target in (b, a):  # b itself, or a whose chain ends at b: a cycle either way
+        cycle = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": target})
+        if target == a:
+            assert cycle.status_code == 200  # b supersedes a already: the same link
+            continue
+        assert cycle.status_code == 422 and cycle.json()["error"]["code"] == "invalid_parameters", cycle.text
+    cycle = rest(mem, "PATCH", f"/v1/memories/{a}", json={"supersedes": b})
+    assert cycle.status_code == 422 and "cycle" in cycle.json()["error"]["message"]
+    assert rest(mem, "PATCH", f"/v1/memories/{a}", json={"supersedes": 5}).status_code == 422
+
+    _, ops_token = mem.create_token(scopes=["memory:read", "memory:write"], buckets=["ops"])
+    headers = {"Authorization": f"Bearer {ops_token}"}
+    outside = httpx2.post(f"{mem.base}/v1/memories", headers=headers, timeout=60,
+                          json={"content": "The board meets on Mondays now.", "bucket": "ops", "supersedes": secret})
+    assert outside.status_code == 403 and outside.json()["error"]["code"] == "forbidden", outside.text
+    inside = httpx2.post(f"{mem.base}/v1/memories", headers=headers, timeout=60,
+                         json={"content": "The office opens at ten now.", "bucket": "ops", "supersedes": a})
+    assert inside.status_code == 201 and get(mem, b)["superseded_by"] == inside.json()["reference"]
+    async with mem.client(auth=ops_token) as client:
+        result = await call(client, "remember", content="Board moved.", bucket="ops", supersedes=secret)
+        assert error_code(result) == "forbidden"
+        result = await call(client, "remember", content="Board moved.", bucket="ops", supersedes="mem_nope")
+        assert error_code(result) == "not_found"
+
+
+async def test_recall_brings_the_successor_above_a_better_matching_old_memory(mem: LiveServer) -> None:
+    old = rest(mem, "POST", "/v1/memories", json={"content": "Alice lives in Paris, near the Louvre.",
+                                                   "occurred_at": "2023-03-01T00:00:00Z"}).json()["reference"]
+    for n in range(6):
+        rest(mem, "POST", "/v1/memories", json={"content": f"Unrelated note {n} about the garden hose."})
+    new = rest(mem, "POST", "/v1/memories", json={"content": "Moved to Berlin last month.", "supersedes": old,
+                                                   "occurred_at": "2024-03-01T00:00:00Z"}).json()["reference"]
+    hits = rest(mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?",
+                                                  "limit": 2}).json()["results"]
+    assert [h["reference"] for h in hits] == [new, old]
+    plain = rest(mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?", "limit": 2,
+                                                   "include_superseded": True}).json()["results"]
+    assert plain[0]["reference"] == old
+
+
+async def test_the_public_profile_shows_the_spec_hit(tmp_path: Any, embedder: Any) -> None:
+    with serve(make_settings(tmp_path / "public", tool_profile="public"), embedder) as server:
+        a = rest(server, "POST", "/v1/memories", json={"content": AUTH[0][0]}).json()["reference"]
+        rest(server, "POST", "/v1/memories", json={"content": AUTH[1][0], "supersedes": a})
+        async with server.client() as client:
+            tools = {t.name: t for t in await client.list_tools()}
+            assert "superseded_by" not in json.dumps(tools["recall"].output_schema)
+            assert "superseded_by" not in json.dumps(tools["search_memory"].output_schema)
+            result = await call(client, "recall", query=QUESTION, limit=2)
+            assert all("superseded_by" not in hit for hit in result.structured_content["results"])
+            assert "Superseded by" not in result.content[0].text
+            assert error_code(await call(client, "remember", content="x", supersedes=a)) == "invalid_parameters"
+
+
+# --- expiry ------------------------------------------------------------------------------------------------
+
+
+def soon(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+def quick_upkeep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The maintenance thread's rounds every 0.2 s instead of every few seconds."""
+    monkeypatch.setattr(maintenance, "MAINTENANCE_INTERVAL_S", 0.2)
+
+
+def visible(server: LiveServer, reference: str, query_text: str) -> dict[str, bool]:
+    """Where a memory can be seen: every read of the REST API."""
+    seen = {"get": rest(server, "GET", f"/v1/memories/{reference}").status_code == 200}
+    seen["list"] = reference in {m["reference"] for m in rest(server, "GET", "/v1/memories").json()["memories"]}
+    for path, key in (("/v1/recall", "results"), ("/v1/search", "results"), ("/v1/context", "items")):
+        body = {"query": query_text, **({"min_score": 0.0} if path == "/v1/search" else {})}
+        seen[path] = reference in {h["reference"] for h in rest(server, "POST", path, json=body).json()[key]}
+    return seen
+
+
+async def test_an_expired_memory_is_never_returned_then_purged(quick_upkeep: None, mem: LiveServer) -> None:
+    keep = rest(mem, "POST", "/v1/memories", json={"content": "The wifi password rotates every month."})
+    expiring = rest(mem, "POST", "/v1/memories", json={"content": "The wifi password this week is tulip-42.",
+                                                        "expires_at": soon(3)})
+    assert expiring.status_code == 201, expiring.text
+    ref, kept = expiring.json()["reference"], keep.json()["reference"]
+    assert get(mem, ref)["expires_at"].endswith("Z")
+    assert all(visible(mem, ref, "wifi password").values())
+    async with mem.client() as client:
+        hits = (await call(client, "recall", query="wifi password")).structured_content["results"]
+        assert {h["reference"]: h["expires_at"] for h in hits}[kept] is None
+    [(row_id,)] = query(mem.settings, "SELECT id FROM memories WHERE reference = ?", ref)
+    expires = datetime.fromisoformat(get(mem, ref)["expires_at"].replace("Z", "+00:00"))
+    deadline = time.monotonic() + 30
+    while query(mem.settings, "SELECT 1 FROM memories WHERE reference = ?", ref):
+        assert time.monotonic() < deadline, "the expired memory was not purged"
+        if datetime.now(UTC) >= expires:  # expired, perhaps not purged yet: no read returns it
+            assert not any(visible(mem, ref, "wifi password").values())
+        time.sleep(0.1)
+    assert not any(visible(mem, ref, "wifi password").values())
+    assert all(visible(mem, kept, "wifi password").values())
+    index_backlog_drains(mem, outbox=mem.outbox)  # type: ignore[attr-defined]
+    index = mem.index  # type: ignore[attr-defined]
+    if index is not None:
+        assert row_id not in set(index.ids())
+    async with mem.client() as client:
+        assert error_code(await call(client, "forget", reference=ref)) == "not_found"
+
+
+async def test_expiry_is_set_and_cleared_by_patch_and_a_past_one_hides_at_once(mem: LiveServer) -> None:
+    a = rest(mem, "POST", "/v1/memories", json={"content": "Parking is free on weekends."}).json()["reference"]
+    changed = rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": "2999-01-01T00:00:00+01:00"})
+    assert changed.status_code == 200 and changed.json()["expires_at"] == "2998-12-31T23:00:00.000000Z"
+    assert rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": None}).json()["expires_at"] is None
+    assert rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": "soon"}).status_code == 422
+    gone = rest(mem, "PATCH", f"/v1/memories/{a}", json={"expires_at": "2001-01-01T00:00:00Z"})
+    assert gone.status_code == 200  # answered with the memory as written, never again
+    assert not any(visible(mem, a, "parking weekends").values())
+    # The same memory remembered again is new (the expired copy is purged first).
+    again = rest(mem, "POST", "/v1/memories", json={"content": "Parking is free on weekends."})
+    assert again.status_code == 201 and again.json()["reference"] != a
+    assert visible(mem, again.json()["reference"], "parking weekends")["get"]
+    # An expired memory that another one superseded: purging it leaves its successor current and whole.
+    old = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at nine.",
+                                                   "expires_at": soon(1)}).json()["reference"]
+    new = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at ten now.", "supersedes": old}).json()
+    time.sleep(1.2)
+    assert get(mem, new["reference"])["supersedes"] == old  # until the purge joins the chain
+    async with mem.client() as client:
+        result = await call(client, "remember", content="Tea is at four.", expires_at="not a time")
+        assert error_code(result) == "invalid_parameters"
+        result = await call(client, "recall", query="standup", limit=5)
+        assert [h["reference"] for h in result.structured_content["results"]][0] == new["reference"]

@@ -58,6 +58,9 @@ def semantic_rule(case: Any) -> str | None:
         return "cursor: opaque, only the server's own next_cursor values are valid"
     if "count" in query and ("offset" in query or "limit" in query):
         return "count (tail) excludes offset/limit (replay)"
+    window = {**body, **query}
+    if window.get("occurred_after") is not None and window.get("occurred_before") is not None:
+        return "a time window's start must be earlier than its end"
     header = headers.get("Idempotency-Key")
     if header is not None and body.get("idempotency_key") not in (None, header):
         return "the Idempotency-Key header and the body's idempotency_key must agree"

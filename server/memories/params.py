@@ -139,7 +139,7 @@ class RememberParams(Params):
         "Where it came from, as a JSON object: source, agent, conversation_id and seq of the log item it was "
         "taken from..."))] = None
     occurred_at: Timestamp = None
-    supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
+    supersedes: Annotated[str | None, Field(min_length=1, max_length=MAX_REFERENCE, description=(
         "The reference of the memory this one replaces (a changed decision, a new value): the old one is kept, "
         "marked superseded_by this one and valid until this one's occurred_at, and left out of search_memory "
         "and recall_context. If it was superseded already, the newest memory of its chain is replaced."))] = None
@@ -220,7 +220,7 @@ class UpdateParams(Params):
     provenance: Annotated[dict[str, Any] | None, Field(description="Replaces the whole object.")] = None
     occurred_at: Annotated[str | SkipJsonSchema[None], Field(json_schema_extra={"format": "date-time"}, description=(
         "New time (re-embeds: the date is part of the text); not null."))] = None
-    supersedes: Annotated[str | None, Field(max_length=MAX_REFERENCE, description=(
+    supersedes: Annotated[str | None, Field(min_length=1, max_length=MAX_REFERENCE, description=(
         "The memory this one replaces (as in remember); null: it replaces none, and the one it replaced is "
         "current again."))] = None
     expires_at: Annotated[str | None, Field(json_schema_extra={"format": "date-time"}, description=(

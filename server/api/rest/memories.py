@@ -38,7 +38,7 @@ def _add_memory_routes(router: APIRouter, ops: MemoryOperations) -> None:
     @router.post("/memories", status_code=201, response_model=Remembered,
                  responses={200: {"model": Remembered, "description": "Already remembered: the same content "
                                   "with the same type, location, project, team and bucket (created=false)."},
-                            **documented(*COMMON)},
+                            **documented(*COMMON, 404)},  # 404: the memory it supersedes is unknown
                  summary="Remember a memory (memory:write)")
     async def remember(body: RememberParams, principal: AnyCaller) -> JSONResponse:
         """Persist a fact, decision or note: 201 with `created: true`, or 200 with the existing reference and

@@ -13,13 +13,16 @@ Modes, each a full run on a fresh `memory-server serve` process:
 - time_filters: past-value questions pass `occurred_after`/`occurred_before` (the window the question's
                 period implies); current-value questions are unchanged;
 - all:          both.
+Each mode runs with the server's recency ranking (a query asking for the current state ranks the newest
+relevant memories first) and, with `--recency both` (the default), again without it
+(`MEMORY_RECALL_RECENCY=false`, reported as "<mode> -recency").
 A mode needing a feature the server lacks (probed at start: `supersedes` on remember, the time filters on
 recall; a 422 means unsupported) is reported as "n/a" instead of failing.
 
 Targets: current top-1 >= 0.90 with supersedes and >= 0.75 without; past top-1 >= 0.70 with time filters.
 
     python bench/evolving.py [--mode baseline|supersedes|time_filters|all|every] [--json OUT] [--seed N]
-                             [--ranking production|dense|lexical]
+                             [--ranking production|dense|lexical] [--recency on|off|both]
 """
 
 from __future__ import annotations
@@ -166,13 +169,15 @@ def misses(dataset: data.Dataset, found: list[list[str]], per_group: int = 5) ->
 
 
 def run_mode(mode: str, dataset: data.Dataset, args: argparse.Namespace, tmp: Path,
-             support: dict[str, dict[str, Any]] | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+             support: dict[str, dict[str, Any]] | None, *,
+             recency: bool = True) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     if support is not None:
         lacking = [f for f in NEEDS[mode] if not support[f]["supported"]]
         if lacking:
             return {"status": "n/a", "reason": "; ".join(support[f]["detail"] for f in lacking)}, support
     started = time.perf_counter()
-    with Server(tmp / mode, ranking=args.ranking) as server:
+    env = {} if recency else {"MEMORY_RECALL_RECENCY": "false"}
+    with Server(tmp / f"{mode}{'' if recency else '-no-recency'}", ranking=args.ranking, env=env) as server:
         support = probe(server)
         lacking = [f for f in NEEDS[mode] if not support[f]["supported"]]
         if lacking:
@@ -183,6 +188,7 @@ def run_mode(mode: str, dataset: data.Dataset, args: argparse.Namespace, tmp: Pa
         found, latencies = ask(server, dataset, time_filters=filters, limit=args.limit)
         result = {
             "status": "ok",
+            "recency": recency,
             "supersedes_links": sum(1 for m in dataset.memories if m.supersedes) if links else 0,
             "time_filters": filters,
             "groups": score(dataset, found),
@@ -199,10 +205,14 @@ def run_mode(mode: str, dataset: data.Dataset, args: argparse.Namespace, tmp: Pa
 def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset = data.generate(args.seed)
     modes = MODES if args.mode == "every" else (args.mode,)
+    recencies = {"on": (True,), "off": (False,), "both": (True, False)}[args.recency]
     started = time.perf_counter()
     report: dict[str, Any] = {
         "benchmark": "evolving", "seed": args.seed, "ranking": args.ranking, "limit": args.limit,
         "slots": len(dataset.slots), "memories": len(dataset.memories),
+        "versions": {str(n): sum(1 for s in dataset.slots if len(s.keys) == n) for n in (2, 3, 4)},
+        "updates": {"with supersedes": sum(1 for m in dataset.memories if m.supersedes),
+                    "plain": sum(1 for m in dataset.memories if m.version and m.version > 1 and not m.supersedes)},
         "distractors": sum(1 for m in dataset.memories if m.slot is None),
         "questions": {"current": sum(q.kind == "current" for q in dataset.questions),
                       "past": sum(q.kind == "past" for q in dataset.questions)},
@@ -211,8 +221,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     support = None
     with tempfile.TemporaryDirectory(prefix="bench-evolving-") as tmp:
         for mode in modes:
-            report["modes"][mode], support = run_mode(mode, dataset, args, Path(tmp), support)
-            print(f"{mode}: {_summary(report['modes'][mode])}", file=sys.stderr, flush=True)
+            for recency in recencies:
+                name = mode if recency else f"{mode} -recency"
+                report["modes"][name], support = run_mode(mode, dataset, args, Path(tmp), support, recency=recency)
+                print(f"{name}: {_summary(report['modes'][name])}", file=sys.stderr, flush=True)
     report["support"] = support
     report["total_seconds"] = round(time.perf_counter() - started, 1)
     return report
@@ -235,13 +247,13 @@ def print_table(report: dict[str, Any]) -> None:
             ("current", "other_version_top1")]
     heads = ["cur top-1", "cur R@3", "past top-1", "past R@3", "as_of top-1", "chg_in top-1", "before top-1",
              "cur stale@1"]
-    print(f"{'mode':<14}" + "".join(f"{h:>14}" for h in heads) + f"{'median ms':>11}")
+    print(f"{'mode':<22}" + "".join(f"{h:>14}" for h in heads) + f"{'median ms':>11}")
     for mode, result in report["modes"].items():
         if result["status"] != "ok":
-            print(f"{mode:<14}n/a ({result['reason']})")
+            print(f"{mode:<22}n/a ({result['reason']})")
             continue
         row = "".join(f"{result['groups'][g][k]:>14.3f}" for g, k in cols)
-        print(f"{mode:<14}{row}{result['median_recall_ms']:>11.1f}")
+        print(f"{mode:<22}{row}{result['median_recall_ms']:>11.1f}")
     print("targets: " + "; ".join(f"{name} >= {value:.2f}" for name, value in report["targets"].items()))
     print(f"total {report['total_seconds']:.0f} s")
 
@@ -252,6 +264,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=data.DEFAULT_SEED)
     parser.add_argument("--ranking", choices=("production", "dense", "lexical"), default="production")
     parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--recency", choices=("on", "off", "both"), default="both",
+                        help="run each mode with the recency ranking, without it, or both")
     parser.add_argument("--json", type=Path, help="also write the JSON report here")
     args = parser.parse_args()
     report = run(args)

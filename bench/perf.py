@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,9 @@ from server.storage.records import Document, Words  # noqa: E402
 CACHE = ROOT / "bench" / ".cache"
 QUERIES = 200
 BUCKETS = 100
+# The corpus's occurred_at dates spread over DAYS days from FIRST_DAY; a time-window query asks for WINDOW_DAYS
+# of them (about 4% of the corpus).
+FIRST_DAY, DAYS, WINDOW_DAYS = date(2024, 1, 1), 730, 30
 
 
 # --- statistics ---------------------------------------------------------------------------------------
@@ -373,6 +377,10 @@ def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
     return vectors, False
 
 
+def day(n: int) -> str:
+    return f"{(FIRST_DAY + timedelta(days=n)).isoformat()}T00:00:00Z"
+
+
 def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = None) -> dict[str, Any]:
     """Fill a data directory (and database) with n memories in BUCKETS buckets, reusing cached vectors."""
     vectors, cached = corpus_vectors(embedder, n)
@@ -385,8 +393,10 @@ def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = No
             chunk = range(offset, min(n, offset + 1000))
             batch = []
             for i in chunk:
+                # The cached vectors were embedded with FIRST_DAY's date in the text; the stored date (and the
+                # analysed terms) spread over DAYS days: only the timing of time windows depends on it.
                 memory = memories.writes.validate(content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}",
-                                                  occurred_at="2024-01-01T00:00:00Z")
+                                                  occurred_at=day(i % DAYS))
                 terms = analyzed_text(document_text(memory.content, memory.occurred_at))
                 batch.append((memory, Document(vector=vectors[i], model=embedder.name, terms=terms), None))
             # The cached vectors go in as remember would store them; words are backfilled below.
@@ -436,11 +446,14 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
     server = Server(data, database_url)
     startup = server.start()
     rng = random.Random(size)
-    # Four phases, four disjoint query sets: no phase is helped by another's cached query embeddings.
-    phases = ("recall", "recall_bucket", "search_memory", "search_memory_bucket")
+    # Six phases, six disjoint query sets: no phase is helped by another's cached query embeddings.
+    phases = ("recall", "recall_bucket", "recall_window", "search_memory", "search_memory_bucket",
+              "search_memory_window")
     queries = {phase: [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({phase} {i})"
                        for i in range(QUERIES)] for phase in phases}
     buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
+    starts = [rng.randrange(DAYS - WINDOW_DAYS) for _ in range(QUERIES)]
+    windows = [{"occurred_after": day(s), "occurred_before": day(s + WINDOW_DAYS)} for s in starts]
     out: dict[str, Any] = {**loaded, "startup_to_ready_s": round(startup, 2)}
     try:
         async with client() as http:
@@ -452,7 +465,8 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
 
                 async def one(i: int, phase: str = phase, tool: str = tool, extra: dict = extra) -> Any:
                     bucket = {"bucket": buckets[i]} if phase.endswith("bucket") else {}
-                    return await call(tool, query=queries[phase][i], limit=10, **bucket, **extra)
+                    window = windows[i] if phase.endswith("window") else {}
+                    return await call(tool, query=queries[phase][i], limit=10, **bucket, **window, **extra)
 
                 out[phase] = summary(await timed(QUERIES, one))
         out["server_peak_rss_mb"] = server.peak_rss_mb()
@@ -537,7 +551,10 @@ def _tables(report: dict[str, Any]) -> list[str]:
         lines.append(f"{size} memories (vectors cached: {s['vectors_cached']}; HNSW over "
                      f"{index.get('indexed_vectors', '?')}/{index.get('points', '?')} points), start-up to /readyz "
                      f"{s['startup_to_ready_s']} s, server peak RSS {s['server_peak_rss_mb']} MB")
-        for name in ("recall", "recall_bucket", "search_memory", "search_memory_bucket"):
+        for name in ("recall", "recall_bucket", "recall_window", "search_memory", "search_memory_bucket",
+                     "search_memory_window"):
+            if name not in s:
+                continue
             lines.append(f"  {name:<22} p50 {s[name]['p50_ms']:>7} ms  p95 {s[name]['p95_ms']:>7} ms"
                          f"  p99 {s[name]['p99_ms']:>7} ms")
         base = s.get("baseline_qdrant_local")

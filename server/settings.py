@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     recall_ranking: Literal["production", "dense", "lexical"] = Field(
         "production", description="recall ranking: production (hybrid), or dense/lexical alone (baselines)."
     )
+    recall_recency: bool = Field(
+        True, description="Rank the newest relevant memories first when a query asks for the current state."
+    )
     search_min_score: float = Field(
         0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see README for calibration)."
     )

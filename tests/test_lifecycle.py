@@ -1,5 +1,6 @@
 """Memories that change over time and memories that must go, through a real server (MCP and REST), on both
-storage and both index backends: time windows on occurred_at, supersede chains, expiry.
+storage and both index backends: time windows on occurred_at, supersede chains, expiry, recency where the
+query asks for it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx2
+import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
@@ -21,8 +23,10 @@ from server.index.qdrant import METADATA_KEY, QdrantServerIndex
 from server.memories import maintenance
 from server.memories.validation import Filters, read_scope
 from server.ranking.candidates import CandidateSource
+from server.ranking.fusion import Candidate
 from server.ranking.lexical import analyze
 from server.ranking.recall import Retrieval
+from server.ranking.recency import asks_for_recent, newest_first
 from server.services import Services, open_services
 from server.storage.factory import open_storage
 
@@ -481,3 +485,41 @@ async def test_expiry_is_set_and_cleared_by_patch_and_a_past_one_hides_at_once(m
         assert error_code(result) == "invalid_parameters"
         result = await call(client, "recall", query="standup", limit=5)
         assert [h["reference"] for h in result.structured_content["results"]][0] == new["reference"]
+
+
+# --- recency where the query asks for it ------------------------------------------------------------------
+
+LEADS = [
+    ("Project Atlas is led by Maria Lopez.", "2024-01-15T10:00:00Z"),
+    ("Tom Berg has taken over as lead of Project Atlas.", "2024-09-02T10:00:00Z"),
+    ("The Atlas retro is on Friday afternoons.", "2024-05-06T10:00:00Z"),
+    ("Project Borealis is led by Priya Shah.", "2024-11-20T10:00:00Z"),
+]
+
+
+async def test_a_query_for_the_current_state_ranks_the_newest_relevant_memory_first(mem: LiveServer) -> None:
+    refs = [rest(mem, "POST", "/v1/memories", json={"content": c, "occurred_at": w}).json()["reference"]
+            for c, w in LEADS]
+    for question in ("Who leads Project Atlas now?", "Who is the current lead of Project Atlas?",
+                     "Project Atlas lead these days"):
+        hits = rest(mem, "POST", "/v1/recall", json={"query": question, "limit": 4}).json()["results"]
+        assert hits[0]["reference"] == refs[1], (question, [h["content"] for h in hits])
+        assert refs[0] in [h["reference"] for h in hits[:3]]
+
+
+def test_recency_cues_and_the_reordering() -> None:
+    for text in ("who leads atlas now?", "our current deploy day", "the LATEST decision on auth",
+                 "what is Maria working on these days", "qual é o estado atual?", "¿quién lo lleva ahora?"):
+        assert asks_for_recent(text), text
+    for text in ("who leads atlas?", "knowledge of the currency exchange", "snowfall in March", "nowhere"):
+        assert not asks_for_recent(text), text
+    vectors = [np.array(v, dtype=np.float32) for v in ([1, 0], [0.98, 0.2], [0.6, 0.8], [0.99, 0.1])]
+    times = ["2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z", "2025-01-01T00:00:00Z", "2023-01-01T00:00:00Z"]
+    candidates = [Candidate(id=i, text=f"m{i}", vector=v / np.linalg.norm(v), occurred_at=t)
+                  for i, (v, t) in enumerate(zip(vectors, times, strict=True))]
+    fused = np.array([3.0, 2.5, 2.9, -1.0])
+    adjusted = newest_first(fused, np.array([1.0, 0.0], dtype=np.float32), candidates)
+    # 0 and 1 are relevant (2 is far in meaning, 3 far in score): 1, the newer, goes first; 2 and 3 stay.
+    assert list(np.argsort(-adjusted, kind="stable")) == [1, 0, 2, 3]
+    assert adjusted[2] == fused[2] and adjusted[3] == fused[3]
+    assert list(newest_first(fused[:1], np.array([1.0, 0.0]), candidates[:1])) == [3.0]

@@ -71,7 +71,8 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
         writes=MemoryWrites(storage.memories, follower or outbox, embedder, words,
                             max_content_bytes=settings.max_content_bytes),
         source=source,
-        retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking),
+        retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking,
+                            recency=settings.recall_recency),
         follower=follower,
     )
 

@@ -25,7 +25,7 @@ The candidate set is scored as a whole: normalisation statistics and BM25 idf ar
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -228,8 +228,10 @@ def rank(
     *,
     limit: int,
     expansion: Mapping[str, float] | None = None,
+    adjust: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[tuple[Candidate, float]]:
-    """Best `limit` candidates, best first, each with a score in (0, 1).
+    """Best `limit` candidates, best first, each with a score in (0, 1). `adjust` may change the fused
+    scores before they are ordered (server/ranking/recency.py).
 
     score = logistic(fused z-score): 0.5 is an average member of this candidate set, ~0.95 is about
     3 standard deviations above it. It is monotone in the ranking and relative to the candidate set,
@@ -238,5 +240,7 @@ def rank(
     if limit <= 0 or not candidates:
         return []
     f = fused_scores(query, query_vector, candidates, expansion=expansion)
+    if adjust is not None:
+        f = adjust(f)
     order = np.argsort(-f, kind="stable")[:limit]
     return [(candidates[i], 1.0 / (1.0 + math.exp(-float(f[i])))) for i in order]

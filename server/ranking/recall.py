@@ -14,6 +14,7 @@ from server.ranking.candidates import CandidateSource
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import Candidate, rank
 from server.ranking.lexical import analyze
+from server.ranking.recency import asks_for_recent, newest_first
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
 from server.storage.records import Scope, StoredMemory
@@ -25,16 +26,18 @@ DEMOTION_WINDOW = 3
 
 class Retrieval:
     def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
-                 words: WordVectors, *, ranking: str = "production") -> None:
+                 words: WordVectors, *, ranking: str = "production", recency: bool = True) -> None:
         self.memories = memories
         self.source = source
         self.index = index
         self.embedder = embedder
         self.words = words
         self.ranking = ranking  # "production"; "dense" or "lexical" alone are baselines for benchmarks
+        self.recency = recency  # off only for comparisons
 
     def recall(self, scope: Scope, query: str, limit: int, *, demote: bool = True) -> list[dict[str, Any]]:
-        """Best first, best effort: weak matches allowed, empty only if nothing visible exists. With `demote`,
+        """Best first, best effort: weak matches allowed, empty only if nothing visible exists. A query that
+        asks for the present state ranks the newest relevant memories first (ranking/recency.py). With `demote`,
         a memory superseded (by the end of the scope's window) ranks below the newest memory of its chain the
         scope sees, which is brought in when the ranking left it out."""
         if scope.empty:
@@ -42,8 +45,10 @@ class Retrieval:
         vector = self.embedder.embed_query(query)
         candidates = self.source.candidates(scope, query, vector)
         if self.ranking == "production":
+            recent = self.recency and asks_for_recent(query)
             ranked = rank(query, vector, candidates, limit=len(candidates),
-                          expansion=self.expansion(scope.site_id, query, candidates))
+                          expansion=self.expansion(scope.site_id, query, candidates),
+                          adjust=(lambda f: newest_first(f, vector, candidates)) if recent else None)
         else:
             ranked = rank_single(self.ranking, query, vector, candidates, limit=len(candidates))
         scored = [(c.id, score) for c, score in ranked]

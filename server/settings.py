@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest HTTP request body; larger bodies get 413."
     )
+    integrity_check_s: float = Field(3.0, ge=0, description=(
+        "Seconds `serve` spends on the SQLite integrity check (PRAGMA quick_check) before opening the port; "
+        "what is left is checked in the background and a damaged file shows in /readyz. 0: all of it in the "
+        "background."))
 
     allowed_origins: str = Field(
         "", description="Comma-separated web origins (https://app.example.com) whose pages may call /mcp and /v1; "

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 
-from procs import ServerProcess, parse_fields, run_cli
+from procs import ServerProcess, parse_fields, run_cli, server_env
 
 CONVERSATION = "conv-safety-0001"
 
@@ -71,6 +72,27 @@ def test_backup_and_export_refuse_every_live_file_even_through_links(running: tu
     # Every acknowledged item is still there after a restart (the WAL was never touched).
     server.stop()
     server.start()
+    assert items(server, secret) == list(range(29))
+
+
+def leftovers(directory: Path) -> list[str]:
+    """Temporary files a backup or an export left behind."""
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_backup_and_export_replace_their_target_by_renaming_a_finished_file(
+        running: tuple[ServerProcess, str, Path], tmp_path: Path) -> None:
+    server, secret, data = running
+    for command in ("backup", "export"):
+        target = tmp_path / f"{command}.out"
+        target.write_text("precious")
+        old = tmp_path / f"{command}.old"
+        os.link(target, old)  # the file FILE named before: written into in place, it would change too
+        done = run_cli(command, str(target), "--force", data_dir=data)
+        assert done.returncode == 0, done.stderr
+        assert old.read_text() == "precious", f"{command} wrote into the existing file instead of replacing it"
+        assert not os.path.samefile(target, old) and target.stat().st_size > len("precious")
+    assert leftovers(tmp_path) == []
     assert items(server, secret) == list(range(29))
 
 
@@ -148,6 +170,23 @@ def test_a_damaged_database_is_refused_at_start_up_and_doctor_reports_it(tmp_pat
     report = run_cli("doctor", data_dir=data)
     assert report.returncode == 1 and "Traceback" not in report.stdout + report.stderr
     assert any(line.startswith("FAIL  sqlite integrity") for line in report.stdout.splitlines()), report.stdout
+    check_copies_refused(data, tmp_path)
+
+
+def check_copies_refused(data: Path, tmp_path: Path) -> None:
+    """backup and export of a damaged database: the start-up message, the target left as it was, no
+    temporary file behind."""
+    out = tmp_path / "copies"
+    out.mkdir()
+    for command in ("backup", "export"):
+        target = out / f"{command}.out"
+        target.write_text("precious")
+        done = run_cli(command, str(target), "--force", data_dir=data)
+        assert done.returncode == 1, (command, done.stdout)
+        assert done.stderr.startswith(f"error: the database {data / 'memory.db'} is damaged"), (command, done.stderr)
+        assert "memory-server doctor" in done.stderr and "Traceback" not in done.stderr, (command, done.stderr)
+        assert target.read_text() == "precious"
+    assert leftovers(out) == []
 
 
 @pytest.mark.parametrize("content", [b"this is not a database at all" * 100, b"\x00" * 4096, b"SQLite format 3\x00"])
@@ -159,10 +198,12 @@ def test_a_file_that_is_not_a_database_gets_the_same_clean_message(tmp_path: Pat
         outcome = run_cli(*command, data_dir=data)
         assert outcome.returncode == 1, (command, outcome.stdout)
         assert "Traceback" not in outcome.stderr, (command, outcome.stderr)
-        assert outcome.stderr.startswith("error: "), (command, outcome.stderr)
+        assert outcome.stderr.startswith(f"error: the database {data / 'memory.db'} is damaged"), (
+            command, outcome.stderr)
     report = run_cli("doctor", data_dir=data)
     assert report.returncode == 1 and "Traceback" not in report.stdout + report.stderr
     assert "FAIL" in report.stdout
+    check_copies_refused(data, tmp_path)
 
 
 def test_a_damaged_page_met_while_serving_is_reported_by_readyz(tmp_path: Path) -> None:
@@ -184,3 +225,30 @@ def test_a_damaged_page_met_while_serving_is_reported_by_readyz(tmp_path: Path) 
         assert "is damaged" in response.json()["error"]["message"], response.text[:500]
         ready = httpx2.get(f"{server.base}/readyz", timeout=30)
         assert ready.status_code == 503 and any("is damaged" in r for r in ready.json()["reasons"])
+
+
+def test_damage_the_start_up_check_had_no_time_for_is_found_in_the_background(tmp_path: Path) -> None:
+    """MEMORY_INTEGRITY_CHECK_S bounds the check before the port opens (0: none); the rest of it runs in
+    the background, and damage it finds shows in /readyz and the log."""
+    data = tmp_path / "data"
+    secret = create_site(data)
+    with ServerProcess(data) as server:
+        for _ in range(40):
+            append(server, secret, 200)
+        server.stop()
+    damage(data / "memory.db")
+    server = ServerProcess(data, env=server_env(MEMORY_INTEGRITY_CHECK_S="0"))
+    server.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ready = httpx2.get(f"{server.base}/readyz", timeout=30)
+            reasons = ready.json().get("reasons", [])
+            if any("is damaged" in r for r in reasons) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert ready.status_code == 503, ready.text
+        assert any(f"the database {data / 'memory.db'} is damaged" in r for r in reasons), reasons
+        assert "is damaged" in server.log() and "Traceback" not in server.log()
+    finally:
+        server.kill()

@@ -16,7 +16,6 @@ if TYPE_CHECKING:  # imported when used: the CLI starts fast
     from server.services import Services
 
 DEFAULT_SITE = "default"
-INTEGRITY_CHECK_BUDGET_S = 3.0  # start-up's share of the database's integrity check
 
 
 @app.command()
@@ -101,7 +100,7 @@ def _open_services_for_serving(settings: Settings, index: VectorIndex | None) ->
     from server.storage.health import DatabaseDamaged
 
     try:
-        services = open_services(settings, integrity_budget_s=INTEGRITY_CHECK_BUDGET_S, nowait_sign_in=True)
+        services = open_services(settings, integrity_budget_s=settings.integrity_check_s, nowait_sign_in=True)
     except (DatabaseDamaged, OSError) as exc:
         if index is not None:
             index.close()

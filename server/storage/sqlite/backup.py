@@ -12,7 +12,8 @@ from pathlib import Path
 
 from server.errors import NotFound
 from server.storage.files import private_file, refuse_live_target
-from server.storage.sqlite.connection import connect
+from server.storage.health import DatabaseDamaged, damaged_message
+from server.storage.sqlite.connection import connect, naming_damage
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +45,28 @@ def backup_database(source: Path, dest: Path, *, force: bool = False,
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; pass --force to overwrite it")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = private_file(dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp"))
-    src = connect(source, readonly=True)
+    with naming_damage(source):
+        src = connect(source, readonly=True)
     try:
+        tmp = private_file(dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp"))
+        try:
+            _copy(src, tmp, source)
+            _fsync(tmp)
+            os.replace(tmp, dest)
+            _fsync(dest.parent)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    finally:
+        src.close()
+    counts, version = _verify(dest)
+    return BackupResult(path=dest, size=dest.stat().st_size, counts=counts, schema_version=version)
+
+
+def _copy(src: sqlite3.Connection, tmp: Path, source: Path) -> None:
+    """The whole database into `tmp`, checked. The copy is the source page for page, so damage found in it
+    is the source's: named as start-up names it."""
+    with naming_damage(source):
         target = sqlite3.connect(tmp, isolation_level=None)
         try:
             src.backup(target)  # pages=-1: the whole database in one step, so one consistent snapshot
@@ -55,26 +75,25 @@ def backup_database(source: Path, dest: Path, *, force: bool = False,
             target.execute("PRAGMA synchronous = FULL")
         finally:
             target.close()
-        _verify(tmp)
-        _fsync(tmp)
-        os.replace(tmp, dest)
-        _fsync(dest.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        src.close()
-    counts, version = _verify(dest)
-    return BackupResult(path=dest, size=dest.stat().st_size, counts=counts, schema_version=version)
+        try:
+            _verify(tmp)
+        except CheckFailed as exc:
+            raise DatabaseDamaged(damaged_message(str(source), f"quick_check: {exc.findings}")) from exc
+
+
+class CheckFailed(RuntimeError):
+    def __init__(self, path: Path, findings: str) -> None:
+        super().__init__(f"the backup {path} failed quick_check: {findings}")
+        self.findings = findings
 
 
 def _verify(path: Path) -> tuple[dict[str, int], int]:
-    """Open a backup, check it, count its rows; raises RuntimeError if it is not sound."""
+    """Open a backup, check it, count its rows; raises CheckFailed if it is not sound."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         result = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
         if result != ["ok"]:
-            raise RuntimeError(f"the backup {path} failed quick_check: {'; '.join(result[:5])}")
+            raise CheckFailed(path, "; ".join(result[:5]))
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         counts = {name: int(conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0])

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from server.errors import AppError, Unavailable
-from server.storage.health import DISK_FULL, damaged_message
+from server.storage.health import DISK_FULL, DatabaseDamaged, damaged_message
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -39,6 +41,18 @@ def error_code(exc: BaseException) -> int | None:
 
 def is_damage(exc: BaseException) -> bool:
     return error_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+@contextmanager
+def naming_damage(path: Path) -> Iterator[None]:
+    """A damaged file (or one that is not a database at all) met inside raises DatabaseDamaged naming `path`
+    and saying what to do, as start-up does, instead of SQLite's bare "database disk image is malformed"."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise DatabaseDamaged(damaged_message(str(path), str(exc))) from exc
+        raise
 
 
 def sqlite_failure(exc: BaseException, path: Path | None = None) -> AppError | None:

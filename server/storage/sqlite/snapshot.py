@@ -15,7 +15,7 @@ from typing import Any
 
 from server.errors import NotFound
 from server.storage.records import RawItem, now_rfc3339
-from server.storage.sqlite.connection import connect
+from server.storage.sqlite.connection import connect, naming_damage
 
 OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")
 
@@ -24,8 +24,17 @@ class SqliteSnapshot:
     def __init__(self, db_path: Path, *, site: str | None = None) -> None:
         if not db_path.is_file():
             raise NotFound(f"no database at {db_path}: is --data-dir right?")
-        self._conn = connect(db_path, readonly=True)
+        self._path = db_path
+        with naming_damage(db_path):
+            self._conn = connect(db_path, readonly=True)
         try:
+            self._begin(site)
+        except BaseException:
+            self.close()
+            raise
+
+    def _begin(self, site: str | None) -> None:
+        with naming_damage(self._path):
             self._conn.execute("BEGIN")
             self._at = now_rfc3339()  # memories expired by then are left out, as every read leaves them out
             self._site_id: int | None = None
@@ -35,9 +44,6 @@ class SqliteSnapshot:
                     raise NotFound(f"no site named {site!r}")
                 self._site_id = int(row[0])
             self.counts = self._counts()
-        except BaseException:
-            self.close()
-            raise
 
     def _where(self, alias: str, *, memories: bool = False) -> tuple[str, tuple[Any, ...]]:
         clauses: list[str] = [f"{alias}.site_id = ?"] if self._site_id is not None else []
@@ -66,6 +72,10 @@ class SqliteSnapshot:
     def memories(self) -> Iterator[dict[str, Any]]:
         """Each memory's public fields and its site's name, in creation order."""
         where, args = self._where("m", memories=True)
+        with naming_damage(self._path):
+            yield from self._memories(where, args)
+
+    def _memories(self, where: str, args: tuple[Any, ...]) -> Iterator[dict[str, Any]]:
         for row in self._conn.execute(
             "SELECT s.name AS site, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket,"
             " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes,"
@@ -83,6 +93,10 @@ class SqliteSnapshot:
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""
+        with naming_damage(self._path):
+            yield from self._log_items()
+
+    def _log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         where, args = self._where("c")
         conversations = self._conn.execute(
             "SELECT c.site_id, s.name, c.conversation_id FROM conversations c JOIN sites s ON s.id = c.site_id"

@@ -28,9 +28,10 @@ WRITER_PROBE_TIMEOUT_S = 2.0
 def open_database(path: Path, *, integrity_budget_s: float | None = None) -> bool:
     """Create the data directory (0700) and the database (0600), and bring the schema up to date.
 
-    With `integrity_budget_s`, first check the file (PRAGMA quick_check) for at most that long; returns
-    whether the check finished (False: it ran out of time, the file was not found damaged so far). A damaged
-    file, or one that is not a database at all, raises DatabaseDamaged naming it, before anything is written.
+    With `integrity_budget_s`, first check the file (PRAGMA quick_check) for at most that long (0: not at
+    all); returns whether the check finished (False: it ran out of time, the file was not found damaged so
+    far). A damaged file, or one that is not a database at all, raises DatabaseDamaged naming it, before
+    anything is written.
     """
     private_dir(path.parent)
     private_file(path)
@@ -40,7 +41,9 @@ def open_database(path: Path, *, integrity_budget_s: float | None = None) -> boo
         raise DatabaseDamaged(damaged_message(str(path), str(exc))) from exc
     try:
         finished = True
-        if integrity_budget_s is not None:
+        if integrity_budget_s == 0:
+            finished = False
+        elif integrity_budget_s is not None:
             findings = quick_check(conn, budget_s=integrity_budget_s)
             finished = findings is not None
             if findings is not None and findings != ["ok"]:
@@ -76,6 +79,10 @@ class SqliteStorage:
         conn = connect(self.path, readonly=True)
         try:
             findings = quick_check(conn) or []
+        except sqlite3.DatabaseError as exc:  # a page too damaged to check stops the check: that is a finding
+            if not is_damage(exc):
+                raise
+            findings = [str(exc)]
         finally:
             conn.close()
         self.integrity_unchecked = False

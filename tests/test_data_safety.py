@@ -62,7 +62,8 @@ def test_backup_and_export_refuse_every_live_file_even_through_links(running: tu
     hard = tmp_path / "hard.db"
     os.link(data / "memory.db", hard)
     targets = [data / "memory.db-wal", data / "memory.db-shm", data / "memory.db-journal", data / "memory.db",
-               data / "index" / "copy.db", link, hard, data / "." / "memory.db-wal"]
+               data / "index" / "copy.db", link, hard, data / "." / "memory.db-wal", data / "other.db",
+               data / "exports" / "all.jsonl"]
     for target in targets:
         for command in (("backup", str(target), "--force"), ("export", str(target), "--force")):
             refused = run_cli(*command, data_dir=data)

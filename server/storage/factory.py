@@ -34,9 +34,10 @@ def open_snapshot(settings: Settings, *, site: str | None) -> Snapshot:
 
 
 def live_paths(settings: Settings) -> dict[Path, str]:
-    """The files a running server writes, which no backup or export may replace."""
+    """The files a running server writes, which no backup or export may replace, and the data directory
+    they live in, which no backup or export may write into (a file there could be taken for one of them)."""
     if settings.database_url is not None:  # the database is not a file here; the embedded index still is
-        return {settings.index_path: "the live vector index"}
+        return {settings.index_path: "the live vector index", settings.data_dir: "the data directory"}
     from server.storage.files import live_paths as sqlite_live_paths
 
-    return sqlite_live_paths(settings.db_path, settings.index_path)
+    return {**sqlite_live_paths(settings.db_path, settings.index_path), settings.data_dir: "the data directory"}

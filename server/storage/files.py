@@ -66,8 +66,9 @@ def refuse_live_target(target: Path, live: Mapping[Path, str]) -> None:
     for path, what in live.items():
         path_resolved = path.resolve()
         same_file = target.exists() and path.exists() and os.path.samefile(target, path)  # hard links too
-        if resolved == path_resolved or path_resolved in resolved.parents or same_file:
+        inside = path_resolved in resolved.parents
+        if resolved == path_resolved or inside or same_file:
             raise InvalidParameters(
-                f"{target} is {what} ({path}), which the server writes to: writing over it would destroy "
-                "acknowledged data; choose a path outside the data directory's database files and index"
+                f"{target} is {'inside ' if inside else ''}{what} ({path}), which the server writes to: writing "
+                "there could destroy acknowledged data; choose a path outside the data directory"
             )

@@ -102,12 +102,22 @@ def test_the_boost_goes_to_memories_dated_in_the_window_by_their_day_or_their_co
     assert date_boost(fused, [], candidates) is fused
 
 
+def test_a_month_or_longer_goes_by_the_dates_a_memory_names_not_by_when_it_was_written() -> None:
+    candidates = [
+        candidate(0, "Maria reports to Jonas Berg.", "2024-03-12T09:00:00Z"),  # written in March: no boost
+        candidate(1, "In March 2024 the team moved to Lisbon.", "2024-06-01T09:00:00Z"),  # names March
+        candidate(2, "The offsite was last month.", "2024-04-03T09:00:00Z"),  # March, resolved
+    ]
+    boosted = date_boost(np.zeros(3), periods("Who was Maria's manager in March 2024?"), candidates, DatedTexts())
+    assert list(boosted) == [0.0, DATE_BOOST, DATE_BOOST]
+
+
 def test_the_cache_follows_a_changed_text() -> None:
     texts = DatedTexts()
     before = texts.spans(7, document_text("the launch was yesterday", "2024-03-10T00:00:00Z"), "2024-03-10T00:00:00Z")
     after = texts.spans(7, document_text("no date now", "2024-03-10T00:00:00Z"), "2024-03-10T00:00:00Z")
     day = date(2024, 3, 10).toordinal()
-    assert before == ((day, day), (day - 1, day - 1)) and after == ((day, day),)
+    assert before == (day, ((day - 1, day - 1),)) and after == (day, ())
 
 
 # --- through a real server --------------------------------------------------------------------------------

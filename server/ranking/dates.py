@@ -257,9 +257,11 @@ def periods(text: str, anchor: date | None = None) -> list[Period]:
 # when its own occurred_at does. The window opens DATE_BEFORE_DAYS before the period and closes
 # DATE_AFTER_DAYS after it, since what happened is often told a few days later. Its own date is not used for
 # a month or longer: "who was her manager in March 2024?" is answered by what was written before March as
-# much as in it (bench/evolving.py "as of" questions with time windows, top-1: 0.566 with the own date left
-# out of coarse periods, 0.475 with it). Measured with offline harnesses of the three datasets (the same
-# candidates, production ranking without query expansion), R@5 / R@10:
+# much as in it (bench/evolving.py "as of" questions with time windows, top-1: 0.561 with the own date left
+# out of coarse periods, 0.470 with it). Through the benchmarks (README), R@5 / R@10: LoCoMo dev 0.723 /
+# 0.805 -> 0.725 / 0.807 (temporal 0.865 / 0.912 -> 0.871 / 0.925); profiles event_by_date 0.747 / 0.824 ->
+# 0.824 / 0.901, relative_date 0.879 / 0.939 -> 0.970 / 1.000. Chosen with offline harnesses of the three
+# datasets (the same candidates, production ranking without query expansion), R@5 / R@10:
 #   LoCoMo dev (84 of 760 questions name a date): 0.725 / 0.792 -> 0.727 / 0.795 (temporal 0.852 / 0.893 ->
 #                                                 0.865 / 0.899); boost 0.5: 0.726 / 0.792, 1.5: 0.723 / 0.792
 #   profiles, event_by_date (91 questions):       0.736 / 0.813 -> 0.802 / 0.890; relative_date 0.879 / 0.939

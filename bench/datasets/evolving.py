@@ -26,6 +26,7 @@ period never contains a change), and the same seed gives the same dataset.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
 from typing import Any
@@ -446,6 +447,11 @@ def _possessive(name: str) -> str:
     return name + ("'" if name.endswith("s") else "'s")
 
 
+# A subject form that carries its own article or noun ("the Atlas project", "the Payments team") in a template
+# that has them too ("The {name} demo", "{name} team offsite") would read "The the Atlas project demo".
+_DOUBLED = re.compile(r"\b(the|The|team|project|service) \1\b", re.IGNORECASE)
+
+
 def _cap(text: str) -> str:
     head = text.split(" ", 1)[0]
     if "-" in head or head.startswith("#"):  # a service name or channel keeps its spelling
@@ -493,7 +499,7 @@ def _dates(rng: random.Random, n: int) -> list[date]:
 def _fill(rng: random.Random, template: str, subject: Subject, **extra: str) -> str:
     name, poss = rng.choice(subject.forms)
     values = {"name": name, "poss": poss, "slug": subject.slug, **extra}
-    return _cap(template.format(**values))
+    return _cap(_DOUBLED.sub(r"\1", template.format(**values)))
 
 
 def _month_text(rng: random.Random, year: int, month: int) -> str:

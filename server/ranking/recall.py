@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from embeddings.base import Embedder
 from server.errors import Unavailable
 from server.index.base import VectorIndex
 from server.ranking.baselines import rank_single
 from server.ranking.candidates import CandidateSource
+from server.ranking.dates import date_boost, query_periods
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import Candidate, rank
 from server.ranking.lexical import analyze
@@ -26,7 +29,8 @@ DEMOTION_WINDOW = 3
 
 class Retrieval:
     def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
-                 words: WordVectors, *, ranking: str = "production", recency: bool = True) -> None:
+                 words: WordVectors, *, ranking: str = "production", recency: bool = True,
+                 dates: bool = True) -> None:
         self.memories = memories
         self.source = source
         self.index = index
@@ -34,6 +38,7 @@ class Retrieval:
         self.words = words
         self.ranking = ranking  # "production"; "dense" or "lexical" alone are baselines for benchmarks
         self.recency = recency  # off only for comparisons
+        self.dates = dates  # likewise
 
     def recall(self, scope: Scope, query: str, limit: int, *, demote: bool = True) -> list[dict[str, Any]]:
         """Best first, best effort: weak matches allowed, empty only if nothing visible exists. A query that
@@ -45,16 +50,30 @@ class Retrieval:
         vector = self.embedder.embed_query(query)
         candidates = self.source.candidates(scope, query, vector)
         if self.ranking == "production":
-            recent = self.recency and asks_for_recent(query)
             ranked = rank(query, vector, candidates, limit=len(candidates),
                           expansion=self.expansion(scope.site_id, query, candidates),
-                          adjust=(lambda f: newest_first(f, vector, candidates)) if recent else None)
+                          adjust=self._adjustment(query, vector, candidates))
         else:
             ranked = rank_single(self.ranking, query, vector, candidates, limit=len(candidates))
         scored = [(c.id, score) for c, score in ranked]
         if not demote:
             return self._hits(scored[:limit])
         return self._successors_first(scope, scored, limit)
+
+    def _adjustment(self, query: str, vector: np.ndarray,
+                    candidates: Sequence[Candidate]) -> Callable[[np.ndarray], np.ndarray] | None:
+        """What the query itself asks of the fused scores: memories dated in a period it names first
+        (ranking/dates.py), then, for a query about the present, the newest relevant ones (ranking/recency.py)."""
+        asked = query_periods(query) if self.dates else []
+        recent = self.recency and asks_for_recent(query)
+        if not asked and not recent:
+            return None
+
+        def adjust(fused: np.ndarray) -> np.ndarray:
+            if asked:
+                fused = date_boost(fused, asked, candidates)
+            return newest_first(fused, vector, candidates) if recent else fused
+        return adjust
 
     def _successors_first(self, scope: Scope, scored: Sequence[tuple[int, float]], limit: int) -> list[dict[str, Any]]:
         """The best `limit`, each superseded memory among them placed below the memories that superseded it.

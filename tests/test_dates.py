@@ -1,0 +1,152 @@
+"""Dates named in text (server/ranking/dates.py) and the recall boost they give, the latter through a real
+server on both storage backends."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+import httpx2
+import numpy as np
+import pytest
+
+from server.ranking.dates import DATE_BOOST, DatedTexts, Period, date_boost, periods, query_periods
+from server.ranking.fusion import Candidate, document_text
+
+from tests.conftest import LiveServer, serve
+
+ANCHOR = date(2023, 5, 8)  # a Monday
+
+# The boost test runs a real server on each storage backend; the parser tests are pure.
+backends = pytest.mark.backends
+
+
+def spans(text: str, anchor: date | None = ANCHOR) -> list[tuple[str, str, str]]:
+    return [(p.first.isoformat(), p.last.isoformat(), p.granularity) for p in periods(text, anchor)]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("What was Sam doing on Dec 4, 2023?", [("2023-12-04", "2023-12-04", "day")]),
+    ("Drift offsite: Seville, the 16th of November 2023", [("2023-11-16", "2023-11-16", "day")]),
+    ("released 2023-12-04", [("2023-12-04", "2023-12-04", "day")]),
+    ("At 10:30 on 4th December 2023", [("2023-12-04", "2023-12-04", "day")]),
+    ("Who was Maria's manager in March 2024?", [("2024-03-01", "2024-03-31", "month")]),
+    ("as of 2024-05", [("2024-05-01", "2024-05-31", "month")]),
+    ("in Sept. of 2022", [("2022-09-01", "2022-09-30", "month")]),
+    ("in Q2 2024", [("2024-04-01", "2024-06-30", "quarter")]),
+    ("during the fourth quarter of 2023", [("2023-10-01", "2023-12-31", "quarter")]),
+    ("winter 2023", [("2023-12-01", "2024-02-29", "season")]),
+    ("what happened in 2021", [("2021-01-01", "2021-12-31", "year")]),
+])
+def test_absolute_dates_need_no_anchor(text: str, expected: list[tuple[str, str, str]]) -> None:
+    assert spans(text, None) == expected
+    assert spans(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("I went to the support group yesterday", [("2023-05-07", "2023-05-07", "day")]),
+    ("we met last Friday", [("2023-05-05", "2023-05-05", "day")]),
+    ("see you next Monday", [("2023-05-15", "2023-05-15", "day")]),
+    ("three weeks ago", [("2023-04-14", "2023-04-20", "week")]),
+    ("2 days ago", [("2023-05-06", "2023-05-06", "day")]),
+    ("a few months ago", [("2023-02-01", "2023-02-28", "month")]),
+    ("next month", [("2023-06-01", "2023-06-30", "month")]),
+    ("last year", [("2022-01-01", "2022-12-31", "year")]),
+    ("last week", [("2023-05-01", "2023-05-07", "week")]),
+    ("on May 7", [("2023-05-07", "2023-05-07", "day")]),
+    ("on Dec 20", [("2022-12-20", "2022-12-20", "day")]),  # over a month ahead: last year's
+    ("since June", [("2022-06-01", "2022-06-30", "month")]),
+    ("last spring", [("2022-03-01", "2022-05-31", "season")]),
+])
+def test_relative_dates_are_resolved_against_the_anchor(text: str, expected: list[tuple[str, str, str]]) -> None:
+    assert spans(text) == expected
+    assert spans(text, None) == []  # nothing to resolve them against
+
+
+@pytest.mark.parametrize("text", [
+    "I have 2023 reasons", "this may be wrong", "you may want to march on", "version 2.0.1 at 10:30",
+    "04/05/2024", "", "room 1999b", "the 2020s",
+])
+def test_text_that_names_no_date(text: str) -> None:
+    assert spans(text) == []
+
+
+def test_each_part_of_the_text_is_read_once() -> None:
+    # "4 December 2023" is a day; the month and the year inside it are not periods of their own.
+    assert spans("On 4 December 2023, then in January 2024 and yesterday") == [
+        ("2023-12-04", "2023-12-04", "day"), ("2024-01-01", "2024-01-31", "month"),
+        ("2023-05-07", "2023-05-07", "day")]
+
+
+def test_a_query_resolves_relative_dates_against_today() -> None:
+    assert query_periods("what did we decide last week?", date(2026, 12, 1)) == [
+        Period(date(2026, 11, 23), date(2026, 11, 29), "week")]
+
+
+def candidate(i: int, content: str, occurred_at: str) -> Candidate:
+    return Candidate(id=i, text=document_text(content, occurred_at), vector=np.zeros(2, dtype=np.float32),
+                     occurred_at=occurred_at)
+
+
+def test_the_boost_goes_to_memories_dated_in_the_window_by_their_day_or_their_content() -> None:
+    candidates = [
+        candidate(0, "Went hiking with Sam.", "2023-12-05T09:00:00Z"),  # its own day, inside
+        candidate(1, "Told you: I ran a race last Monday.", "2023-12-13T09:00:00Z"),  # Dec 11, inside
+        candidate(2, "Back from the trip of 2 December 2023.", "2024-02-01T09:00:00Z"),  # Dec 2: before the window
+        candidate(3, "Went hiking with Sam.", "2023-12-20T09:00:00Z"),  # Dec 20: after it
+        candidate(4, "Nothing dated here.", "2023-12-04T12:00:00Z"),  # the named day itself
+    ]
+    fused = np.zeros(5)
+    boosted = date_boost(fused, periods("What was Sam doing on Dec 4, 2023?"), candidates, DatedTexts())
+    assert list(boosted) == [DATE_BOOST, DATE_BOOST, 0.0, 0.0, DATE_BOOST] and not fused.any()
+    assert date_boost(fused, [], candidates) is fused
+
+
+def test_a_month_or_longer_goes_by_the_dates_a_memory_names_not_by_when_it_was_written() -> None:
+    candidates = [
+        candidate(0, "Maria reports to Jonas Berg.", "2024-03-12T09:00:00Z"),  # written in March: no boost
+        candidate(1, "In March 2024 the team moved to Lisbon.", "2024-06-01T09:00:00Z"),  # names March
+        candidate(2, "The offsite was last month.", "2024-04-03T09:00:00Z"),  # March, resolved
+    ]
+    boosted = date_boost(np.zeros(3), periods("Who was Maria's manager in March 2024?"), candidates, DatedTexts())
+    assert list(boosted) == [0.0, DATE_BOOST, DATE_BOOST]
+
+
+def test_the_cache_follows_a_changed_text() -> None:
+    texts = DatedTexts()
+    before = texts.spans(7, document_text("the launch was yesterday", "2024-03-10T00:00:00Z"), "2024-03-10T00:00:00Z")
+    after = texts.spans(7, document_text("no date now", "2024-03-10T00:00:00Z"), "2024-03-10T00:00:00Z")
+    day = date(2024, 3, 10).toordinal()
+    assert before == (day, ((day - 1, day - 1),)) and after == (day, ())
+
+
+# --- through a real server --------------------------------------------------------------------------------
+
+# The memory of December 5 says nothing the questions say but its date; the others match their words, and
+# their dates read much like the one asked for (a year earlier, a week before, two weeks after).
+SAM = [
+    ("Sam was doing his taxes all weekend.", "2022-12-04T10:00:00Z"),
+    ("Sam went hiking near the lake with his colleagues.", "2023-12-05T18:00:00Z"),
+    ("Sam is doing a pottery course on Thursdays.", "2023-11-27T08:00:00Z"),
+    ("Sam was doing overtime at work.", "2023-12-20T07:30:00Z"),
+]
+
+
+def _recall(server: LiveServer, query: str) -> list[str]:
+    response = httpx2.post(f"{server.base}/v1/recall", json={"query": query, "limit": 4}, auth=server.basic,
+                           timeout=60)
+    assert response.status_code == 200, response.text
+    return [hit["content"] for hit in response.json()["results"]]
+
+
+@backends
+@pytest.mark.parametrize("question", ["What was Sam doing on Dec 4, 2023?", "What was Sam doing on 4 December 2023?",
+                                      "What was Sam doing on 2023-12-04?"])
+def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder: Any, question: str) -> None:
+    with serve(settings, embedder) as server:
+        for content, when in SAM:
+            response = httpx2.post(f"{server.base}/v1/memories", json={"content": content, "occurred_at": when},
+                                   auth=server.basic, timeout=60)
+            assert response.status_code == 201, response.text
+        assert _recall(server, question)[0] == SAM[1][0]
+

@@ -10,7 +10,16 @@ import httpx2
 import numpy as np
 import pytest
 
-from server.ranking.dates import DATE_BOOST, DatedTexts, Period, date_boost, periods, query_periods
+from server.ranking.dates import (
+    DATE_BOOST,
+    MAX_PERIODS,
+    MAX_TEXT_CHARS,
+    DatedTexts,
+    Period,
+    date_boost,
+    periods,
+    query_periods,
+)
 from server.ranking.fusion import Candidate, document_text
 
 from tests.conftest import LiveServer, serve
@@ -76,6 +85,12 @@ def test_each_part_of_the_text_is_read_once() -> None:
     assert spans("On 4 December 2023, then in January 2024 and yesterday") == [
         ("2023-12-04", "2023-12-04", "day"), ("2024-01-01", "2024-01-31", "month"),
         ("2023-05-07", "2023-05-07", "day")]
+
+
+def test_one_text_reads_a_bounded_number_of_dates_from_its_start() -> None:
+    assert len(periods("4 December 2023, " * 6000)) == MAX_PERIODS
+    late = "x" * MAX_TEXT_CHARS + " on 4 December 2023"
+    assert periods(late) == [] and periods(late[MAX_TEXT_CHARS:]) != []
 
 
 def test_a_query_resolves_relative_dates_against_today() -> None:

@@ -239,15 +239,23 @@ def _last_next(which: str, unit: str, anchor: date) -> Period | None:
     return None
 
 
+# Bounds on the work one text can cause: the start of a text is where its dates are, and a memory of
+# thousands of dates would otherwise cost a second to read (the overlap check is quadratic in matches).
+MAX_TEXT_CHARS = 2000
+MAX_PERIODS = 16
+
+
 def periods(text: str, anchor: date | None = None) -> list[Period]:
-    """Every period `text` names; relative ones only when an `anchor` day is given."""
+    """The periods `text` names (at most MAX_PERIODS, in its first MAX_TEXT_CHARS characters); relative
+    ones only when an `anchor` day is given."""
+    text = text[:MAX_TEXT_CHARS]
     if not text:
         return []
     taken: list[tuple[int, int]] = []
     found = _absolute(text, taken) if _DIGIT.search(text) else []  # every absolute form has a year
     if anchor is not None and (_RELATIVE_HINT.search(text) or _MONTH_WORD.search(text)):
         found.extend(_relative(text, anchor, taken))
-    return found
+    return found[:MAX_PERIODS]
 
 
 # --- ranking: a soft boost for memories dated where the query points ------------------------------------

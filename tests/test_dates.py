@@ -93,6 +93,16 @@ def test_one_text_reads_a_bounded_number_of_dates_from_its_start() -> None:
     assert periods(late) == [] and periods(late[MAX_TEXT_CHARS:]) != []
 
 
+@pytest.mark.parametrize("anchor", [date.min, date(1, 1, 1), date(1900, 1, 1), date(2100, 12, 31), date.max])
+@pytest.mark.parametrize("text", ["99999999999 days ago", "999999 weeks ago", "99999999 months ago", "9999 years ago",
+                                  "tomorrow", "yesterday", "next month", "next week", "next Monday", "next weekend",
+                                  "next winter", "last spring", "on Dec 31", "in May", "in 2100", "Q4 2199",
+                                  "31 December 2100", "2199-12-31"])
+def test_dates_off_the_calendar_are_skipped_never_raised(text: str, anchor: date) -> None:
+    for period in periods(text, anchor):
+        assert 1900 <= period.first.year and period.last.year <= 2100
+
+
 def test_a_query_resolves_relative_dates_against_today() -> None:
     assert query_periods("what did we decide last week?", date(2026, 12, 1)) == [
         Period(date(2026, 11, 23), date(2026, 11, 29), "week")]
@@ -152,6 +162,15 @@ def _recall(server: LiveServer, query: str) -> list[str]:
                            timeout=60)
     assert response.status_code == 200, response.text
     return [hit["content"] for hit in response.json()["results"]]
+
+
+@backends
+def test_a_query_with_a_date_off_the_calendar_is_answered(settings: Any, embedder: Any) -> None:
+    with serve(settings, embedder) as server:
+        httpx2.post(f"{server.base}/v1/memories", json={"content": "The last day of the calendar.",
+                    "occurred_at": "9999-12-31T00:00:00Z"}, auth=server.basic, timeout=60).raise_for_status()
+        for question in ("what happened 99999999999 days ago?", "and the day after tomorrow?", "in Q4 2199"):
+            assert _recall(server, question) == ["The last day of the calendar."]
 
 
 @backends

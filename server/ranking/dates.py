@@ -16,7 +16,7 @@ from __future__ import annotations
 import calendar
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -152,59 +152,68 @@ def _absolute(text: str, taken: list[tuple[int, int]]) -> list[Period]:
 
 def _relative(text: str, anchor: date, taken: list[tuple[int, int]]) -> list[Period]:
     found: list[Period] = []
-
-    def free(match: re.Match[str]) -> bool:
-        start, end = match.span()
-        return not any(start < e and s < end for s, e in taken)
-
-    for m in RELATIVE_DAY.finditer(text):
-        if free(m):
-            word = m["word"].lower()
-            shift = {"yesterday": -1, "the day before yesterday": -2, "tomorrow": 1}.get(word, 0)
-            day = anchor + timedelta(days=shift)
-            found.append(Period(day, day, "day"))
-            taken.append(m.span())
-    for m in AGO.finditer(text):
-        if free(m):
-            raw = m["n"].lower()
-            n = int(raw) if raw.isdigit() else NUMBERS[raw]
-            unit = m["unit"].lower()
-            if unit == "day":
-                day = anchor - timedelta(days=n)
-                found.append(Period(day, day, "day"))
-            elif unit == "week":
-                day = anchor - timedelta(weeks=n)
-                found.append(Period(day - timedelta(days=3), day + timedelta(days=3), "week"))
-            elif unit == "month":
-                found.append(_month(*_add_months(anchor, -n)))
-            elif FIRST_YEAR <= anchor.year - n <= LAST_YEAR:
-                found.append(Period(date(anchor.year - n, 1, 1), date(anchor.year - n, 12, 31), "year"))
-            taken.append(m.span())
-    for m in LAST_NEXT.finditer(text):
-        if free(m):
-            period = _last_next(m["which"].lower(), m["unit"].lower(), anchor)
-            if period is not None:
+    families: list[tuple[re.Pattern[str], Callable[[re.Match[str], date], Period | None]]] = [
+        (RELATIVE_DAY, _relative_day), (AGO, _ago), (LAST_NEXT, _last_next_match)]
+    if _DIGIT.search(text):
+        families += [(DAY_MONTH, _day_without_year), (MONTH_DAY, _day_without_year)]
+    families.append((MONTH_ALONE, _month_without_year))
+    for pattern, resolve in families:
+        for m in pattern.finditer(text):
+            start, end = m.span()
+            if any(start < e and s < end for s, e in taken):
+                continue
+            try:
+                period = resolve(m, anchor)
+            except (ValueError, OverflowError):  # "99999 days ago", "tomorrow" on 9999-12-31: off the calendar
+                period = None
+            if period is not None and FIRST_YEAR <= period.first.year and period.last.year <= LAST_YEAR:
                 found.append(period)
                 taken.append(m.span())
-    for pattern in (DAY_MONTH, MONTH_DAY) if _DIGIT.search(text) else ():
-        for m in pattern.finditer(text):
-            if free(m) and not _modal_may(m):
-                month = _month_number(m["month"])
-                # a day without a year is in the anchor's year, unless that is over a month ahead of it
-                # (texts mostly tell of the past: "on Dec 20" written in January is last December)
-                named = _day(anchor.year, month, int(m["day"]))
-                if named is not None and named > anchor + timedelta(days=31):
-                    named = _day(anchor.year - 1, month, int(m["day"]))
-                if named is not None:
-                    found.append(Period(named, named, "day"))
-                    taken.append(m.span())
-    for m in MONTH_ALONE.finditer(text):
-        if free(m) and not _modal_may(m):
-            month = _month_number(m["month"])
-            year = anchor.year if month <= anchor.month else anchor.year - 1
-            found.append(_month(year, month))
-            taken.append(m.span())
     return found
+
+
+def _relative_day(m: re.Match[str], anchor: date) -> Period:
+    shift = {"yesterday": -1, "the day before yesterday": -2, "tomorrow": 1}.get(m["word"].lower(), 0)
+    day = anchor + timedelta(days=shift)
+    return Period(day, day, "day")
+
+
+def _ago(m: re.Match[str], anchor: date) -> Period | None:
+    raw = m["n"].lower()
+    n = int(raw) if raw.isdigit() else NUMBERS[raw]
+    unit = m["unit"].lower()
+    if unit == "day":
+        day = anchor - timedelta(days=n)
+        return Period(day, day, "day")
+    if unit == "week":
+        day = anchor - timedelta(weeks=n)
+        return Period(day - timedelta(days=3), day + timedelta(days=3), "week")
+    if unit == "month":
+        return _month(*_add_months(anchor, -n))
+    return Period(date(anchor.year - n, 1, 1), date(anchor.year - n, 12, 31), "year")
+
+
+def _last_next_match(m: re.Match[str], anchor: date) -> Period | None:
+    return _last_next(m["which"].lower(), m["unit"].lower(), anchor)
+
+
+def _day_without_year(m: re.Match[str], anchor: date) -> Period | None:
+    if _modal_may(m):
+        return None
+    month = _month_number(m["month"])
+    # a day without a year is in the anchor's year, unless that is over a month ahead of it (texts mostly
+    # tell of the past: "on Dec 20" written in January is last December)
+    named = _day(anchor.year, month, int(m["day"]))
+    if named is not None and named > anchor + timedelta(days=31):
+        named = _day(anchor.year - 1, month, int(m["day"]))
+    return Period(named, named, "day") if named is not None else None
+
+
+def _month_without_year(m: re.Match[str], anchor: date) -> Period | None:
+    if _modal_may(m):
+        return None
+    month = _month_number(m["month"])
+    return _month(anchor.year if month <= anchor.month else anchor.year - 1, month)
 
 
 def _last_next(which: str, unit: str, anchor: date) -> Period | None:

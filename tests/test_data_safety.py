@@ -155,7 +155,8 @@ def damage(db: Path) -> None:
         file.write(bytes([byte[0] ^ 0xFF]))
 
 
-def test_a_damaged_database_is_refused_at_start_up_and_doctor_reports_it(tmp_path: Path) -> None:
+def damaged_data_dir(tmp_path: Path) -> Path:
+    """A data directory whose database holds 8,000 log items and then one flipped byte in a b-tree leaf."""
     data = tmp_path / "data"
     secret = create_site(data)
     with ServerProcess(data) as server:
@@ -163,6 +164,11 @@ def test_a_damaged_database_is_refused_at_start_up_and_doctor_reports_it(tmp_pat
             append(server, secret, 200)
         server.stop()
     damage(data / "memory.db")
+    return data
+
+
+def test_a_damaged_database_is_refused_at_start_up_and_doctor_reports_it(tmp_path: Path) -> None:
+    data = damaged_data_dir(tmp_path)
     serve = run_cli("serve", "--port", "0", data_dir=data)
     assert serve.returncode == 1
     assert f"the database {data / 'memory.db'} is damaged" in serve.stderr
@@ -231,13 +237,7 @@ def test_a_damaged_page_met_while_serving_is_reported_by_readyz(tmp_path: Path) 
 def test_damage_the_start_up_check_had_no_time_for_is_found_in_the_background(tmp_path: Path) -> None:
     """MEMORY_INTEGRITY_CHECK_S bounds the check before the port opens (0: none); the rest of it runs in
     the background, and damage it finds shows in /readyz and the log."""
-    data = tmp_path / "data"
-    secret = create_site(data)
-    with ServerProcess(data) as server:
-        for _ in range(40):
-            append(server, secret, 200)
-        server.stop()
-    damage(data / "memory.db")
+    data = damaged_data_dir(tmp_path)
     server = ServerProcess(data, env=server_env(MEMORY_INTEGRITY_CHECK_S="0"))
     server.start()
     try:

@@ -22,7 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from server.ranking.fusion import Candidate, format_date
+from server.ranking.fusion import Candidate, format_date, parse_rfc3339
 
 MONTHS = {name.lower(): n for n, name in enumerate(calendar.month_name) if name}
 MONTHS.update({name.lower(): n for n, name in enumerate(calendar.month_abbr) if name})
@@ -331,12 +331,9 @@ def _content(text: str, occurred_at: str | None) -> str:
 
 
 def _anchor(occurred_at: str | None) -> date | None:
-    if not occurred_at:
-        return None
-    try:
-        return datetime.fromisoformat(occurred_at.strip().replace("Z", "+00:00")).date()
-    except ValueError:
-        return None
+    """The calendar day of a memory's occurred_at (in its own offset), what its relative dates count from."""
+    moment = parse_rfc3339(occurred_at) if occurred_at else None
+    return moment.date() if moment is not None else None
 
 
 DATED_TEXTS = DatedTexts()

@@ -354,15 +354,43 @@ DETAILS = ["before the Friday release", "after the outage in March", "because la
            "with help from the platform team", "as agreed in the retro", "to meet the audit deadline"]
 
 
+# Above this many memories the corpus is synthetic (see `synthetic_vectors`): embedding a million texts
+# would take hours on two cores.
+EMBEDDED_UP_TO = 100_000
+SYNTHETIC_NOISE = 0.05  # the norm of the perturbation of a synthetic vector, relative to its unit source
+
+
 def corpus_text(i: int) -> str:
+    if i >= EMBEDDED_UP_TO:  # the text of the memory whose vector it perturbs, with its own note number
+        source = i % EMBEDDED_UP_TO
+        return corpus_text(source).replace(f"(note {source}).", f"(note {i}).")
     rng = random.Random(i)
     return (f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)} "
             f"{rng.choice(DETAILS)} (note {i}).")
 
 
-def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool]:
-    """Vectors of corpus_text(0..n-1) through document_text; cached between runs."""
+def synthetic_vectors(embedded: np.ndarray, n: int) -> np.ndarray:
+    """n vectors: the embedded ones, then each of them again (memory i copies i mod len(embedded)) plus
+    Gaussian noise of norm ~SYNTHETIC_NOISE, renormalised, beside a text recombined from its source's."""
+    rng = np.random.default_rng(n)
+    base = len(embedded)
+    out = np.empty((n, embedded.shape[1]), dtype=np.float32)
+    out[:base] = embedded
+    for start in range(base, n, base):
+        stop = min(n, start + base)
+        chunk = embedded[:stop - start] + rng.standard_normal((stop - start, embedded.shape[1]), dtype=np.float32) \
+            * np.float32(SYNTHETIC_NOISE / np.sqrt(embedded.shape[1]))
+        out[start:stop] = chunk / np.linalg.norm(chunk, axis=1, keepdims=True)
+    return out
 
+
+def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool | str]:
+    """Vectors of corpus_text(0..n-1) through document_text; cached between runs. Above EMBEDDED_UP_TO the
+    rest are synthetic (`synthetic_vectors`), and the second value says so."""
+    if n > EMBEDDED_UP_TO:
+        embedded, _ = corpus_vectors(embedder, EMBEDDED_UP_TO)
+        return synthetic_vectors(embedded, n), (f"synthetic: {EMBEDDED_UP_TO} embedded, the rest those perturbed "
+                                                f"(noise {SYNTHETIC_NOISE}) and renormalised, texts recombined")
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"corpus-{embedder.name}-{n}.npy"
     if path.exists():
@@ -439,13 +467,47 @@ async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) ->
                             "per_s": round(bulk / bulk_seconds, 1)}}
 
 
+def disk_mb(data: Path) -> dict[str, float]:
+    """Bytes on disk (allocated blocks) of the data directory: the SQLite files and the embedded index."""
+    def size(paths: list[Path]) -> float:
+        return round(sum(p.stat().st_blocks * 512 for p in paths if p.is_file()) / 2**20, 1)
+
+    settings = Settings(data_dir=data)
+    files = list(data.rglob("*"))
+    return {"total": size(files), "index": size(list(settings.index_path.rglob("*"))),
+            "sqlite": size([p for p in files if p.name.startswith(settings.db_path.name)])}
+
+
+# Recall at this many memories and above skips the qdrant-client baseline: its local mode scans every
+# vector in Python (1.5 s a query at 100k, minutes to load a million).
+BASELINE_UP_TO = 100_000
+
+
+async def cold_phase(server: Server, queries: list[str], buckets: list[str] | None) -> dict[str, Any]:
+    """The first len(queries) recalls after a start-up (nothing before them), whole site or one bucket."""
+    startup = server.start()
+    try:
+        async with client() as http:
+            call = Caller(server, http)
+            samples = await timed(len(queries), lambda i: call(
+                "recall", query=queries[i], limit=10, **({"bucket": buckets[i]} if buckets else {})))
+        return {**summary(samples), "startup_to_ready_s": round(startup, 2), "server_peak_rss_mb": server.peak_rss_mb()}
+    finally:
+        server.stop()
+
+
 async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | None = None) -> dict[str, Any]:
     data = tmp / f"search-{size}"
     loaded = load_corpus(data, embedder, size, database_url)
     vectors = loaded.pop("vectors")
     server = Server(data, database_url)
-    startup = server.start()
     rng = random.Random(size)
+    cold = {name: [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({name} {i})"
+                   for i in range(QUERIES)] for name in ("recall_cold", "recall_bucket_cold")}
+    cold_buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
+    out_cold = {"recall_cold": await cold_phase(server, cold["recall_cold"], None),
+                "recall_bucket_cold": await cold_phase(server, cold["recall_bucket_cold"], cold_buckets)}
+    startup = server.start()
     # Six phases, six disjoint query sets: no phase is helped by another's cached query embeddings.
     phases = ("recall", "recall_bucket", "recall_window", "search_memory", "search_memory_bucket",
               "search_memory_window")
@@ -454,7 +516,7 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
     buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
     starts = [rng.randrange(DAYS - WINDOW_DAYS) for _ in range(QUERIES)]
     windows = [{"occurred_after": day(s), "occurred_before": day(s + WINDOW_DAYS)} for s in starts]
-    out: dict[str, Any] = {**loaded, "startup_to_ready_s": round(startup, 2)}
+    out: dict[str, Any] = {**loaded, "startup_to_ready_s": round(startup, 2), **out_cold}
     try:
         async with client() as http:
             call = Caller(server, http)
@@ -472,7 +534,8 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
         out["server_peak_rss_mb"] = server.peak_rss_mb()
     finally:
         server.stop()
-    if database_url is None:  # the index baseline does not depend on the authority
+    out["disk_mb"] = disk_mb(data)
+    if database_url is None and size <= BASELINE_UP_TO:  # the index baseline does not depend on the authority
         query_vectors = embedder.embed_documents(queries["search_memory"])
         out["baseline_qdrant_local"] = qdrant_local_baseline(tmp / f"qdrant-local-{size}", vectors, query_vectors,
                                                              buckets)
@@ -550,9 +613,11 @@ def _tables(report: dict[str, Any]) -> list[str]:
         index = s.get("index") or {}
         lines.append(f"{size} memories (vectors cached: {s['vectors_cached']}; HNSW over "
                      f"{index.get('indexed_vectors', '?')}/{index.get('points', '?')} points), start-up to /readyz "
-                     f"{s['startup_to_ready_s']} s, server peak RSS {s['server_peak_rss_mb']} MB")
-        for name in ("recall", "recall_bucket", "recall_window", "search_memory", "search_memory_bucket",
-                     "search_memory_window"):
+                     f"{s['startup_to_ready_s']} s, server peak RSS {s['server_peak_rss_mb']} MB"
+                     + (f", disk {s['disk_mb']['total']} MB (index {s['disk_mb']['index']} MB,"
+                        f" SQLite {s['disk_mb']['sqlite']} MB)" if "disk_mb" in s else ""))
+        for name in ("recall_cold", "recall_bucket_cold", "recall", "recall_bucket", "recall_window", "search_memory",
+                     "search_memory_bucket", "search_memory_window"):
             if name not in s:
                 continue
             lines.append(f"  {name:<22} p50 {s[name]['p50_ms']:>7} ms  p95 {s[name]['p95_ms']:>7} ms"

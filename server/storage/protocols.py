@@ -368,12 +368,6 @@ class CandidateStore(Protocol):
         """Visible memories holding any of `terms`, best first by BM25."""
         ...
 
-    def newest_with_terms(self, scope: Scope, terms: Sequence[str], *, every: bool, limit: int,
-                          examine: int, exclude: set[int]) -> list[int]:
-        """Visible memories holding every (or any) of `terms`, newest first, looking at no more than
-        `examine` matching memories of all sites."""
-        ...
-
     def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
         """Ids of the memories within `reach` seq of these in the same conversation (these included)."""
         ...

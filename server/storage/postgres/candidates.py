@@ -2,8 +2,8 @@
 
 Matching is on `memories_fts.tokens` (FTS5's tokens of the analysed terms, GIN-indexed): a query term is a
 phrase of its tokens, as FTS5 reads a quoted term. The prefetch's ranking is FTS5's bm25(), computed over
-the matching rows (lexicon.py); the caller keeps those rows few (terms whose postings add up to about a
-thousand), so the rows, the phrase counts and the table totals are read in one snapshot and scored here.
+the matching rows (lexicon.py); the caller keeps those rows few (terms whose postings add up to a
+few thousand), so the rows, the phrase counts and the table totals are read in one snapshot and scored here.
 """
 
 from __future__ import annotations
@@ -18,23 +18,14 @@ from server.storage.postgres.lexicon import bm25_order, fts_tokens, instances
 from server.storage.postgres.scope import scope_sql
 from server.storage.records import CandidateRow, Scope
 
-CHUNK = 500  # rows per page of a newest-first walk
 
-
-def _match(phrases: Sequence[list[str]], *, every: bool) -> tuple[str, list[object]]:
-    """A condition on `f.tokens` that rows holding every (or any) phrase's tokens meet; exact when every
-    phrase is one token, else a superset that `instances` narrows."""
-    if every:
-        return "f.tokens @> %s::text[]", [sorted({token for phrase in phrases for token in phrase})]
+def _match(phrases: Sequence[list[str]]) -> tuple[str, list[object]]:
+    """A condition on `f.tokens` that rows holding any phrase's tokens meet; exact when every phrase is one
+    token, else a superset that `instances` narrows."""
     singles = sorted({phrase[0] for phrase in phrases if len(phrase) == 1})
     longer = sorted({tuple(phrase) for phrase in phrases if len(phrase) > 1})
     clauses = (["f.tokens && %s::text[]"] if singles else []) + ["f.tokens @> %s::text[]"] * len(longer)
     return "(" + " OR ".join(clauses) + ")", [*([singles] if singles else []), *(list(p) for p in longer)]
-
-
-def _holds(tokens: list[str], phrases: Sequence[list[str]], *, every: bool) -> bool:
-    found = (instances(tokens, phrase) > 0 for phrase in phrases)
-    return all(found) if every else any(found)
 
 
 class PostgresCandidateStore:
@@ -84,7 +75,7 @@ class PostgresCandidateStore:
         if not live or limit == 0:
             return []
         where, args = scope_sql(scope, "m")
-        match, match_args = _match(live, every=False)
+        match, match_args = _match(live)
 
         def read(conn: Conn) -> list[int]:
             totals = conn.execute("SELECT rows, tokens FROM memories_fts_totals").fetchone()
@@ -96,16 +87,6 @@ class PostgresCandidateStore:
 
         return self._db.read(read, snapshot=True)
 
-    def newest_with_terms(self, scope: Scope, terms: Sequence[str], *, every: bool, limit: int,
-                          examine: int, exclude: set[int]) -> list[int]:
-        """The newest `examine` matching memories of all sites, in pages, keeping those the scope sees."""
-        phrases = [fts_tokens(term) for term in terms]
-        if (every and not all(phrases)) or not any(phrases) or limit <= 0:
-            return []  # a phrase of no tokens matches nothing
-        live = [phrase for phrase in phrases if phrase]
-        return self._db.read(lambda conn: _newest(conn, scope, live, every=every, limit=limit, examine=examine,
-                                                  exclude=exclude))
-
     def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
         if not ids:
             return set()
@@ -116,36 +97,6 @@ class PostgresCandidateStore:
             " WHERE m.id = ANY(%s::bigint[]) AND m.conversation_id IS NOT NULL",
             [reach, reach, list(ids)]).fetchall())
         return {int(r[0]) for r in rows}
-
-
-def _newest(conn: Conn, scope: Scope, phrases: list[list[str]], *, every: bool, limit: int, examine: int,
-            exclude: set[int]) -> list[int]:
-    match, match_args = _match(phrases, every=every)
-    verify = any(len(phrase) > 1 for phrase in phrases)  # else the condition is the match itself
-    visible, scope_args = scope_sql(scope)
-    found: list[int] = []
-    examined, before = 0, None
-    while len(found) < limit and examined < examine:
-        page = CHUNK if verify else min(CHUNK, examine - examined)
-        after = "" if before is None else " AND f.id < %s"
-        rows = conn.execute(
-            f"SELECT f.id, {visible} AS visible, {'f.tokens' if verify else 'NULL'} FROM memories_fts f"
-            f" JOIN memories m ON m.id = f.id WHERE {match}{after} ORDER BY f.id DESC LIMIT %s",
-            [*scope_args, *match_args, *([] if before is None else [before]), page]).fetchall()
-        for row_id, seen, tokens in rows:
-            before = int(row_id)
-            if verify and not _holds(list(tokens), phrases, every=every):
-                continue
-            examined += 1
-            if examined > examine:
-                break
-            if seen and before not in exclude:
-                found.append(before)
-                if len(found) >= limit:
-                    break
-        if len(rows) < page:  # past the oldest match
-            break
-    return found
 
 
 def _phrase_hits(conn: Conn, phrases: Sequence[list[str]]) -> list[int]:

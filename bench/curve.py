@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+LABEL_GAP = 13  # px between the labels at the lines' right ends, so close ones do not overlap
 SERIES = (  # (label, phase, percentile, colour, dashed)
     ("recall p50", "recall", "p50_ms", "#1f77b4", False),
     ("recall p99", "recall", "p99_ms", "#1f77b4", True),
@@ -51,6 +52,7 @@ def draw(report: dict[str, Any]) -> str:
         label = f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
         out.append(f'<text x="{x(n):.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{label}</text>')
     out.append(f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle">memories</text>')
+    ends: list[tuple[float, float, str, str]] = []  # where each series' label goes: x, y, text, colour
     for label, phase, key, colour, dashed in SERIES:
         points = [(x(n), y(report["search"][str(n)][phase][key])) for n in sizes if phase in report["search"][str(n)]]
         if not points:
@@ -59,7 +61,12 @@ def draw(report: dict[str, Any]) -> str:
         dash = ' stroke-dasharray="5,4"' if dashed else ""
         out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
         out += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"/>' for px, py in points]
-        out.append(f'<text x="{points[-1][0] + 8:.1f}" y="{points[-1][1] + 4:.1f}" fill="{colour}">{label}</text>')
+        ends.append((points[-1][0] + 8, points[-1][1] + 4, label, colour))
+    placed: list[float] = []
+    for lx, ly, label, colour in sorted(ends, key=lambda end: end[1]):  # top to bottom, each below the last
+        ly = max(ly, placed[-1] + LABEL_GAP) if placed else ly
+        placed.append(ly)
+        out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" fill="{colour}">{label}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

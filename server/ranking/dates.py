@@ -7,8 +7,8 @@ without a year ("on May 7") are resolved against `anchor` (the day the text was 
 `occurred_at`, or today for a query) and are skipped without one.
 
 Written for speed and predictability rather than coverage: one compiled pattern per family, English month
-and weekday names, no locale guessing (a numeric date is ISO `YYYY-MM-DD` / `YYYY-MM` or `D/M/YYYY` is not
-read at all, since 04/05/2024 is ambiguous). It runs on every `recall` query, so it must cost microseconds.
+and weekday names, no locale guessing (numeric dates only in ISO form, `YYYY-MM-DD` and `YYYY-MM`; `D/M/YYYY`
+is not read, since 04/05/2024 is ambiguous). It runs on every `recall` query, so it must cost microseconds.
 """
 
 from __future__ import annotations
@@ -46,9 +46,6 @@ class Period:
     first: date
     last: date
     granularity: str  # day, week, month, quarter, season, year
-
-    def overlaps(self, first: date, last: date) -> bool:
-        return self.first <= last and first <= self.last
 
 
 def _pattern(body: str) -> re.Pattern[str]:

@@ -293,18 +293,18 @@ _SPAN_CACHE_SIZE = 200_000
 
 
 class DatedTexts:
-    """The periods each candidate's text names, resolved once per text and kept (a memory's text changes
-    only by an update, which changes the key)."""
+    """The periods each candidate's text names, resolved once per text and kept. Keyed by the memory and its
+    text's hash (an update changes the text, so the key; the text itself is not kept alive by the cache)."""
 
     def __init__(self, size: int = _SPAN_CACHE_SIZE) -> None:
-        self._spans: dict[tuple[int, str], tuple[int | None, tuple[tuple[int, int], ...]]] = {}
+        self._spans: dict[tuple[int, int], tuple[int | None, tuple[tuple[int, int], ...]]] = {}
         self._size = size
         self._lock = threading.Lock()
 
     def spans(self, row_id: int, text: str, occurred_at: str | None) -> tuple[int | None, tuple[tuple[int, int], ...]]:
         """The memory's own day (an ordinal; None without occurred_at) and the (first, last) day ordinals of
         each period its content names."""
-        key = (row_id, text)
+        key = (row_id, hash(text))
         found = self._spans.get(key)
         if found is None:
             anchor = _anchor(occurred_at)

@@ -169,7 +169,7 @@ def test_per_day_counts_and_conversation_counts_are_scoped(shared: LiveServer) -
                 assert http.post("/v1/memories", json={"content": f"daily {n}", "bucket": f"daily{n % 2}"}
                                  ).status_code == 201
             assert http.post("/v1/conversations/per-day-conv-1/items", json={"items": [{}]}).status_code == 201
-        from server.storage.records import Scope
+        from server.storage.scope import Scope
 
         today = time.strftime("%Y-%m-%d", time.gmtime())
         counts = dict(storage.memories.saved_per_day(Scope(site_id=site_id), f"{today}T00:00:00Z"))

@@ -15,7 +15,8 @@ from server.ranking.fusion import Candidate, document_text, rank
 from server.ranking.lexical import analyze, bm25_scores
 from server.ranking.vocabulary import WordVectors
 from server.services import open_services
-from server.storage.records import Scope, Words
+from server.storage.records import Words
+from server.storage.scope import Scope
 
 
 def unit(*xs: float) -> np.ndarray:

@@ -20,7 +20,8 @@ from server.ranking.lexical import analyzed_text, fts_phrase, prefetch_terms
 from server.ranking.recall import Retrieval
 from server.services import Services, open_services
 from server.storage.factory import open_storage
-from server.storage.records import Document, Scope, Words
+from server.storage.records import Document, Words
+from server.storage.scope import Scope
 
 from tests.conftest import make_settings
 

@@ -59,7 +59,6 @@ from server.storage.records import (
     Kept,
     LogDeletion,
     PurgeStep,
-    Scope,
     SessionRecord,
     StaleRow,
     TokenRecord,
@@ -67,6 +66,7 @@ from server.storage.records import (
     WouldBlock,
     now_rfc3339,
 )
+from server.storage.scope import Scope
 
 from conftest import make_settings
 from tests.postgres import PostgresServer

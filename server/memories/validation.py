@@ -15,7 +15,8 @@ from typing import Any
 from server.auth.principal import READ, Principal
 from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.storage import cursors
-from server.storage.records import NewMemory, Scope, now_rfc3339
+from server.storage.records import NewMemory, now_rfc3339
+from server.storage.scope import Scope
 from server.values import MAX_DEPTH, check_json_unicode, check_unicode, within_depth
 
 MAX_WORD = 64

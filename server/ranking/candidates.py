@@ -28,7 +28,8 @@ from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGH
 from server.ranking.lexical import analyze, prefetch_terms
 from server.ranking.term_arrays import TERM_IDS
 from server.storage.protocols import CandidateStore
-from server.storage.records import CandidateRow, Scope
+from server.storage.records import CandidateRow
+from server.storage.scope import Scope
 
 FULL_SCAN_LIMIT = 5000
 PREFETCH = 200

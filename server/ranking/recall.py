@@ -20,7 +20,8 @@ from server.ranking.lexical import analyze
 from server.ranking.recency import asks_for_recent, newest_first
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
-from server.storage.records import Scope, StoredMemory
+from server.storage.records import StoredMemory
+from server.storage.scope import Scope
 
 RANKINGS = ("production", "dense", "lexical")
 # Searches of the vector index made at start-up, before the server reports ready (see `warm_up`).

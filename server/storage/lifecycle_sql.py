@@ -3,7 +3,7 @@ its expiry and whether it was superseded. `mark` is the backend's placeholder.""
 
 from __future__ import annotations
 
-from server.storage.records import Scope
+from server.storage.scope import Scope
 
 
 def lifecycle_clauses(scope: Scope, alias: str, mark: str) -> tuple[list[str], list[object]]:

@@ -40,7 +40,6 @@ from server.storage.records import (
     NewMemory,
     PurgeStep,
     RawItem,
-    Scope,
     SessionRecord,
     SiteCredential,
     SiteRecord,
@@ -48,6 +47,7 @@ from server.storage.records import (
     TokenRecord,
     Words,
 )
+from server.storage.scope import Scope
 
 
 class LogStore(Protocol):

@@ -37,7 +37,7 @@ from server.memories.validation import (
 )
 from server.ranking import context
 from server.settings import Settings
-from server.storage.records import Scope
+from server.storage.scope import Scope
 
 # A count of visible memories stops here: past it a status page says "more than" (a full count walks rows).
 COUNT_CAP = 1_000_000

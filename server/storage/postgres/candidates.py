@@ -16,7 +16,8 @@ import numpy as np
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.lexicon import bm25_order, fts_tokens, instances
 from server.storage.postgres.scope import scope_sql
-from server.storage.records import CandidateRow, Scope
+from server.storage.records import CandidateRow
+from server.storage.scope import Scope
 
 
 def _match(phrases: Sequence[list[str]]) -> tuple[str, list[object]]:

@@ -33,12 +33,12 @@ from server.storage.records import (
     Inserted,
     Kept,
     NewMemory,
-    Scope,
     StaleRow,
     StoredMemory,
     Words,
     now_rfc3339,
 )
+from server.storage.scope import Scope
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"

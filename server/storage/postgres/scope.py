@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from server.storage.lifecycle_sql import lifecycle_clauses
-from server.storage.records import Scope
+from server.storage.scope import Scope
 
 
 def scope_sql(scope: Scope, alias: str = "m") -> tuple[str, list[object]]:

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from server.storage.records import CandidateRow, Scope
+from server.storage.records import CandidateRow
+from server.storage.scope import Scope
 from server.storage.sqlite.scope import marks, scope_sql
 from server.storage.sqlite.writer import Readers
 

@@ -26,12 +26,12 @@ from server.storage.records import (
     Inserted,
     Kept,
     NewMemory,
-    Scope,
     StaleRow,
     StoredMemory,
     Words,
     now_rfc3339,
 )
+from server.storage.scope import Scope
 from server.storage.sqlite.scope import marks, scope_sql
 from server.storage.sqlite.writer import Readers, Writer
 

@@ -1,0 +1,103 @@
+"""Which memories a request may see: the site, the caller's bounds and the request's own filters, as one
+`Scope` every store applies (its SQL in each backend's scope module, its vector-index filter here)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from server.index.base import Condition, IndexFilter, Range
+from server.storage.records import StoredMemory, epoch_seconds, now_rfc3339
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which memories a request may see: the site, the caller's bounds, and the request's own filters.
+
+    The keyword fields other than `site_id` are sets of allowed values (None: any); `tags` means "has every
+    tag". `occurred_after` / `occurred_before` (normalised RFC3339, as stored) keep the memories whose
+    occurred_at lies in [occurred_after, occurred_before). `current` leaves out the memories superseded by
+    the end of the window: those with a successor, unless it came at or after `occurred_before` (a memory
+    still valid when the window closes is current in it). `at` is the instant the read happens at: a memory
+    whose expires_at is at or before it is never seen.
+    """
+
+    site_id: int
+    teams: frozenset[str] | None = None
+    projects: frozenset[str] | None = None
+    buckets: frozenset[str] | None = None
+    types: frozenset[str] | None = None
+    tags: frozenset[str] = frozenset()
+    occurred_after: str | None = None
+    occurred_before: str | None = None
+    current: bool = False
+    at: str = field(default_factory=now_rfc3339, compare=False)
+
+    def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
+                 type: str | None = None, tags: Iterable[str] = ()) -> Scope:
+        return replace(self, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
+                       buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
+                       tags=self.tags | frozenset(tags))
+
+    def within(self, *, occurred_after: str | None, occurred_before: str | None) -> Scope:
+        """Narrowed to a time window (both bounds normalised RFC3339, either None)."""
+        after = max(filter(None, (self.occurred_after, occurred_after)), default=None)
+        before = min(filter(None, (self.occurred_before, occurred_before)), default=None)
+        return replace(self, occurred_after=after, occurred_before=before)
+
+    def only_current(self, current: bool = True) -> Scope:
+        return replace(self, current=current)
+
+    def superseded(self, memory: StoredMemory) -> bool:
+        """Whether the memory was superseded by the end of the window (see `current`)."""
+        if memory.superseded_by is None:
+            return False
+        return self.occurred_before is None or memory.valid_to is None or memory.valid_to < self.occurred_before
+
+    def admits(self, memory: StoredMemory) -> bool:
+        """Whether a memory read by id meets the conditions the vector index can only approximate (its
+        timestamps are whole seconds): checked on the hits of an index-only search."""
+        if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
+            return False
+        if self.occurred_before is not None and memory.occurred_at >= self.occurred_before:
+            return False
+        if memory.expires_at is not None and memory.expires_at <= self.at:
+            return False
+        return not (self.current and self.superseded(memory))
+
+    @property
+    def empty(self) -> bool:
+        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types))
+
+    def restrictions(self) -> list[tuple[str, frozenset[str]]]:
+        """(column, allowed values) for each bounded keyword column."""
+        return [(column, allowed) for column, allowed in (("team", self.teams), ("project", self.projects),
+                                                          ("bucket", self.buckets), ("type", self.types))
+                if allowed is not None]
+
+    def index_filter(self) -> IndexFilter:
+        conditions = [Condition("site", (str(self.site_id),))]
+        conditions += [Condition(column, tuple(sorted(allowed))) for column, allowed in self.restrictions()]
+        conditions += [Condition("tags", (tag,)) for tag in sorted(self.tags)]
+        # Whole seconds, widened to hold every memory of the window (the exact window is applied to the
+        # rows read back): occurred_at >= after -> floor(occurred) >= floor(after), < before -> <= floor(before).
+        ranges = []
+        if self.occurred_after is not None or self.occurred_before is not None:
+            ranges.append(Range("occurred",
+                                gte=None if self.occurred_after is None else epoch_seconds(self.occurred_after),
+                                lte=None if self.occurred_before is None else epoch_seconds(self.occurred_before)))
+        # Superseded by the window's end: valid_to < before -> floor(valid_to) <= floor(before) - 1 leaves out
+        # only memories that are (the rest is checked exactly); without an end, any valid_to.
+        excluded = []
+        if self.current:
+            excluded.append(Range("valid_to", lte=None if self.occurred_before is None
+                                  else epoch_seconds(self.occurred_before) - 1))
+        # Expired: expires_at <= at. The payload is rounded up, so ceil(expires) <= floor(at) holds only then.
+        excluded.append(Range("expires", lte=epoch_seconds(self.at)))
+        return IndexFilter(tuple(conditions), ranges=tuple(ranges), excluded=tuple(excluded))
+
+
+def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:
+    if wanted is None:
+        return allowed
+    return frozenset({wanted}) if allowed is None else allowed & {wanted}

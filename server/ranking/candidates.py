@@ -123,7 +123,6 @@ class CandidateSource:
             while len(self._cache) > self.cache_size:  # oldest entries first
                 del self._cache[next(iter(self._cache))]
 
-
     def _dense_ids(self, scope: Scope, vector: np.ndarray) -> list[int]:
         try:
             return [hit.id for hit in self.index.search(vector, where=scope.index_filter(), limit=PREFETCH)]
@@ -147,7 +146,7 @@ class CandidateSource:
         terms = sorted(set(analyze(query)))
         if not terms:
             return []
-        selective, _ = prefetch_terms(self.doc_freqs(terms), self.lexical_postings)
+        selective = prefetch_terms(self.doc_freqs(terms), self.lexical_postings)
         return self.store.best_by_terms(scope, selective, PREFETCH) if selective else []
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:

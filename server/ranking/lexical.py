@@ -301,27 +301,24 @@ def bigram_bm25_scores(
     return bm25_core(pairs, count, lengths, k1=k1, b=b, delta=delta, context=context)
 
 
-def prefetch_terms(doc_freqs: Mapping[str, int], budget: int) -> tuple[list[str], list[str]]:
-    """Split a query's distinct terms (with their document frequencies) for a bounded FTS5 prefetch:
-    (selective, common). Selective terms are the rarest, taken while their postings add up to at most
-    `budget`; common terms are the rest. Terms in no document are dropped. Both lists are sorted by
-    (frequency, term), so the split is deterministic.
+def prefetch_terms(doc_freqs: Mapping[str, int], budget: int) -> list[str]:
+    """The terms of a query (with their document frequencies) a bounded FTS5 prefetch searches: the rarest,
+    taken while their postings add up to at most `budget`, sorted by (frequency, term) so the choice is
+    deterministic. Terms in no document are dropped.
 
     Why: FTS5's bm25() scores every row matching any OR'ed term, so one common term makes a lexical
-    prefetch cost grow with the corpus. Common terms carry little idf; rows matching them are reached
-    through the other terms, the rows holding all of them, and the dense prefetch."""
+    prefetch cost grow with the corpus. Common terms carry little idf; rows matching only them are reached
+    through the dense prefetch and the neighbours of what it finds."""
     selective: list[str] = []
-    common: list[str] = []
     total = 0
     for term, df in sorted(doc_freqs.items(), key=lambda item: (item[1], item[0])):
         if df <= 0:
             continue
-        if not common and total + df <= budget:
-            selective.append(term)
-            total += df
-        else:
-            common.append(term)
-    return selective, common
+        if total + df > budget:
+            break
+        selective.append(term)
+        total += df
+    return selective
 
 
 def fts_phrase(term: str) -> str:

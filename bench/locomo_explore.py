@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from server.ranking import fusion as retrieval  # noqa: E402
 from server.ranking import lexical  # noqa: E402
+from server.ranking.candidate_set import Candidate  # noqa: E402
 from server.ranking.lexical import BM25Corpus, analyze  # noqa: E402
 
 DATA = Path("/work/shared/data/locomo/locomo_dev.json")
@@ -578,7 +579,7 @@ def production_candidates(ex: Explorer, c: str) -> list:
     texts = [retrieval.document_text(t.content, t.occurred_at) for t in ts]
     V = ex.b.embed(texts)
     return [
-        retrieval.Candidate(id=i, text=texts[i], vector=V[i], occurred_at=t.occurred_at, conversation_id=c, seq=t.seq)
+        Candidate(id=i, text=texts[i], vector=V[i], occurred_at=t.occurred_at, conversation_id=c, seq=t.seq)
         for i, t in enumerate(ts)
     ]
 
@@ -595,7 +596,7 @@ def run_latency(ex: Explorer, n: int = 150) -> None:
     c = max(b.by_conv, key=lambda x: len(b.convs[x]))
     cands = production_candidates(ex, c)
     cands_terms = [
-        retrieval.Candidate(x.id, x.text, x.vector, x.occurred_at, x.conversation_id, x.seq, terms=tuple(analyze(x.text)))
+        Candidate(x.id, x.text, x.vector, x.occurred_at, x.conversation_id, x.seq, terms=tuple(analyze(x.text)))
         for x in cands
     ]
     V = np.stack([x.vector for x in cands])

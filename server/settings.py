@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     recall_dates: bool = Field(
         True, description="Rank memories dated in a period the query names (on Dec 4, 2023; in March) higher."
     )
+    recall_speakers: bool = Field(
+        True, description="Rank the memories said by the person a query names (\"Nate: ...\") higher."
+    )
     search_min_score: float = Field(
         0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see README for calibration)."
     )

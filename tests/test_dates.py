@@ -10,6 +10,7 @@ import httpx2
 import numpy as np
 import pytest
 
+from server.ranking.candidate_set import Candidate
 from server.ranking.dates import (
     DATE_BOOST,
     MAX_PERIODS,
@@ -20,7 +21,7 @@ from server.ranking.dates import (
     periods,
     query_periods,
 )
-from server.ranking.fusion import Candidate, document_text
+from server.ranking.fusion import document_text
 
 from tests.conftest import LiveServer, serve
 

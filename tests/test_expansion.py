@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from server.auth import admin as auth
+from server.ranking.candidate_set import Candidate
 from server.ranking.expansion import expansion_terms, vocabulary_words
-from server.ranking.fusion import Candidate, document_text, rank
+from server.ranking.fusion import document_text, rank
 from server.ranking.lexical import analyze, bm25_scores
 from server.ranking.vocabulary import WordVectors
 from server.services import open_services

@@ -22,8 +22,8 @@ from server.index.edge_files import read_info, write_info
 from server.index.qdrant import METADATA_KEY, QdrantServerIndex
 from server.memories import maintenance
 from server.memories.validation import Filters, read_scope
+from server.ranking.candidate_set import Candidate
 from server.ranking.candidates import CandidateSource
-from server.ranking.fusion import Candidate
 from server.ranking.lexical import analyze
 from server.ranking.recall import Retrieval
 from server.ranking.recency import asks_for_recent, newest_first

@@ -1,7 +1,8 @@
 import numpy as np
 
 from server.ranking import fusion as retrieval
-from server.ranking.fusion import Candidate, document_text, format_date, rank
+from server.ranking.candidate_set import Candidate
+from server.ranking.fusion import document_text, format_date, rank
 
 
 def unit(*xs):

@@ -781,13 +781,18 @@ def test_candidates(storage: Storage) -> None:
     assert candidates.top_id() == max(ids) + 1
     held = {ids[0]: "never this version"}
     visible, loaded = candidates.load(scope, None, "model-a", lambda i, version: held.get(i) == version)
-    assert visible == ids and [row.id for row in loaded] == ids
+    assert visible == [(row.id, row.updated_at) for row in loaded] and [row.id for row in loaded] == ids
     assert loaded[1].terms == ["green", "appl", "pie"] and loaded[1].conversation_id == "conv-0001"
     assert loaded[1].seq == 1 and np.array_equal(loaded[1].vector, vector(len("green apple pie")))
     fresh = {row.id: row.updated_at for row in loaded}
     visible, loaded = candidates.load(scope, [ids[4], ids[0], 10**9], "model-a", lambda i, v: fresh.get(i) == v)
-    assert visible == [ids[0], ids[4]] and loaded == []
+    assert visible == [(ids[0], fresh[ids[0]]), (ids[4], fresh[ids[4]])] and loaded == []
     assert candidates.load(scope, None, "model-b", lambda i, v: False) == ([], [])
+    # Up to a limit: one more than it says the scope is larger, and nothing is read.
+    visible, loaded = candidates.load(scope, None, "model-a", lambda i, v: False, up_to=3)
+    assert len(visible) == 4 and loaded == []
+    visible, loaded = candidates.load(scope, None, "model-a", lambda i, v: False, up_to=5)
+    assert [i for i, _ in visible] == ids and [row.id for row in loaded] == ids
     best = candidates.best_by_terms(scope, ["appl"], 10)
     assert best == [ids[3], ids[0], ids[1]]  # three occurrences first; shorter before longer
     assert candidates.best_by_terms(Scope(sid, teams=frozenset({"b"})), ["appl", "sky"], 10) == [ids[4], ids[1]]
@@ -809,8 +814,8 @@ def test_a_time_window_narrows_every_read(storage: Storage) -> None:
     inside = [ids[1], ids[2]]
     candidates = storage.candidates
     assert candidates.visible_count(window, 100) == 2
-    assert candidates.load(window, None, "model-a", lambda i, v: False)[0] == inside
-    assert candidates.load(window, ids, "model-a", lambda i, v: False)[0] == inside
+    assert [i for i, _ in candidates.load(window, None, "model-a", lambda i, v: False)[0]] == inside
+    assert [i for i, _ in candidates.load(window, ids, "model-a", lambda i, v: False)[0]] == inside
     assert sorted(candidates.best_by_terms(window, ["appl"], 10)) == inside
     assert storage.memories.get(window, rows[0].reference) is None
     assert storage.memories.get(window, rows[1].reference) is not None
@@ -849,8 +854,8 @@ def test_supersede_chains(storage: Storage) -> None:
     assert {k: v.reference for k, v in storage.memories.newest(window, [a.reference]).items()} == {
         a.reference: b.reference}
     current = Scope(sid).only_current()
-    assert storage.candidates.load(current, None, "model-a", lambda i, v: False)[0] == [c.row_id]
-    assert storage.candidates.load(window.only_current(), None, "model-a", lambda i, v: False)[0] == [b.row_id]
+    assert [i for i, _ in storage.candidates.load(current, None, "model-a", lambda i, v: False)[0]] == [c.row_id]
+    assert [i for i, _ in storage.candidates.load(window.only_current(), None, "model-a", lambda i, v: False)[0]] == [b.row_id]
     assert storage.candidates.visible_count(current, 10) == 1 and storage.candidates.visible_count(Scope(sid), 10) == 3
 
     # A cycle is refused inside the transaction: a supersedes c, which supersedes (through b) a.
@@ -899,7 +904,8 @@ def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) ->
     assert storage.outbox.index_rows([gone[0].row_id])[0].payload()["expires"] == 978307200
     scope = Scope(sid)
     assert storage.candidates.visible_count(scope, 10) == 2
-    assert storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0] == [later.row_id, kept.row_id]
+    assert [i for i, _ in storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0]] == [
+        later.row_id, kept.row_id]
     assert sorted(storage.candidates.best_by_terms(scope, ["appl"], 10)) == [later.row_id, kept.row_id]
     assert storage.memories.get(scope, gone[0].reference) is None
     assert storage.memories.get(Scope(sid, at="2000-01-01T00:00:00.000000Z"), gone[0].reference) is not None

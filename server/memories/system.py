@@ -72,7 +72,8 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
                             max_content_bytes=settings.max_content_bytes),
         source=source,
         retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking,
-                            recency=settings.recall_recency, dates=settings.recall_dates),
+                            recency=settings.recall_recency, dates=settings.recall_dates,
+                            speakers=settings.recall_speakers),
         follower=follower,
     )
 

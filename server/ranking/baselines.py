@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.ranking.fusion import Candidate
+from server.ranking.candidate_set import Candidate
 from server.ranking.lexical import BM25Corpus, analyze
 
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from server.errors import Unavailable
 from server.index.base import VectorIndex
-from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, Candidate, document_text
+from server.ranking.candidate_set import Candidate, CandidateSet
+from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze, prefetch_terms
 from server.ranking.term_arrays import TERM_IDS
 from server.storage.protocols import CandidateStore
@@ -35,6 +36,9 @@ FULL_SCAN_LIMIT = 5000
 PREFETCH = 200
 # Memories kept as ready-made ranking candidates (~2.3 KB each with a 384-dimension vector).
 CANDIDATE_CACHE = 100_000
+# Candidates of the sets of scopes ranked whole kept for their next recall (`_whole`), ~0.8 KB each beyond
+# the cached candidate.
+WHOLE_SET_CANDIDATES = 1_000_000
 # The lexical prefetch ranks the query's rarest terms by BM25 while their postings add up to at most this
 # many (see `lexical_ids`).
 LEXICAL_POSTINGS = 2000
@@ -53,7 +57,7 @@ NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCOR
 class CandidateSource:
     def __init__(self, store: CandidateStore, index: VectorIndex, *, model: str,
                  full_scan_limit: int = FULL_SCAN_LIMIT, lexical_postings: int = LEXICAL_POSTINGS,
-                 cache_size: int = CANDIDATE_CACHE) -> None:
+                 cache_size: int = CANDIDATE_CACHE, whole_set_candidates: int = WHOLE_SET_CANDIDATES) -> None:
         self.store = store
         self.index = index
         self.model = model
@@ -66,19 +70,40 @@ class CandidateSource:
         self._cache_lock = threading.Lock()
         self._df_cache: dict[str, tuple[int, int]] = {}  # term -> (memories holding it, top id then)
         self._large: dict[Scope, float] = {}  # scope (its `at` aside) -> when it was counted as large
+        # scope -> the (id, version) of every memory it saw last time and the set made of them (`_whole`)
+        self._whole_sets: dict[Scope, tuple[list[tuple[int, str]], CandidateSet]] = {}
+        self.whole_set_candidates = whole_set_candidates
 
-    def candidates(self, scope: Scope, query: str, vector: np.ndarray) -> list[Candidate]:
+    def candidates(self, scope: Scope, query: str, vector: np.ndarray) -> CandidateSet:
         if not self._is_large(scope):
-            visible = self.store.visible_count(scope, self.full_scan_limit)
-            if visible == 0:
-                return []
-            if visible <= self.full_scan_limit:
-                return self._load(scope, None)
+            whole = self._whole(scope)
+            if whole is not None:
+                return whole
             self._remember_large(scope)
         ids = set(self._dense_ids(scope, vector)) | set(self.lexical_ids(scope, query))
         ids |= self.store.neighbours(sorted(ids), NEIGHBOUR_REACH)
+        if not ids:
+            return CandidateSet(())
         # The scope is applied again when loading: neighbours must be visible too.
-        return self._load(scope, sorted(ids)) if ids else []
+        visible, rows = self.store.load(scope, sorted(ids), self.model, self._fresh)
+        return CandidateSet(self._candidates(visible, rows))
+
+    def _whole(self, scope: Scope) -> CandidateSet | None:
+        """Every memory the scope sees, or None when it sees more than the full-scan limit. The set of the
+        last recall of this scope is given again while its memories and their versions are the same."""
+        visible, rows = self.store.load(scope, None, self.model, self._fresh, up_to=self.full_scan_limit)
+        if len(visible) > self.full_scan_limit:
+            return None
+        held = self._whole_sets.get(scope)
+        if held is not None and held[0] == visible:
+            return held[1]
+        whole = CandidateSet(self._candidates(visible, rows))
+        with self._cache_lock:
+            self._whole_sets.pop(scope, None)
+            self._whole_sets[scope] = (visible, whole)
+            while sum(len(s) for _, s in self._whole_sets.values()) > self.whole_set_candidates:
+                del self._whole_sets[next(iter(self._whole_sets))]  # the least recently built first
+        return whole
 
     def _is_large(self, scope: Scope) -> bool:
         """Whether the scope was counted above the full-scan limit in the last LARGE_SCOPE_SECONDS. New
@@ -97,18 +122,16 @@ class CandidateSource:
         entry = self._cache.get(row_id)
         return _candidate(row_id, entry) if entry is not None else None
 
-    def _load(self, scope: Scope, ids: Sequence[int] | None) -> list[Candidate]:
-        cache = self._cache
+    def _fresh(self, row_id: int, version: str) -> bool:
+        entry = self._cache.get(row_id)
+        return entry is not None and entry[0] == version
 
-        def fresh(row_id: int, version: str) -> bool:
-            entry = cache.get(row_id)
-            return entry is not None and entry[0] == version
-
-        visible, rows = self.store.load(scope, ids, self.model, fresh)
+    def _candidates(self, visible: Sequence[tuple[int, str]], rows: Sequence[CandidateRow]) -> list[Candidate]:
         if rows:
             self._remember(rows)
-        found = [(row_id, cache.get(row_id)) for row_id in visible]
-        # A row deleted between the two reads, or without analysed terms, is not a candidate.
+        cache = self._cache
+        found = [(row_id, cache.get(row_id)) for row_id, _ in visible]
+        # A row without analysed terms is not a candidate.
         return [_candidate(row_id, entry) for row_id, entry in found if entry is not None]
 
     def _remember(self, rows: Sequence[CandidateRow]) -> None:

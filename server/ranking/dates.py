@@ -22,7 +22,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from server.ranking.fusion import Candidate, format_date, parse_rfc3339
+from server.ranking.candidate_set import Candidate
+from server.ranking.fusion import format_date, parse_rfc3339
 
 MONTHS = {name.lower(): n for n, name in enumerate(calendar.month_name) if name}
 MONTHS.update({name.lower(): n for n, name in enumerate(calendar.month_abbr) if name})

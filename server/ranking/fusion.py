@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 
 import numpy as np
 
+from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.lexical import analyze
-from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
 # bench/locomo_explore.py, see the report there; figures before the 'round 2' block are from round 1,
@@ -86,29 +85,6 @@ BIGRAM_WEIGHT = 0.25
 LENGTH_PRIOR_WEIGHT = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One memory as the ranker sees it.
-
-    text: `document_text(content, occurred_at)` -- exactly the text that was embedded into `vector`.
-    vector: the stored unit-length embedding of `text` (float32, same model as the query vector).
-    occurred_at: RFC3339 timestamp (informational here; the date is already rendered into `text`).
-    conversation_id / seq: provenance; entries sharing conversation_id with adjacent seq are neighbours.
-    terms: optional pre-analysed `lexical.analyze(text)` (the server may pass the stored analysed text
-      split on spaces to skip re-analysis); computed from `text` when None.
-    term_ids: optional `TERM_IDS.of(terms)` (the server keeps them with its cached candidates).
-    """
-
-    id: int
-    text: str
-    vector: np.ndarray
-    occurred_at: str | None = None
-    conversation_id: str | None = None
-    seq: int | None = None
-    terms: Sequence[str] | None = field(default=None, compare=False)
-    term_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
-
-
 def parse_rfc3339(value: str) -> datetime | None:
     try:
         return datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
@@ -145,25 +121,6 @@ def _zscore(x: np.ndarray) -> np.ndarray:
         return np.zeros_like(x)
     scores: np.ndarray = (x - x.mean()) / sd
     return scores
-
-
-def neighbour_index(candidates: Sequence[Candidate], offsets: Sequence[int]) -> dict[int, np.ndarray]:
-    """offset -> array of candidate positions: for each candidate, the position of the candidate of the
-    same conversation at seq + offset, or -1 when it is not in the set (or provenance is missing)."""
-    pos: dict[tuple[str, int], int] = {}
-    for i, c in enumerate(candidates):
-        if c.conversation_id is not None and c.seq is not None:
-            pos[(c.conversation_id, c.seq)] = i
-    out: dict[int, np.ndarray] = {}
-    for off in offsets:
-        idx = np.full(len(candidates), -1, dtype=np.intp)
-        if pos:
-            for (conv, seq), i in pos.items():
-                j = pos.get((conv, seq + off))
-                if j is not None:
-                    idx[i] = j
-        out[off] = idx
-    return out
 
 
 def blend_neighbours(scores: np.ndarray, neighbours: dict[int, np.ndarray], weights: dict[int, float]) -> np.ndarray:
@@ -204,12 +161,10 @@ def fused_scores(
     n = len(candidates)
     if n == 0:
         return np.zeros(0)
-    V = np.stack([np.asarray(c.vector, dtype=np.float32) for c in candidates])
-    dense = V @ np.asarray(query_vector, dtype=np.float32)
-    neighbours = neighbour_index(candidates, sorted(set(lexical_context) | set(neighbour_weights)))
-    docs = CandidateDocuments.of([c.term_ids if c.term_ids is not None
-                                  else TERM_IDS.of(c.terms if c.terms is not None else analyze(c.text))
-                                  for c in candidates])
+    pool = CandidateSet.of(candidates)
+    dense = pool.vectors @ np.asarray(query_vector, dtype=np.float32)
+    neighbours = pool.neighbours([*lexical_context, *neighbour_weights])
+    docs = pool.documents
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
     query_terms = analyze(query)
     lex = docs.bm25(query_terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)

@@ -12,12 +12,14 @@ from embeddings.base import Embedder
 from server.errors import Unavailable
 from server.index.base import IndexFilter, VectorIndex
 from server.ranking.baselines import rank_single
+from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
 from server.ranking.dates import date_boost, query_periods
 from server.ranking.expansion import expansion_terms
-from server.ranking.fusion import Candidate, rank
+from server.ranking.fusion import rank
 from server.ranking.lexical import analyze
 from server.ranking.recency import asks_for_recent, newest_first
+from server.ranking.speakers import asked_speaker, speaker_boost, speakers
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
 from server.storage.records import StoredMemory
@@ -33,7 +35,7 @@ DEMOTION_WINDOW = 3
 class Retrieval:
     def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
                  words: WordVectors, *, ranking: str = "production", recency: bool = True,
-                 dates: bool = True) -> None:
+                 dates: bool = True, speakers: bool = True) -> None:
         self.memories = memories
         self.source = source
         self.index = index
@@ -42,6 +44,7 @@ class Retrieval:
         self.ranking = ranking  # "production"; "dense" or "lexical" alone are baselines for benchmarks
         self.recency = recency  # off only for comparisons
         self.dates = dates  # likewise
+        self.speakers = speakers  # likewise
 
     def recall(self, scope: Scope, query: str, limit: int, *, demote: bool = True) -> list[dict[str, Any]]:
         """Best first, best effort: weak matches allowed, empty only if nothing visible exists. A query that
@@ -64,15 +67,19 @@ class Retrieval:
         return self._successors_first(scope, scored, limit)
 
     def _adjustment(self, query: str, vector: np.ndarray,
-                    candidates: Sequence[Candidate]) -> Callable[[np.ndarray], np.ndarray] | None:
-        """What the query itself asks of the fused scores: memories dated in a period it names first
-        (ranking/dates.py), then, for a query about the present, the newest relevant ones (ranking/recency.py)."""
+                    candidates: CandidateSet) -> Callable[[np.ndarray], np.ndarray] | None:
+        """What the query itself asks of the fused scores: the memories said by a person it names
+        (ranking/speakers.py), memories dated in a period it names (ranking/dates.py), then, for a query
+        about the present, the newest relevant ones (ranking/recency.py)."""
+        person = self.speakers and asked_speaker(query, speakers(candidates)) is not None
         asked = query_periods(query) if self.dates else []
         recent = self.recency and asks_for_recent(query)
-        if not asked and not recent:
+        if not person and not asked and not recent:
             return None
 
         def adjust(fused: np.ndarray) -> np.ndarray:
+            if person:
+                fused = speaker_boost(fused, query, candidates)
             if asked:
                 fused = date_boost(fused, asked, candidates)
             return newest_first(fused, vector, candidates) if recent else fused

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.ranking.fusion import Candidate, parse_rfc3339
+from server.ranking.candidate_set import Candidate
+from server.ranking.fusion import parse_rfc3339
 
 RECENCY_TOP = 10
 RECENCY_DENSE_MARGIN = 0.10  # cosine

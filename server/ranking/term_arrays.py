@@ -90,7 +90,12 @@ class CandidateDocuments:
 
     @classmethod
     def of(cls, term_ids: Sequence[np.ndarray]) -> CandidateDocuments:
-        return cls(Items.of(term_ids), Items.of([pair_ids(ids) for ids in term_ids]))
+        terms = Items.of(term_ids)
+        # Every document's pairs at once: adjacent ids of the concatenation, but for those that straddle
+        # two documents (as `pair_ids` of each document would give, without a Python call per document).
+        within = terms.owner[:-1] == terms.owner[1:]
+        pairs = Items(pair_ids(terms.ids)[within], terms.owner[:-1][within], np.maximum(terms.lengths - 1, 0))
+        return cls(terms, pairs)
 
     @property
     def term_counts(self) -> np.ndarray:

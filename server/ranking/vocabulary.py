@@ -19,8 +19,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from embeddings.base import Embedder
+from server.ranking.candidate_set import Candidate
 from server.ranking.expansion import vocabulary_words
-from server.ranking.fusion import Candidate, document_text
+from server.ranking.fusion import document_text
 from server.ranking.lexical import _stem
 from server.storage.protocols import WordStore
 from server.storage.records import Words

@@ -41,21 +41,25 @@ class PostgresCandidateStore:
             [*args, up_to + 1]).fetchone())
         return int(row[0]) if row else 0
 
-    def load(self, scope: Scope, ids: Sequence[int] | None, model: str,
-             cached: Callable[[int, str], bool]) -> tuple[list[int], list[CandidateRow]]:
+    def load(self, scope: Scope, ids: Sequence[int] | None, model: str, cached: Callable[[int, str], bool],
+             up_to: int | None = None) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
         """The visible memories embedded with `model` (all, or those of `ids`), in id order; and the rows of
         those `cached(id, updated_at)` does not already hold, read in the same snapshot."""
         where, args = scope_sql(scope)
         if ids is not None:
             where += " AND m.id = ANY(%s::bigint[])"
             args.append(list(ids))
+        limit = f" LIMIT {int(up_to) + 1}" if up_to is not None else ""
 
-        def read(conn: Conn) -> tuple[list[int], list[CandidateRow]]:
-            visible = conn.execute(
+        def read(conn: Conn) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
+            # Sorted here: ORDER BY with a LIMIT may walk the primary key rather than the scope's index.
+            visible = sorted((int(row_id), str(updated_at)) for row_id, updated_at in conn.execute(
                 f"SELECT m.id, m.updated_at FROM memories m WHERE {where} AND m.vector_model = %s"
-                " AND m.vector IS NOT NULL ORDER BY m.id", [*args, model]).fetchall()
-            missing = [int(row_id) for row_id, updated_at in visible if not cached(int(row_id), str(updated_at))]
-            return [int(row_id) for row_id, _ in visible], _candidate_rows(conn, missing) if missing else []
+                f" AND m.vector IS NOT NULL{limit}", [*args, model]).fetchall())
+            if up_to is not None and len(visible) > up_to:
+                return visible, []
+            missing = [row_id for row_id, updated_at in visible if not cached(row_id, updated_at)]
+            return visible, _candidate_rows(conn, missing) if missing else []
 
         return self._db.read(read, snapshot=True)
 

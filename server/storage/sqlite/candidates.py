@@ -51,8 +51,8 @@ class SqliteCandidateStore:
             f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", [*args, up_to + 1]
         ).fetchone()[0])
 
-    def load(self, scope: Scope, ids: Sequence[int] | None, model: str,
-             cached: Callable[[int, str], bool]) -> tuple[list[int], list[CandidateRow]]:
+    def load(self, scope: Scope, ids: Sequence[int] | None, model: str, cached: Callable[[int, str], bool],
+             up_to: int | None = None) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
         """The visible memories embedded with `model` (all, or those of `ids`), in id order; and the rows of
         those `cached(id, updated_at)` does not already hold. One read transaction: the ids and the rows are
         of one state of the database."""
@@ -65,16 +65,20 @@ class SqliteCandidateStore:
             source = "memories m NOT INDEXED"
             where += f" AND m.id IN ({marks(ids)})"
             args += list(ids)
+        # Sorted here, not by ORDER BY: with a LIMIT the planner may walk the whole table in rowid order.
+        limit = f" LIMIT {int(up_to) + 1}" if up_to is not None else ""
         cursor = conn.cursor()
         cursor.row_factory = None  # plain tuples: up to thousands of rows per recall
         with _snapshot(conn):
-            visible = cursor.execute(
+            visible: list[tuple[int, str]] = sorted(cursor.execute(
                 f"SELECT m.id, m.updated_at FROM {source} WHERE {where} AND m.vector_model = ?"
-                " AND m.vector IS NOT NULL ORDER BY m.id", [*args, model]).fetchall()
+                f" AND m.vector IS NOT NULL{limit}", [*args, model]).fetchall())
+            if up_to is not None and len(visible) > up_to:
+                return visible, []
             missing = [row_id for row_id, updated_at in visible if not cached(row_id, updated_at)]
             rows = [row for start in range(0, len(missing), CHUNK)
                     for row in _candidate_rows(cursor, missing[start:start + CHUNK])]
-        return [row_id for row_id, _ in visible], rows
+        return visible, rows
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'

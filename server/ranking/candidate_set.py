@@ -1,0 +1,127 @@
+"""What recall ranks: the candidates, and the arrays the ranking computes from them, each worked out once.
+
+A `CandidateSet` is a read-only sequence of `Candidate`s that also holds, computed on first use, their
+vectors as one matrix, their analysed documents as integer arrays (server/ranking/term_arrays.py) and the
+positions of their conversation neighbours. A scope ranked whole (a bucket of a few thousand memories)
+is the same set from one recall to the next until one of its memories changes, so the candidate source
+keeps its set and the next recall skips all of that work (server/ranking/candidates.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, TypeVar, cast, overload
+
+import numpy as np
+
+from server.ranking.lexical import analyze
+from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One memory as the ranker sees it.
+
+    text: `document_text(content, occurred_at)` -- exactly the text that was embedded into `vector`.
+    vector: the stored unit-length embedding of `text` (float32, same model as the query vector).
+    occurred_at: RFC3339 timestamp (informational here; the date is already rendered into `text`).
+    conversation_id / seq: provenance; entries sharing conversation_id with adjacent seq are neighbours.
+    terms: optional pre-analysed `lexical.analyze(text)` (the server may pass the stored analysed text
+      split on spaces to skip re-analysis); computed from `text` when None.
+    term_ids: optional `TERM_IDS.of(terms)` (the server keeps them with its cached candidates).
+    """
+
+    id: int
+    text: str
+    vector: np.ndarray
+    occurred_at: str | None = None
+    conversation_id: str | None = None
+    seq: int | None = None
+    terms: Sequence[str] | None = field(default=None, compare=False)
+    term_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def analysed_ids(self) -> np.ndarray:
+        if self.term_ids is not None:
+            return self.term_ids
+        return TERM_IDS.of(self.terms if self.terms is not None else analyze(self.text))
+
+
+T = TypeVar("T")
+
+
+class CandidateSet(Sequence[Candidate]):
+    """Candidates in ranking order of ties (the order they were given), with their derived arrays."""
+
+    def __init__(self, candidates: Sequence[Candidate]) -> None:
+        self._items = tuple(candidates)
+        self._neighbours: dict[tuple[int, ...], dict[int, np.ndarray]] = {}
+        self._memos: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, candidates: Sequence[Candidate]) -> CandidateSet:
+        return candidates if isinstance(candidates, CandidateSet) else cls(candidates)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Candidate]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | Sequence[Candidate]:
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return iter(self._items)
+
+    @cached_property
+    def vectors(self) -> np.ndarray:
+        """(candidates x dimension) float32, row for row."""
+        return np.stack([np.asarray(c.vector, dtype=np.float32) for c in self._items])
+
+    @cached_property
+    def documents(self) -> CandidateDocuments:
+        return CandidateDocuments.of([c.analysed_ids() for c in self._items])
+
+    def neighbours(self, offsets: Sequence[int]) -> dict[int, np.ndarray]:
+        """offset -> array of candidate positions: for each candidate, the position of the candidate of the
+        same conversation at seq + offset, or -1 when it is not in the set (or provenance is missing)."""
+        key = tuple(sorted(set(offsets)))
+        found = self._neighbours.get(key)
+        if found is None:
+            found = neighbour_positions(self._items, key)
+            with self._lock:
+                self._neighbours[key] = found
+        return found
+
+
+    def memo(self, key: str, compute: Callable[[CandidateSet], T]) -> T:
+        """`compute(self)`, worked out on first use under `key` and kept with the set (other modules' derived
+        data, e.g. the speaker labels of server/ranking/speakers.py)."""
+        if key not in self._memos:
+            value = compute(self)
+            with self._lock:
+                self._memos.setdefault(key, value)
+        return cast(T, self._memos[key])
+
+
+def neighbour_positions(candidates: Sequence[Candidate], offsets: Sequence[int]) -> dict[int, np.ndarray]:
+    pos: dict[tuple[str, int], int] = {}
+    for i, c in enumerate(candidates):
+        if c.conversation_id is not None and c.seq is not None:
+            pos[(c.conversation_id, c.seq)] = i
+    out: dict[int, np.ndarray] = {}
+    for off in offsets:
+        idx = np.full(len(candidates), -1, dtype=np.intp)
+        for (conv, seq), i in pos.items():
+            j = pos.get((conv, seq + off))
+            if j is not None:
+                idx[i] = j
+        out[off] = idx
+    return out

@@ -18,6 +18,7 @@ from server.ranking.candidates import NEIGHBOUR_REACH, CandidateSource
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyzed_text, fts_phrase, prefetch_terms
 from server.ranking.recall import Retrieval
+from server.ranking.term_arrays import TERM_IDS
 from server.services import Services, open_services
 from server.storage.factory import open_storage
 from server.storage.records import Document, Words
@@ -113,9 +114,10 @@ def test_the_full_scan_loads_candidates_as_a_single_join_would(services: Service
     candidates = source(services)
     vector = embedder.embed_query("anything")
     loaded = candidates.candidates(scope_of(services, bucket=bucket), "anything", vector)
-    assert [(c.id, list(c.terms or [])) for c in loaded] == [(r[0], r[1].split()) for r in joined]
+    assert [(c.id, list(c.analysed_ids())) for c in loaded] == [(r[0], list(TERM_IDS.of(r[1].split())))
+                                                                  for r in joined]
     again = candidates.candidates(scope_of(services, bucket=bucket), "anything", vector)  # from the cache
-    assert [(c.id, c.terms) for c in again] == [(c.id, c.terms) for c in loaded]
+    assert [(c.id, list(c.analysed_ids())) for c in again] == [(c.id, list(c.analysed_ids())) for c in loaded]
     assert [(c.id, c.text, c.vector.tobytes()) for c in again] == [(c.id, c.text, c.vector.tobytes()) for c in loaded]
 
 
@@ -228,6 +230,6 @@ def test_the_candidate_cache_follows_changes_and_deletions(services: Services, e
 
     now = after[changed_id]
     assert now.text == document_text("The sailing club meets on Thursdays.", now.occurred_at)
-    assert "sail" in (now.terms or []) and "zebra" not in (now.terms or [])
+    assert TERM_IDS.get("sail") in now.analysed_ids() and TERM_IDS.get("zebra") not in now.analysed_ids()
     assert float(now.vector @ before[changed_id].vector) < 0.9  # the new embedding, not the cached one
     assert len(after) == len(before) - 1 and all(after[i] == before[i] for i in after if i != changed_id)

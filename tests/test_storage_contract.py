@@ -854,8 +854,10 @@ def test_supersede_chains(storage: Storage) -> None:
     assert {k: v.reference for k, v in storage.memories.newest(window, [a.reference]).items()} == {
         a.reference: b.reference}
     current = Scope(sid).only_current()
-    assert [i for i, _ in storage.candidates.load(current, None, "model-a", lambda i, v: False)[0]] == [c.row_id]
-    assert [i for i, _ in storage.candidates.load(window.only_current(), None, "model-a", lambda i, v: False)[0]] == [b.row_id]
+    def visible(scope: Scope) -> list[int]:
+        return [i for i, _ in storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0]]
+
+    assert visible(current) == [c.row_id] and visible(window.only_current()) == [b.row_id]
     assert storage.candidates.visible_count(current, 10) == 1 and storage.candidates.visible_count(Scope(sid), 10) == 3
 
     # A cycle is refused inside the transaction: a supersedes c, which supersedes (through b) a.

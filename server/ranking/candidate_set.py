@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar, cast, overload
+from typing import Any, NamedTuple, TypeVar, cast, overload
 
 import numpy as np
 
@@ -21,9 +20,9 @@ from server.ranking.lexical import analyze
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One memory as the ranker sees it.
+class Candidate(NamedTuple):
+    """One memory as the ranker sees it. A named tuple of plain values and arrays, so that the garbage
+    collector stops tracking it: the candidate cache holds up to 100k of them (server/ranking/candidates.py).
 
     text: `document_text(content, occurred_at)` -- exactly the text that was embedded into `vector`.
     vector: the stored unit-length embedding of `text` (float32, same model as the query vector).
@@ -40,8 +39,8 @@ class Candidate:
     occurred_at: str | None = None
     conversation_id: str | None = None
     seq: int | None = None
-    terms: Sequence[str] | None = field(default=None, compare=False)
-    term_ids: np.ndarray | None = field(default=None, compare=False, repr=False)
+    terms: Sequence[str] | None = None
+    term_ids: np.ndarray | None = None
 
     def analysed_ids(self) -> np.ndarray:
         if self.term_ids is not None:
@@ -80,9 +79,9 @@ class CandidateSet(Sequence[Candidate]):
     def __iter__(self) -> Iterator[Candidate]:
         return iter(self._items)
 
-    @cached_property
     def vectors(self) -> np.ndarray:
-        """(candidates x dimension) float32, row for row."""
+        """(candidates x dimension) float32, row for row. Stacked again at each call rather than kept: kept,
+        it would double the memory of the candidate cache's vectors for every set held (0.4 ms a thousand)."""
         return np.stack([np.asarray(c.vector, dtype=np.float32) for c in self._items])
 
     @cached_property
@@ -105,10 +104,16 @@ class CandidateSet(Sequence[Candidate]):
         """`compute(self)`, worked out on first use under `key` and kept with the set (other modules' derived
         data, e.g. the speaker labels of server/ranking/speakers.py)."""
         if key not in self._memos:
-            value = compute(self)
-            with self._lock:
-                self._memos.setdefault(key, value)
+            self.keep(key, compute(self))
         return cast(T, self._memos[key])
+
+    def held(self, key: str) -> Any:
+        """What `keep` kept under `key`, or None."""
+        return self._memos.get(key)
+
+    def keep(self, key: str, value: object) -> None:
+        with self._lock:
+            self._memos.setdefault(key, value)
 
 
 def neighbour_positions(candidates: Sequence[Candidate], offsets: Sequence[int]) -> dict[int, np.ndarray]:

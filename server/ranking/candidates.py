@@ -8,14 +8,14 @@ version), so only the others are read in full: their vectors and terms are most 
 Measured at 100k memories (bench/perf.py corpus, in-process, p50 per recall before -> after):
 - whether a scope is larger than FULL_SCAN_LIMIT is remembered for LARGE_SCOPE_SECONDS (a count walks
   FULL_SCAN_LIMIT rows: 3.1 ms -> 0);
-- a cached candidate is one tuple of plain values (strings, numbers, arrays), not a Candidate holding a
-  list: the garbage collector stops tracking such tuples, so its full collections no longer walk the
-  cache (before, at 60k cached candidates: 236k tracked objects and 50-115 ms pauses, the p99 of recall).
+- a cached candidate is a tuple of its version and a Candidate, itself a named tuple of plain values
+  (strings, numbers, arrays): the garbage collector stops tracking such tuples, so its full collections no
+  longer walk the cache (before, at 60k cached candidates: 236k tracked objects and 50-115 ms pauses, the
+  p99 of recall).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -36,9 +36,9 @@ FULL_SCAN_LIMIT = 5000
 PREFETCH = 200
 # Memories kept as ready-made ranking candidates (~2.3 KB each with a 384-dimension vector).
 CANDIDATE_CACHE = 100_000
-# Candidates of the sets of scopes ranked whole kept for their next recall (`_whole`), ~0.8 KB each beyond
-# the cached candidate.
-WHOLE_SET_CANDIDATES = 1_000_000
+# Candidates of the sets of scopes ranked whole kept for their next recall (`_whole`): ~0.5 KB each beyond
+# the cached candidate they share (their documents as arrays, their neighbours' positions).
+WHOLE_SET_CANDIDATES = 100_000
 # The lexical prefetch ranks the query's rarest terms by BM25 while their postings add up to at most this
 # many (see `lexical_ids`).
 LEXICAL_POSTINGS = 2000
@@ -46,9 +46,8 @@ LEXICAL_POSTINGS = 2000
 LARGE_SCOPE_SECONDS = 60.0
 LARGE_SCOPES = 4096  # scopes remembered as large (cleared when full)
 
-# A cached candidate: its version (updated_at), then text, vector, occurred_at, conversation_id, seq, terms
-# and term ids, as in `Candidate`.
-Entry = tuple[str, str, np.ndarray, str | None, str | None, int | None, tuple[str, ...], np.ndarray]
+# A cached candidate: its version (updated_at) and the candidate.
+Entry = tuple[str, Candidate]
 DF_CACHE_TERMS = 100_000  # distinct query terms whose document frequency is kept (see `doc_freqs`)
 # How far (in conversation seq) the ranking looks at neighbours; prefetched candidates bring theirs along.
 NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCORE_WEIGHTS))
@@ -120,7 +119,7 @@ class CandidateSource:
 
     def cached(self, row_id: int) -> Candidate | None:
         entry = self._cache.get(row_id)
-        return _candidate(row_id, entry) if entry is not None else None
+        return entry[1] if entry is not None else None
 
     def _fresh(self, row_id: int, version: str) -> bool:
         entry = self._cache.get(row_id)
@@ -132,15 +131,16 @@ class CandidateSource:
         cache = self._cache
         found = [(row_id, cache.get(row_id)) for row_id, _ in visible]
         # A row without analysed terms is not a candidate.
-        return [_candidate(row_id, entry) for row_id, entry in found if entry is not None]
+        return [entry[1] for _, entry in found if entry is not None]
 
     def _remember(self, rows: Sequence[CandidateRow]) -> None:
-        intern = sys.intern  # a site's rows share their words: one string per distinct term
         entries: dict[int, Entry] = {}
         for row in rows:
-            terms = tuple(map(intern, row.terms))
-            entries[row.id] = (row.updated_at, document_text(row.content, row.occurred_at), row.vector,
-                               row.occurred_at, row.conversation_id, row.seq, terms, TERM_IDS.of(terms))
+            # The terms as ids only (their strings would be ~180 bytes more a candidate).
+            candidate = Candidate(id=row.id, text=document_text(row.content, row.occurred_at), vector=row.vector,
+                                  occurred_at=row.occurred_at, conversation_id=row.conversation_id, seq=row.seq,
+                                  term_ids=TERM_IDS.of(row.terms))
+            entries[row.id] = (row.updated_at, candidate)
         with self._cache_lock:
             self._cache.update(entries)
             while len(self._cache) > self.cache_size:  # oldest entries first
@@ -192,9 +192,3 @@ class CandidateSource:
             cache.update((term, (df, top)) for term, df in found.items())
             out.update(found)
         return out
-
-
-def _candidate(row_id: int, entry: Entry) -> Candidate:
-    _, text, vector, occurred_at, conversation_id, seq, terms, term_ids = entry
-    return Candidate(id=row_id, text=text, vector=vector, occurred_at=occurred_at, conversation_id=conversation_id,
-                     seq=seq, terms=terms, term_ids=term_ids)

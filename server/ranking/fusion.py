@@ -162,7 +162,7 @@ def fused_scores(
     if n == 0:
         return np.zeros(0)
     pool = CandidateSet.of(candidates)
-    dense = pool.vectors @ np.asarray(query_vector, dtype=np.float32)
+    dense = pool.vectors() @ np.asarray(query_vector, dtype=np.float32)
     neighbours = pool.neighbours([*lexical_context, *neighbour_weights])
     docs = pool.documents
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]

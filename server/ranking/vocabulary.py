@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from embeddings.base import Embedder
-from server.ranking.candidate_set import Candidate
+from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.expansion import vocabulary_words
 from server.ranking.fusion import document_text
 from server.ranking.lexical import _stem
@@ -142,28 +142,40 @@ class WordVectors:
 
     def pool(self, site_id: int, candidates: Sequence[Candidate]) -> tuple[list[str], np.ndarray]:
         """The candidates' distinct words as (stems, vectors), row for row. Each candidate's rows are
-        worked out once and kept while its text is unchanged."""
+        worked out once and kept while its text is unchanged; a CandidateSet keeps its whole pool once every
+        word of it has its vector (a set reused for an unchanged scope skips this)."""
         site = self._sites.get(site_id)
         if site is None or not candidates:
             return [], np.empty((0, self.embedder.dimension), dtype=np.float32)
         matrix, stems = site.matrix, site.stems  # rows already present never change
+        # The set keeps the words and their rows, not a copy of their vectors (a few MB for a large bucket).
+        key = f"words of site {site_id}"
+        if isinstance(candidates, CandidateSet) and (held := candidates.held(key)) is not None:
+            words, rows = held
+            return words, matrix[rows]
         cache = self._candidate_rows
         parts = []
+        complete = True
         for c in candidates:
-            key = (site_id, c.id, c.text)
-            rows = cache.get(key)
+            row_key = (site_id, c.id, c.text)
+            rows = cache.get(row_key)
             if rows is None:
                 words = vocabulary_words(c.text)
                 rows = np.fromiter((site.rows[w] for w in words if w in site.rows), dtype=np.intp)
                 if len(rows) == len(words):  # a word still being embedded: work it out again next time
                     with self._lock:
-                        cache[key] = rows
+                        cache[row_key] = rows
                         while len(cache) > CANDIDATE_WORD_CACHE:
                             cache.pop(next(iter(cache)))
+                else:
+                    complete = False
             parts.append(rows)
         unique = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.intp)
-        unique = unique[unique < len(matrix)]  # rows added after `matrix` was read are left out
-        return [stems[i] for i in unique], matrix[unique]
+        present = unique[unique < len(matrix)]  # rows added after `matrix` was read are left out
+        words = [stems[i] for i in present]
+        if complete and len(present) == len(unique) and isinstance(candidates, CandidateSet):
+            candidates.keep(key, (words, present))
+        return words, matrix[present]
 
     def for_query(self, site_id: int, query: str) -> dict[str, np.ndarray]:
         """Vectors of the query's words: the site's, or embedded now and cached for the others."""

@@ -249,6 +249,13 @@ SCHEMA = [
         INSERT INTO memory_changes (id, deleted) VALUES (new.id, 0);
     END;
     """,
+    # 11: recall's list of what a scope sees (server/storage/sqlite/candidates.py `load`) read from an index
+    # holding every column it tests, rather than from the rows, which are ~2 KB each with their vector: a
+    # bucket of 1,000 of 100k memories in 0.4 ms instead of 1.3 ms mapped and 1.7 ms unmapped.
+    """
+    CREATE INDEX memories_candidates ON memories (site_id, bucket, vector_model, team, project, type, expires_at,
+        superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
+    """,
 ]
 
 

@@ -10,7 +10,7 @@ keeps its set and the next recall skips all of that work (server/ranking/candida
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property
 from typing import Any, NamedTuple, TypeVar, cast, overload
 
@@ -21,8 +21,7 @@ from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 
 class Candidate(NamedTuple):
-    """One memory as the ranker sees it. A named tuple of plain values and arrays, so that the garbage
-    collector stops tracking it: the candidate cache holds up to 100k of them (server/ranking/candidates.py).
+    """One memory as the ranker sees it.
 
     text: `document_text(content, occurred_at)` -- exactly the text that was embedded into `vector`.
     vector: the stored unit-length embedding of `text` (float32, same model as the query vector).
@@ -43,9 +42,21 @@ class Candidate(NamedTuple):
     term_ids: np.ndarray | None = None
 
     def analysed_ids(self) -> np.ndarray:
-        if self.term_ids is not None:
-            return self.term_ids
-        return TERM_IDS.of(self.terms if self.terms is not None else analyze(self.text))
+        return analysed_ids(self)
+
+
+# A Candidate's fields as a plain tuple, in the same order. What the candidate cache and the sets hold: the
+# garbage collector stops tracking a plain tuple of strings, numbers and arrays (not a named tuple), so its
+# full collections do not walk the 100k cached candidates (server/ranking/candidates.py).
+Row = tuple[int, str, np.ndarray, str | None, str | None, int | None, Sequence[str] | None, np.ndarray | None]
+ID, TEXT, VECTOR, OCCURRED_AT, CONVERSATION_ID, SEQ, TERMS, TERM_ID_ARRAY = range(8)
+
+
+def analysed_ids(row: Row) -> np.ndarray:
+    _, text, _, _, _, _, terms, term_ids = row
+    if term_ids is not None:
+        return term_ids
+    return TERM_IDS.of(terms if terms is not None else analyze(text))
 
 
 T = TypeVar("T")
@@ -54,8 +65,8 @@ T = TypeVar("T")
 class CandidateSet(Sequence[Candidate]):
     """Candidates in ranking order of ties (the order they were given), with their derived arrays."""
 
-    def __init__(self, candidates: Sequence[Candidate]) -> None:
-        self._items = tuple(candidates)
+    def __init__(self, candidates: Iterable[Candidate]) -> None:
+        self._rows: tuple[Row, ...] = tuple(tuple(c) for c in candidates)  # type: ignore[misc]
         self._neighbours: dict[tuple[int, ...], dict[int, np.ndarray]] = {}
         self._memos: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -64,8 +75,14 @@ class CandidateSet(Sequence[Candidate]):
     def of(cls, candidates: Sequence[Candidate]) -> CandidateSet:
         return candidates if isinstance(candidates, CandidateSet) else cls(candidates)
 
+    @classmethod
+    def of_rows(cls, rows: Iterable[Row]) -> CandidateSet:
+        made = cls(())
+        made._rows = tuple(rows)
+        return made
+
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._rows)
 
     @overload
     def __getitem__(self, index: int) -> Candidate: ...
@@ -74,19 +91,25 @@ class CandidateSet(Sequence[Candidate]):
     def __getitem__(self, index: slice) -> Sequence[Candidate]: ...
 
     def __getitem__(self, index: int | slice) -> Candidate | Sequence[Candidate]:
-        return self._items[index]
+        if isinstance(index, slice):
+            return [Candidate._make(row) for row in self._rows[index]]
+        return Candidate._make(self._rows[index])
 
     def __iter__(self) -> Iterator[Candidate]:
-        return iter(self._items)
+        return map(Candidate._make, self._rows)
+
+    def column(self, field: int) -> list[Any]:
+        """One field (ID, TEXT, ...) of every candidate, without making Candidates."""
+        return [row[field] for row in self._rows]
 
     def vectors(self) -> np.ndarray:
         """(candidates x dimension) float32, row for row. Stacked again at each call rather than kept: kept,
         it would double the memory of the candidate cache's vectors for every set held (0.4 ms a thousand)."""
-        return np.stack([np.asarray(c.vector, dtype=np.float32) for c in self._items])
+        return np.stack([np.asarray(row[VECTOR], dtype=np.float32) for row in self._rows])
 
     @cached_property
     def documents(self) -> CandidateDocuments:
-        return CandidateDocuments.of([c.analysed_ids() for c in self._items])
+        return CandidateDocuments.of([analysed_ids(row) for row in self._rows])
 
     def neighbours(self, offsets: Sequence[int]) -> dict[int, np.ndarray]:
         """offset -> array of candidate positions: for each candidate, the position of the candidate of the
@@ -94,11 +117,10 @@ class CandidateSet(Sequence[Candidate]):
         key = tuple(sorted(set(offsets)))
         found = self._neighbours.get(key)
         if found is None:
-            found = neighbour_positions(self._items, key)
+            found = neighbour_positions(self.column(CONVERSATION_ID), self.column(SEQ), key)
             with self._lock:
                 self._neighbours[key] = found
         return found
-
 
     def memo(self, key: str, compute: Callable[[CandidateSet], T]) -> T:
         """`compute(self)`, worked out on first use under `key` and kept with the set (other modules' derived
@@ -116,14 +138,15 @@ class CandidateSet(Sequence[Candidate]):
             self._memos.setdefault(key, value)
 
 
-def neighbour_positions(candidates: Sequence[Candidate], offsets: Sequence[int]) -> dict[int, np.ndarray]:
+def neighbour_positions(conversations: Sequence[str | None], seqs: Sequence[int | None],
+                        offsets: Sequence[int]) -> dict[int, np.ndarray]:
     pos: dict[tuple[str, int], int] = {}
-    for i, c in enumerate(candidates):
-        if c.conversation_id is not None and c.seq is not None:
-            pos[(c.conversation_id, c.seq)] = i
+    for i, (conversation, seq) in enumerate(zip(conversations, seqs, strict=True)):
+        if conversation is not None and seq is not None:
+            pos[(conversation, seq)] = i
     out: dict[int, np.ndarray] = {}
     for off in offsets:
-        idx = np.full(len(candidates), -1, dtype=np.intp)
+        idx = np.full(len(conversations), -1, dtype=np.intp)
         for (conv, seq), i in pos.items():
             j = pos.get((conv, seq + off))
             if j is not None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from server.errors import Unavailable
 from server.index.base import VectorIndex
-from server.ranking.candidate_set import Candidate, CandidateSet
+from server.ranking.candidate_set import Candidate, CandidateSet, Row
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze, prefetch_terms
 from server.ranking.term_arrays import TERM_IDS
@@ -46,8 +46,8 @@ LEXICAL_POSTINGS = 2000
 LARGE_SCOPE_SECONDS = 60.0
 LARGE_SCOPES = 4096  # scopes remembered as large (cleared when full)
 
-# A cached candidate: its version (updated_at) and the candidate.
-Entry = tuple[str, Candidate]
+# A cached candidate: its version (updated_at) and the candidate's fields (a plain tuple, see `Row`).
+Entry = tuple[str, Row]
 DF_CACHE_TERMS = 100_000  # distinct query terms whose document frequency is kept (see `doc_freqs`)
 # How far (in conversation seq) the ranking looks at neighbours; prefetched candidates bring theirs along.
 NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCORE_WEIGHTS))
@@ -85,7 +85,7 @@ class CandidateSource:
             return CandidateSet(())
         # The scope is applied again when loading: neighbours must be visible too.
         visible, rows = self.store.load(scope, sorted(ids), self.model, self._fresh)
-        return CandidateSet(self._candidates(visible, rows))
+        return CandidateSet.of_rows(self._candidates(visible, rows))
 
     def _whole(self, scope: Scope) -> CandidateSet | None:
         """Every memory the scope sees, or None when it sees more than the full-scan limit. The set of the
@@ -96,7 +96,7 @@ class CandidateSource:
         held = self._whole_sets.get(scope)
         if held is not None and held[0] == visible:
             return held[1]
-        whole = CandidateSet(self._candidates(visible, rows))
+        whole = CandidateSet.of_rows(self._candidates(visible, rows))
         with self._cache_lock:
             self._whole_sets.pop(scope, None)
             self._whole_sets[scope] = (visible, whole)
@@ -119,13 +119,13 @@ class CandidateSource:
 
     def cached(self, row_id: int) -> Candidate | None:
         entry = self._cache.get(row_id)
-        return entry[1] if entry is not None else None
+        return Candidate._make(entry[1]) if entry is not None else None
 
     def _fresh(self, row_id: int, version: str) -> bool:
         entry = self._cache.get(row_id)
         return entry is not None and entry[0] == version
 
-    def _candidates(self, visible: Sequence[tuple[int, str]], rows: Sequence[CandidateRow]) -> list[Candidate]:
+    def _candidates(self, visible: Sequence[tuple[int, str]], rows: Sequence[CandidateRow]) -> list[Row]:
         if rows:
             self._remember(rows)
         cache = self._cache
@@ -137,10 +137,9 @@ class CandidateSource:
         entries: dict[int, Entry] = {}
         for row in rows:
             # The terms as ids only (their strings would be ~180 bytes more a candidate).
-            candidate = Candidate(id=row.id, text=document_text(row.content, row.occurred_at), vector=row.vector,
-                                  occurred_at=row.occurred_at, conversation_id=row.conversation_id, seq=row.seq,
-                                  term_ids=TERM_IDS.of(row.terms))
-            entries[row.id] = (row.updated_at, candidate)
+            entries[row.id] = (row.updated_at, (row.id, document_text(row.content, row.occurred_at), row.vector,
+                                                row.occurred_at, row.conversation_id, row.seq, None,
+                                                TERM_IDS.of(row.terms)))
         with self._cache_lock:
             self._cache.update(entries)
             while len(self._cache) > self.cache_size:  # oldest entries first

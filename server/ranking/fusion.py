@@ -24,7 +24,6 @@ The candidate set is scored as a whole: normalisation statistics and BM25 idf ar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -192,10 +191,27 @@ def rank(
     3 standard deviations above it. It is monotone in the ranking and relative to the candidate set,
     so compare scores within one call, not across calls. Ties keep candidate order.
     """
-    if limit <= 0 or not candidates:
+    pool = CandidateSet.of(candidates)
+    return [(pool[i], score) for i, score in ranked_positions(query, query_vector, pool, limit=limit,
+                                                              expansion=expansion, adjust=adjust)]
+
+
+def ranked_positions(
+    query: str,
+    query_vector: np.ndarray,
+    candidates: CandidateSet,
+    *,
+    limit: int,
+    expansion: Mapping[str, float] | None = None,
+    adjust: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> list[tuple[int, float]]:
+    """`rank` as (position in `candidates`, score): no Candidate is made."""
+    if limit <= 0 or not len(candidates):
         return []
     f = fused_scores(query, query_vector, candidates, expansion=expansion)
     if adjust is not None:
         f = adjust(f)
     order = np.argsort(-f, kind="stable")[:limit]
-    return [(candidates[i], 1.0 / (1.0 + math.exp(-float(f[i])))) for i in order]
+    with np.errstate(over="ignore"):  # a score far below the rest is 0
+        scores = 1.0 / (1.0 + np.exp(-f[order]))
+    return list(zip(order.tolist(), scores.tolist(), strict=True))

@@ -12,11 +12,11 @@ from embeddings.base import Embedder
 from server.errors import Unavailable
 from server.index.base import IndexFilter, VectorIndex
 from server.ranking.baselines import rank_single
-from server.ranking.candidate_set import Candidate, CandidateSet
+from server.ranking.candidate_set import ID, Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
 from server.ranking.dates import date_boost, query_periods
 from server.ranking.expansion import expansion_terms
-from server.ranking.fusion import rank
+from server.ranking.fusion import ranked_positions
 from server.ranking.lexical import analyze
 from server.ranking.recency import asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
@@ -56,12 +56,14 @@ class Retrieval:
         vector = self.embedder.embed_query(query)
         candidates = self.source.candidates(scope, query, vector)
         if self.ranking == "production":
-            ranked = rank(query, vector, candidates, limit=len(candidates),
-                          expansion=self.expansion(scope.site_id, query, candidates),
-                          adjust=self._adjustment(query, vector, candidates))
+            ids = candidates.column(ID)
+            scored = [(ids[i], score) for i, score in ranked_positions(
+                query, vector, candidates, limit=len(candidates),
+                expansion=self.expansion(scope.site_id, query, candidates),
+                adjust=self._adjustment(query, vector, candidates))]
         else:
-            ranked = rank_single(self.ranking, query, vector, candidates, limit=len(candidates))
-        scored = [(c.id, score) for c, score in ranked]
+            scored = [(c.id, score) for c, score in rank_single(self.ranking, query, vector, candidates,
+                                                                 limit=len(candidates))]
         if not demote:
             return self._hits(scored[:limit])
         return self._successors_first(scope, scored, limit)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.ranking.candidate_set import CandidateSet
+from server.ranking.candidate_set import TEXT, CandidateSet
 
 SPEAKER_BOOST = 1.5
 MIN_TURNS = 2  # a label heading a single memory is as likely a heading ("Note: ...") as a speaker
@@ -45,7 +45,7 @@ def speaker_of(text: str) -> str | None:
 
 def speakers(candidates: CandidateSet) -> list[str | None]:
     """Each candidate's speaker label, or None; worked out once per candidate set."""
-    return candidates.memo("speakers", lambda pool: [speaker_of(c.text) for c in pool])
+    return candidates.memo("speakers", lambda pool: [speaker_of(text) for text in pool.column(TEXT)])
 
 
 def asked_speaker(query: str, labels: Sequence[str | None]) -> str | None:

@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     recall_speakers: bool = Field(
         True, description="Rank the memories said by the person a query names (\"Nate: ...\") higher."
     )
+    recall_answers: bool = Field(
+        True, description="Rank memories holding the kind of answer a query asks for (a time, a number, a name) "
+                          "higher."
+    )
     search_min_score: float = Field(
         0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see README for calibration)."
     )

@@ -73,7 +73,7 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
         source=source,
         retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking,
                             recency=settings.recall_recency, dates=settings.recall_dates,
-                            speakers=settings.recall_speakers),
+                            speakers=settings.recall_speakers, answers=settings.recall_answers),
         follower=follower,
     )
 

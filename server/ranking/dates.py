@@ -309,7 +309,7 @@ class DatedTexts:
         found = self._spans.get(key)
         if found is None:
             anchor = _anchor(occurred_at)
-            content = _content(text, occurred_at)
+            content = content_of(text, occurred_at)
             named = periods(content, anchor)
             found = (anchor.toordinal() if anchor is not None else None,
                      tuple((p.first.toordinal(), p.last.toordinal()) for p in named))
@@ -320,7 +320,7 @@ class DatedTexts:
         return found
 
 
-def _content(text: str, occurred_at: str | None) -> str:
+def content_of(text: str, occurred_at: str | None) -> str:
     """The candidate's text without the '[8 May 2023] ' date prefix document_text gave it."""
     date_text = format_date(occurred_at)
     prefix = f"[{date_text}] " if date_text else None

@@ -11,6 +11,7 @@ import numpy as np
 from embeddings.base import Embedder
 from server.errors import Unavailable
 from server.index.base import IndexFilter, VectorIndex
+from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
@@ -35,7 +36,7 @@ DEMOTION_WINDOW = 3
 class Retrieval:
     def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
                  words: WordVectors, *, ranking: str = "production", recency: bool = True,
-                 dates: bool = True, speakers: bool = True) -> None:
+                 dates: bool = True, speakers: bool = True, answers: bool = True) -> None:
         self.memories = memories
         self.source = source
         self.index = index
@@ -45,6 +46,7 @@ class Retrieval:
         self.recency = recency  # off only for comparisons
         self.dates = dates  # likewise
         self.speakers = speakers  # likewise
+        self.answers = answers  # likewise
 
     def recall(self, scope: Scope, query: str, limit: int, *, demote: bool = True) -> list[dict[str, Any]]:
         """Best first, best effort: weak matches allowed, empty only if nothing visible exists. A query that
@@ -71,17 +73,21 @@ class Retrieval:
     def _adjustment(self, query: str, vector: np.ndarray,
                     candidates: CandidateSet) -> Callable[[np.ndarray], np.ndarray] | None:
         """What the query itself asks of the fused scores: the memories said by a person it names
-        (ranking/speakers.py), memories dated in a period it names (ranking/dates.py), then, for a query
+        (ranking/speakers.py), those holding the kind of answer it asks for (a time, a number, a name:
+        ranking/answers.py), memories dated in a period it names (ranking/dates.py), then, for a query
         about the present, the newest relevant ones (ranking/recency.py)."""
         person = self.speakers and asked_speaker(query, speakers(candidates)) is not None
+        kinds = asked_kinds(query) if self.answers else []
         asked = query_periods(query) if self.dates else []
         recent = self.recency and asks_for_recent(query)
-        if not person and not asked and not recent:
+        if not person and not kinds and not asked and not recent:
             return None
 
         def adjust(fused: np.ndarray) -> np.ndarray:
             if person:
                 fused = speaker_boost(fused, query, candidates)
+            if kinds:
+                fused = answer_boost(fused, kinds, candidates)
             if asked:
                 fused = date_boost(fused, asked, candidates)
             return newest_first(fused, vector, candidates) if recent else fused

@@ -9,7 +9,7 @@ import httpx2
 import numpy as np
 import pytest
 
-from server.ranking.answers import MAX_FRACTION, NAME, NUMBER_KIND, TIME, MemoryKinds, answer_boost, asked_kinds
+from server.ranking.answers import MAX_FRACTION, NAME, NUMBER_KIND, TIME, answer_boost, asked_kinds, read_kinds
 from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.fusion import document_text
 
@@ -48,7 +48,7 @@ def test_the_kind_a_query_asks_for(query: str, kinds: list[str]) -> None:
     ("The cafe opened", False, False, ()),
 ])
 def test_what_a_memory_holds(content: str, time: bool, number: bool, names: tuple[str, ...]) -> None:
-    assert MemoryKinds().of(1, document_text(content, AT), AT) == (time, number, names)
+    assert read_kinds(document_text(content, AT), AT) == (time, number, names)
 
 
 def _pool(contents: list[str]) -> CandidateSet:

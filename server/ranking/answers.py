@@ -20,13 +20,13 @@ holds the name kind back (without it R@1 0.675).
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from server.ranking.candidate_set import ID, OCCURRED_AT, TEXT, CandidateSet
-from server.ranking.dates import DATED_TEXTS, content_of
+from server.ranking.dates import content_of, read_spans
+from server.ranking.per_text import PerText
 from server.ranking.speakers import speaker_of, speakers
 
 MAX_FRACTION = 0.3
@@ -66,32 +66,20 @@ def asked_kinds(query: str) -> list[Kind]:
     return [kind for kind in KINDS if kind.asks.search(query)]
 
 
-class MemoryKinds:
-    """Per memory, read once and kept (keyed by its id and its text's hash, like DatedTexts): whether it
-    tells a time, whether it has a number, and the capitalised words of its content after a speaker label."""
-
-    def __init__(self, size: int = 200_000) -> None:
-        self._found: dict[tuple[int, int], tuple[bool, bool, tuple[str, ...]]] = {}
-        self._size = size
-        self._lock = threading.Lock()
-
-    def of(self, row_id: int, text: str, occurred_at: str | None) -> tuple[bool, bool, tuple[str, ...]]:
-        key = (row_id, hash(text))
-        found = self._found.get(key)
-        if found is None:
-            content = content_of(text, occurred_at)
-            _, named = DATED_TEXTS.spans(row_id, text, occurred_at)
-            said = content.split(":", 1)[1] if speaker_of(content) else content
-            found = (bool(named) or TIME_WORDS.search(content) is not None, NUMBER.search(content) is not None,
-                     tuple(dict.fromkeys(CAPITALISED.findall(said.strip()))))
-            with self._lock:
-                if len(self._found) >= self._size:
-                    self._found.clear()  # rare: refilled by the next queries asking for a kind
-                self._found[key] = found
-        return found
+Held = tuple[bool, bool, tuple[str, ...]]
 
 
-MEMORY_KINDS = MemoryKinds()
+def read_kinds(text: str, occurred_at: str | None) -> Held:
+    """Whether the memory tells a time, whether it has a number, and the capitalised words of its content
+    after a speaker label."""
+    content = content_of(text, occurred_at)
+    _, named = read_spans(text, occurred_at)
+    said = content.split(":", 1)[1] if speaker_of(content) else content
+    return (bool(named) or TIME_WORDS.search(content) is not None, NUMBER.search(content) is not None,
+            tuple(dict.fromkeys(CAPITALISED.findall(said.strip()))))
+
+
+MEMORY_KINDS = PerText(read_kinds)
 
 
 def _holding(kind: Kind, candidates: CandidateSet) -> np.ndarray:

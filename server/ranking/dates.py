@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import calendar
 import re
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from server.ranking.candidate_set import Candidate
+from server.ranking.candidate_set import ID, OCCURRED_AT, TEXT, Candidate, CandidateSet
 from server.ranking.fusion import format_date, parse_rfc3339
+from server.ranking.per_text import SIZE, PerText
 
 MONTHS = {name.lower(): n for n, name in enumerate(calendar.month_name) if name}
 MONTHS.update({name.lower(): n for n, name in enumerate(calendar.month_abbr) if name})
@@ -290,34 +290,28 @@ DATE_BOOST = 1.0
 DATE_BEFORE_DAYS = 1
 DATE_AFTER_DAYS = 10
 FINE = frozenset({"day", "week"})  # the periods a memory's own date answers
-_SPAN_CACHE_SIZE = 200_000
 
 
-class DatedTexts:
-    """The periods each candidate's text names, resolved once per text and kept. Keyed by the memory and its
-    text's hash (an update changes the text, so the key; the text itself is not kept alive by the cache)."""
+Spans = tuple[int | None, tuple[tuple[int, int], ...]]
 
-    def __init__(self, size: int = _SPAN_CACHE_SIZE) -> None:
-        self._spans: dict[tuple[int, int], tuple[int | None, tuple[tuple[int, int], ...]]] = {}
-        self._size = size
-        self._lock = threading.Lock()
 
-    def spans(self, row_id: int, text: str, occurred_at: str | None) -> tuple[int | None, tuple[tuple[int, int], ...]]:
-        """The memory's own day (an ordinal; None without occurred_at) and the (first, last) day ordinals of
-        each period its content names."""
-        key = (row_id, hash(text))
-        found = self._spans.get(key)
-        if found is None:
-            anchor = _anchor(occurred_at)
-            content = content_of(text, occurred_at)
-            named = periods(content, anchor)
-            found = (anchor.toordinal() if anchor is not None else None,
-                     tuple((p.first.toordinal(), p.last.toordinal()) for p in named))
-            with self._lock:
-                if len(self._spans) >= self._size:
-                    self._spans.clear()  # rare: a bounded cache, refilled by the next dated queries
-                self._spans[key] = found
-        return found
+def read_spans(text: str, occurred_at: str | None) -> Spans:
+    """The memory's own day (an ordinal; None without occurred_at) and the (first, last) day ordinals of
+    each period its content names."""
+    anchor = _anchor(occurred_at)
+    named = periods(content_of(text, occurred_at), anchor)
+    return (anchor.toordinal() if anchor is not None else None,
+            tuple((p.first.toordinal(), p.last.toordinal()) for p in named))
+
+
+class DatedTexts(PerText[Spans]):
+    """The periods each candidate's text names, resolved once per text and kept (server/ranking/per_text.py)."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        super().__init__(read_spans, size)
+
+    def spans(self, row_id: int, text: str, occurred_at: str | None) -> Spans:
+        return self.of(row_id, text, occurred_at)
 
 
 def content_of(text: str, occurred_at: str | None) -> str:
@@ -350,8 +344,10 @@ def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[
     windows = [((p.first - timedelta(days=DATE_BEFORE_DAYS)).toordinal(),
                 (p.last + timedelta(days=DATE_AFTER_DAYS)).toordinal(), p.granularity in FINE) for p in asked]
     out = np.asarray(fused, dtype=np.float64).copy()
-    for i, c in enumerate(candidates):
-        own, named = texts.spans(c.id, c.text, c.occurred_at)
+    pool = CandidateSet.of(candidates)
+    for i, (row_id, text, occurred_at) in enumerate(zip(pool.column(ID), pool.column(TEXT), pool.column(OCCURRED_AT),
+                                                        strict=True)):
+        own, named = texts.spans(row_id, text, occurred_at)
         for lo, hi, fine in windows:
             if (fine and own is not None and lo <= own <= hi) or any(a <= hi and lo <= b for a, b in named):
                 out[i] += DATE_BOOST

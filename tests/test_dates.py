@@ -19,6 +19,7 @@ from server.ranking.dates import (
     Period,
     date_boost,
     periods,
+    prefetch_windows,
     query_periods,
 )
 from server.ranking.fusion import document_text
@@ -185,3 +186,10 @@ def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder
             assert response.status_code == 201, response.text
         assert _recall(server, question)[0] == SAM[1][0]
 
+
+
+def test_the_days_and_weeks_a_query_names_are_prefetch_windows_months_are_not() -> None:
+    assert prefetch_windows(periods("What was Sam doing on Dec 4, 2023?")) == [
+        ("2023-12-03T00:00:00.000000Z", "2023-12-15T00:00:00.000000Z")]
+    assert prefetch_windows(periods("Who was Maria's manager in March 2024?")) == []
+    assert len(prefetch_windows(periods("on 1 May 2023, 2 May 2023 or 3 May 2023"))) == 2  # bounded

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ import pytest
 
 from server.auth import admin as auth
 from server.memories.validation import Filters, read_scope, validate_new
+from server.ranking.candidate_set import Candidate
 from server.ranking.candidates import NEIGHBOUR_REACH, CandidateSource
+from server.ranking.dates import prefetch_windows, query_periods
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyzed_text, fts_phrase, prefetch_terms
 from server.ranking.recall import Retrieval
@@ -233,3 +236,30 @@ def test_the_candidate_cache_follows_changes_and_deletions(services: Services, e
     assert TERM_IDS.get("sail") in now.analysed_ids() and TERM_IDS.get("zebra") not in now.analysed_ids()
     assert float(now.vector @ before[changed_id].vector) < 0.9  # the new embedding, not the cached one
     assert len(after) == len(before) - 1 and all(after[i] == before[i] for i in after if i != changed_id)
+
+
+def test_a_named_day_prefetches_the_memories_dated_around_it(services: Services, embedder: Any) -> None:
+    """In a scope too large to rank whole, the index's nearest dated in the window around a day the query
+    names join the candidates, though they match neither its words nor its meaning best."""
+    principal = services.local_principal("acme")
+    writes = services.loaded_memories().writes
+    yesterday = datetime.now(UTC) - timedelta(days=1)
+    writes.remember_many(principal.site_id, [
+        *(writes.validate(content=f"Budget notes, item {i}: approved.", occurred_at=f"2023-01-{1 + i:02d}T10:00:00Z")
+          for i in range(20)),
+        *(writes.validate(content=text, occurred_at=yesterday.strftime("%Y-%m-%dT%H:%M:%SZ"))
+          for text in ("The balcony plants need water.", "Bought new running shoes.", "The cat slept all day.",
+                       "Called grandma about the holidays."))])
+    question = "What did we decide about the budget yesterday?"
+    windows = prefetch_windows(query_periods(question))
+    assert len(windows) == 1
+    small, scope = source(services, full_scan_limit=3, prefetch=3), scope_of(services)
+    vector = embedder.embed_query(question)
+
+    def dated_in_window(candidates: Iterable[Candidate]) -> set[int]:
+        return {c.id for c in candidates if c.occurred_at and windows[0][0] <= c.occurred_at < windows[0][1]}
+
+    plain = small.candidates(scope, question, vector)
+    dated = small.candidates(scope, question, vector, windows)
+    assert dated_in_window(plain) == set() and len(dated_in_window(dated)) == 3
+    assert {c.id for c in plain} <= {c.id for c in dated}

@@ -56,13 +56,15 @@ NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCOR
 class CandidateSource:
     def __init__(self, store: CandidateStore, index: VectorIndex, *, model: str,
                  full_scan_limit: int = FULL_SCAN_LIMIT, lexical_postings: int = LEXICAL_POSTINGS,
-                 cache_size: int = CANDIDATE_CACHE, whole_set_candidates: int = WHOLE_SET_CANDIDATES) -> None:
+                 cache_size: int = CANDIDATE_CACHE, whole_set_candidates: int = WHOLE_SET_CANDIDATES,
+                 prefetch: int = PREFETCH) -> None:
         self.store = store
         self.index = index
         self.model = model
         self.full_scan_limit = full_scan_limit
         self.lexical_postings = lexical_postings
         self.cache_size = cache_size
+        self.prefetch = prefetch
         # id -> (version, then the fields of its Candidate): plain values only, so the garbage collector
         # stops tracking the tuple (see the module docstring).
         self._cache: dict[int, Entry] = {}
@@ -73,13 +75,18 @@ class CandidateSource:
         self._whole_sets: dict[Scope, tuple[list[tuple[int, str]], CandidateSet]] = {}
         self.whole_set_candidates = whole_set_candidates
 
-    def candidates(self, scope: Scope, query: str, vector: np.ndarray) -> CandidateSet:
+    def candidates(self, scope: Scope, query: str, vector: np.ndarray,
+                   windows: Sequence[tuple[str, str]] = ()) -> CandidateSet:
+        """`windows`: time windows (after, before) the query names; in a large scope the vector index's
+        nearest inside each are prefetched too (see dates.prefetch_windows)."""
         if not self._is_large(scope):
             whole = self._whole(scope)
             if whole is not None:
                 return whole
             self._remember_large(scope)
         ids = set(self._dense_ids(scope, vector)) | set(self.lexical_ids(scope, query))
+        for after, before in windows:
+            ids |= set(self._dense_ids(scope.within(occurred_after=after, occurred_before=before), vector))
         ids |= self.store.neighbours(sorted(ids), NEIGHBOUR_REACH)
         if not ids:
             return CandidateSet(())
@@ -147,7 +154,7 @@ class CandidateSource:
 
     def _dense_ids(self, scope: Scope, vector: np.ndarray) -> list[int]:
         try:
-            return [hit.id for hit in self.index.search(vector, where=scope.index_filter(), limit=PREFETCH)]
+            return [hit.id for hit in self.index.search(vector, where=scope.index_filter(), limit=self.prefetch)]
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
 
@@ -169,7 +176,7 @@ class CandidateSource:
         if not terms:
             return []
         selective = prefetch_terms(self.doc_freqs(terms), self.lexical_postings)
-        return self.store.best_by_terms(scope, selective, PREFETCH) if selective else []
+        return self.store.best_by_terms(scope, selective, self.prefetch) if selective else []
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """How many memories hold each term. Reading them walks each term's postings (linear in the corpus),

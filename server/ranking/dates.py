@@ -330,6 +330,21 @@ def _anchor(occurred_at: str | None) -> date | None:
 DATED_TEXTS = DatedTexts()
 
 
+MAX_PREFETCH_WINDOWS = 2
+
+
+def prefetch_windows(asked: Sequence[Period]) -> list[tuple[str, str]]:
+    """The time windows (normalised RFC3339, half-open) of the first MAX_PREFETCH_WINDOWS days or weeks a
+    query names: in a large scope recall also prefetches the memories dated inside them, which the boost
+    ranks higher by their own date but which might match the query by neither words nor meaning."""
+    out = []
+    for period in [p for p in asked if p.granularity in FINE][:MAX_PREFETCH_WINDOWS]:
+        first = period.first - timedelta(days=DATE_BEFORE_DAYS)
+        end = period.last + timedelta(days=DATE_AFTER_DAYS + 1)
+        out.append((f"{first.isoformat()}T00:00:00.000000Z", f"{end.isoformat()}T00:00:00.000000Z"))
+    return out
+
+
 def query_periods(query: str, today: date | None = None) -> list[Period]:
     """The periods a query names; relative ones ("last week") are taken from today (UTC)."""
     return periods(query, today or datetime.now(UTC).date())

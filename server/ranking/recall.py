@@ -15,7 +15,7 @@ from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
-from server.ranking.dates import date_boost, query_periods
+from server.ranking.dates import Period, date_boost, prefetch_windows, query_periods
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
 from server.ranking.lexical import analyze
@@ -56,13 +56,14 @@ class Retrieval:
         if scope.empty:
             return []
         vector = self.embedder.embed_query(query)
-        candidates = self.source.candidates(scope, query, vector)
+        asked = query_periods(query) if self.dates and self.ranking == "production" else []
+        candidates = self.source.candidates(scope, query, vector, windows=prefetch_windows(asked))
         if self.ranking == "production":
             ids = candidates.column(ID)
             scored = [(ids[i], score) for i, score in ranked_positions(
                 query, vector, candidates, limit=len(candidates),
                 expansion=self.expansion(scope.site_id, query, candidates),
-                adjust=self._adjustment(query, vector, candidates))]
+                adjust=self._adjustment(query, vector, candidates, asked))]
         else:
             scored = [(c.id, score) for c, score in rank_single(self.ranking, query, vector, candidates,
                                                                  limit=len(candidates))]
@@ -70,15 +71,14 @@ class Retrieval:
             return self._hits(scored[:limit])
         return self._successors_first(scope, scored, limit)
 
-    def _adjustment(self, query: str, vector: np.ndarray,
-                    candidates: CandidateSet) -> Callable[[np.ndarray], np.ndarray] | None:
+    def _adjustment(self, query: str, vector: np.ndarray, candidates: CandidateSet,
+                    asked: Sequence[Period]) -> Callable[[np.ndarray], np.ndarray] | None:
         """What the query itself asks of the fused scores: the memories said by a person it names
         (ranking/speakers.py), those holding the kind of answer it asks for (a time, a number, a name:
         ranking/answers.py), memories dated in a period it names (ranking/dates.py), then, for a query
         about the present, the newest relevant ones (ranking/recency.py)."""
         person = self.speakers and asked_speaker(query, speakers(candidates)) is not None
         kinds = asked_kinds(query) if self.answers else []
-        asked = query_periods(query) if self.dates else []
         recent = self.recency and asks_for_recent(query)
         if not person and not kinds and not asked and not recent:
             return None

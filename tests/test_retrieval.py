@@ -161,3 +161,21 @@ def test_round2_constants_are_small():
     assert 0 < retrieval.BM25_DELTA <= 1
     assert 0 < retrieval.BIGRAM_WEIGHT < 1
     assert 0 < retrieval.LENGTH_PRIOR_WEIGHT < retrieval.W_LEXICAL
+
+
+def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side():
+    cands = [cand(1, "David fixed the bike", (1, 0, 0, 0)),
+             cand(2, "David's brother Tom visits on Sundays", (0, 1, 0, 0)), *fillers(10)]
+    docs = retrieval.CandidateSet(cands).documents
+    family, bike = "Who is in David's family?", "Who fixed David's bike?"
+    assert not retrieval.content_terms_found(family, retrieval.analyze(family), docs)  # only the name occurs
+    assert retrieval.content_terms_found(bike, retrieval.analyze(bike), docs)
+    q = unit(0, 1, 0, 0)
+
+    def fused(query, **weights):
+        return retrieval.fused_scores(query, q, cands, **weights)
+
+    gated = dict(w_lexical=retrieval.NAME_ONLY_W_LEXICAL, length_prior=retrieval.NAME_ONLY_LENGTH_PRIOR)
+    assert np.array_equal(fused(family), fused(family, **gated))
+    assert not np.array_equal(fused(family), fused(family, w_lexical=retrieval.W_LEXICAL))
+    assert np.array_equal(fused(bike), fused(bike, w_lexical=retrieval.W_LEXICAL))

@@ -88,11 +88,12 @@ def cand(i: int, content: str, vector: np.ndarray) -> Candidate:
 
 
 def test_rank_lifts_a_memory_that_only_shares_a_near_synonym() -> None:
-    q = unit(1, 1, 1, 1)
-    same = unit(1, 1, 1, 1.2)  # every memory looks alike to the dense side: lexical decides
-    fillers = [cand(10 + k, f"{word} notes", same) for k, word in
+    # Every memory is orthogonal to the query: the dense side scores them all exactly 0, lexical decides.
+    q, same = unit(1, 0, 0, 0), unit(0, 1, 1, 1)
+    # As long as the job memory (four terms), and before it: on a tie it comes last.
+    fillers = [cand(10 + k, f"{word} notes sunday evening", same) for k, word in
                enumerate(["garden", "kitchen", "holiday", "weather", "football", "music"])]
-    cands = [cand(1, "the new job starts monday", same)] + fillers
+    cands = [*fillers, cand(1, "the new job starts monday", same)]
     without = [c.id for c, _ in rank("career plans", q, cands, limit=7)]
     with_expansion = [c.id for c, _ in rank("career plans", q, cands, limit=7, expansion={"job": 0.4})]
     assert with_expansion[0] == 1

@@ -135,7 +135,7 @@ class CandidateSet(Sequence[Candidate]):
 
     def keep(self, key: str, value: object) -> None:
         with self._lock:
-            self._memos.setdefault(key, value)
+            self._memos[key] = value
 
 
 def neighbour_positions(conversations: Sequence[str | None], seqs: Sequence[int | None],

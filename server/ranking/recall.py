@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,8 @@ from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
 from server.storage.records import StoredMemory
 from server.storage.scope import Scope
+
+log = logging.getLogger("memory_server.memories")
 
 RANKINGS = ("production", "dense", "lexical")
 # Searches of the vector index made at start-up, before the server reports ready (see `warm_up`).
@@ -124,11 +127,16 @@ class Retrieval:
         return [{**found[i].hit_fields(), "score": round(best[i], 6)} for i in order]
 
     def warm_up(self, searches: int = WARM_UP_SEARCHES) -> None:
-        """Run the query model once and search the vector index with `searches` random directions, so the
-        first recalls after a start do not pay for first touches: at 100k memories the first ten recalls'
-        dense prefetch took 16, 14, 12, 10 ... 4 ms without it, then ~2 ms. Best effort: an index that
-        cannot be searched yet is simply not warmed."""
+        """Run the query model once, read the newest memories into the candidate cache (CandidateSource.warm)
+        and search the vector index with `searches` random directions, so the first recalls after a start do
+        not pay for first touches: at 100k memories the first ten recalls' dense prefetch took 16, 14, 12, 10
+        ... 4 ms without it, then ~2 ms. Best effort: a store or an index that cannot be read is simply not
+        warmed (recall reports it itself)."""
         self.embedder.embed_query("warm up")
+        try:
+            log.info("read %d memories into the candidate cache", self.source.warm(self.words))
+        except Exception as exc:  # noqa: BLE001 - a damaged page is reported by /readyz and the reads
+            log.warning("the candidate cache was not warmed: %s", exc)
         rng = np.random.default_rng(0)
         try:
             for _ in range(searches):

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from embeddings.base import Embedder
-from server.ranking.candidate_set import Candidate, CandidateSet
+from server.ranking.candidate_set import ID, TEXT, Candidate, CandidateSet
 from server.ranking.expansion import vocabulary_words
 from server.ranking.fusion import document_text
 from server.ranking.lexical import _stem
@@ -153,29 +153,44 @@ class WordVectors:
         if isinstance(candidates, CandidateSet) and (held := candidates.held(key)) is not None:
             words, rows = held
             return words, matrix[rows]
-        cache = self._candidate_rows
+        pool = CandidateSet.of(candidates)
         parts = []
         complete = True
-        for c in candidates:
-            row_key = (site_id, c.id, c.text)
-            rows = cache.get(row_key)
-            if rows is None:
-                words = vocabulary_words(c.text)
-                rows = np.fromiter((site.rows[w] for w in words if w in site.rows), dtype=np.intp)
-                if len(rows) == len(words):  # a word still being embedded: work it out again next time
-                    with self._lock:
-                        cache[row_key] = rows
-                        while len(cache) > CANDIDATE_WORD_CACHE:
-                            cache.pop(next(iter(cache)))
-                else:
-                    complete = False
+        for row_id, text in zip(pool.column(ID), pool.column(TEXT), strict=True):
+            rows, known = self._rows_of(site, site_id, row_id, text)
             parts.append(rows)
+            complete = complete and known
         unique = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.intp)
         present = unique[unique < len(matrix)]  # rows added after `matrix` was read are left out
         words = [stems[i] for i in present]
         if complete and len(present) == len(unique) and isinstance(candidates, CandidateSet):
             candidates.keep(key, (words, present))
         return words, matrix[present]
+
+    def _rows_of(self, site: _SiteWords, site_id: int, row_id: int, text: str) -> tuple[np.ndarray, bool]:
+        """A memory's words as rows of its site's matrix, and whether every one of them has its row yet;
+        kept while its text is unchanged, once complete."""
+        key = (site_id, row_id, text)
+        rows = self._candidate_rows.get(key)
+        if rows is not None:
+            return rows, True
+        words = vocabulary_words(text)
+        rows = np.fromiter((site.rows[w] for w in words if w in site.rows), dtype=np.intp)
+        if len(rows) < len(words):  # a word still being embedded: work it out again next time
+            return rows, False
+        with self._lock:
+            cache = self._candidate_rows
+            cache[key] = rows
+            while len(cache) > CANDIDATE_WORD_CACHE:
+                cache.pop(next(iter(cache)))
+        return rows, True
+
+    def warm(self, memories: Iterable[tuple[int, int, str]]) -> None:
+        """Work out the word rows of these (site id, memory id, document text), as their first recall would."""
+        for site_id, row_id, text in memories:
+            site = self._sites.get(site_id)
+            if site is not None:
+                self._rows_of(site, site_id, row_id, text)
 
     def for_query(self, site_id: int, query: str) -> dict[str, np.ndarray]:
         """Vectors of the query's words: the site's, or embedded now and cached for the others."""

@@ -357,6 +357,11 @@ class CandidateStore(Protocol):
         store. With `up_to`, at most `up_to` + 1 of them, and no rows when there are more than `up_to`."""
         ...
 
+    def newest(self, model: str, limit: int) -> Iterator[list[CandidateRow]]:
+        """The rows of the newest `limit` memories embedded with `model` (of every site), in id order, a chunk
+        at a time: what start-up reads into recall's candidate cache."""
+        ...
+
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """How many memories (of every site) hold each analysed term."""
         ...

@@ -331,6 +331,7 @@ class CandidateRow:
     """What recall ranks a memory by: its text, vector, analysed terms and conversation position."""
 
     id: int
+    site_id: int
     updated_at: str
     content: str
     occurred_at: str

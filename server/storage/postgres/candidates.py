@@ -8,7 +8,8 @@ few thousand), so the rows, the phrase counts and the table totals are read in o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,9 @@ def _match(phrases: Sequence[list[str]]) -> tuple[str, list[object]]:
     longer = sorted({tuple(phrase) for phrase in phrases if len(phrase) > 1})
     clauses = (["f.tokens && %s::text[]"] if singles else []) + ["f.tokens @> %s::text[]"] * len(longer)
     return "(" + " OR ".join(clauses) + ")", [*([singles] if singles else []), *(list(p) for p in longer)]
+
+
+CHUNK = 500  # rows read at a time by `newest`
 
 
 class PostgresCandidateStore:
@@ -62,6 +66,14 @@ class PostgresCandidateStore:
             return visible, _candidate_rows(conn, missing) if missing else []
 
         return self._db.read(read, snapshot=True)
+
+    def newest(self, model: str, limit: int) -> Iterator[list[CandidateRow]]:
+        """The rows of the newest `limit` memories embedded with `model`, in id order, CHUNK at a time."""
+        ids = sorted(int(r[0]) for r in self._db.read(lambda conn: conn.execute(
+            "SELECT id FROM memories WHERE vector_model = %s AND vector IS NOT NULL ORDER BY id DESC LIMIT %s",
+            [model, limit]).fetchall()))
+        for start in range(0, len(ids), CHUNK):
+            yield self._db.read(partial(_candidate_rows, ids=ids[start:start + CHUNK]))
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """Rows holding each term as one token (what FTS5's vocabulary counts: the term is not tokenized)."""
@@ -127,11 +139,11 @@ def _phrase_hits(conn: Conn, phrases: Sequence[list[str]]) -> list[int]:
 
 def _candidate_rows(conn: Conn, ids: Sequence[int]) -> list[CandidateRow]:
     found: list[tuple[Any, ...]] = conn.cursor(binary=True).execute(
-        "SELECT m.id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq, m.vector,"
-        " f.terms FROM memories m JOIN memories_fts f ON f.id = m.id"
+        "SELECT m.id, m.site_id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq,"
+        " m.vector, f.terms FROM memories m JOIN memories_fts f ON f.id = m.id"
         " WHERE m.id = ANY(%s::bigint[]) AND m.vector IS NOT NULL ORDER BY m.id", [list(ids)]).fetchall()
-    return [CandidateRow(id=int(row_id), updated_at=str(updated_at), content=str(content),
+    return [CandidateRow(id=int(row_id), site_id=int(site_id), updated_at=str(updated_at), content=str(content),
                          occurred_at=str(occurred_at), conversation_id=conversation_id,
                          seq=None if seq is None else int(seq), vector=np.frombuffer(blob, dtype=np.float32),
                          terms=str(terms).split())
-            for row_id, updated_at, content, occurred_at, conversation_id, seq, blob, terms in found]
+            for row_id, site_id, updated_at, content, occurred_at, conversation_id, seq, blob, terms in found]

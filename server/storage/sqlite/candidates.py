@@ -80,6 +80,17 @@ class SqliteCandidateStore:
                     for row in _candidate_rows(cursor, missing[start:start + CHUNK])]
         return visible, rows
 
+    def newest(self, model: str, limit: int) -> Iterator[list[CandidateRow]]:
+        """The rows of the newest `limit` memories embedded with `model`, in id order, CHUNK at a time."""
+        conn = self._reader()
+        ids = sorted(int(r[0]) for r in conn.execute(
+            "SELECT id FROM memories WHERE vector_model = ? AND vector IS NOT NULL ORDER BY id DESC LIMIT ?",
+            (model, limit)).fetchall())
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        for start in range(0, len(ids), CHUNK):
+            yield _candidate_rows(cursor, ids[start:start + CHUNK])
+
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'
         doclists, without scoring)."""
@@ -117,16 +128,16 @@ class SqliteCandidateStore:
 def _candidate_rows(cursor: sqlite3.Cursor, ids: Sequence[int]) -> list[CandidateRow]:
     # NOT INDEXED: looked up by rowid, never by walking an index of the site.
     found = cursor.execute(
-        "SELECT m.id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq, m.vector"
-        f" FROM memories m NOT INDEXED WHERE m.id IN ({marks(ids)})", list(ids)).fetchall()
+        "SELECT m.id, m.site_id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq,"
+        f" m.vector FROM memories m NOT INDEXED WHERE m.id IN ({marks(ids)})", list(ids)).fetchall()
     # A second query rather than a join: joining the FTS5 table re-opens its cursor for every row (about 5x
     # slower than this rowid IN list).
     terms: dict[int, str] = dict(cursor.execute(f"SELECT rowid, terms FROM memories_fts WHERE rowid IN ({marks(ids)})",
                                                 list(ids)).fetchall())
-    return [CandidateRow(id=row_id, updated_at=updated_at, content=content, occurred_at=occurred_at,
+    return [CandidateRow(id=row_id, site_id=site_id, updated_at=updated_at, content=content, occurred_at=occurred_at,
                          conversation_id=conversation_id, seq=seq, vector=np.frombuffer(blob, dtype=np.float32),
                          terms=terms[row_id].split())
-            for row_id, updated_at, content, occurred_at, conversation_id, seq, blob in found
+            for row_id, site_id, updated_at, content, occurred_at, conversation_id, seq, blob in found
             if row_id in terms and blob is not None]
 
 

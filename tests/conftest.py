@@ -63,6 +63,19 @@ class LiveServer:
     def client(self, auth: Any = None) -> Client:
         return Client(self.url, auth=auth if auth is not None else self.basic)
 
+    def save(self, content: str, **fields: Any) -> None:
+        """Remember a memory through REST, as the site (POST /v1/memories)."""
+        response = httpx2.post(f"{self.base}/v1/memories", json={"content": content, **fields}, auth=self.basic,
+                               timeout=60)
+        assert response.status_code == 201, response.text
+
+    def recalled(self, query: str, limit: int = 10) -> list[str]:
+        """The contents POST /v1/recall returns for the query, best first."""
+        response = httpx2.post(f"{self.base}/v1/recall", json={"query": query, "limit": limit}, auth=self.basic,
+                               timeout=60)
+        assert response.status_code == 200, response.text
+        return [hit["content"] for hit in response.json()["results"]]
+
     def create_site(self, name: str) -> str:
         return admin(self.settings, lambda sites: auth.create_site(sites, name))
 

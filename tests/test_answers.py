@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 import numpy as np
 import pytest
 
@@ -13,7 +12,7 @@ from server.ranking.answers import MAX_FRACTION, NAME, NUMBER_KIND, TIME, answer
 from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.fusion import document_text
 
-from tests.conftest import LiveServer, make_settings, serve
+from tests.conftest import make_settings, serve
 
 backends = pytest.mark.backends
 AT = "2023-05-08T10:00:00Z"
@@ -83,13 +82,6 @@ TURNS = [
 ]
 
 
-def _recall(server: LiveServer, query: str) -> list[str]:
-    response = httpx2.post(f"{server.base}/v1/recall", json={"query": query, "limit": 10}, auth=server.basic,
-                           timeout=60)
-    assert response.status_code == 200, response.text
-    return [hit["content"] for hit in response.json()["results"]]
-
-
 @backends
 def test_a_when_question_ranks_the_memory_that_tells_the_time_higher(settings: Any, embedder: Any) -> None:
     question = "When did Caroline go to the LGBTQ support group?"
@@ -97,8 +89,6 @@ def test_a_when_question_ranks_the_memory_that_tells_the_time_higher(settings: A
     for on in (False, True):
         with serve(make_settings(settings.data_dir / str(on), recall_answers=on), embedder) as server:
             for n, content in enumerate(TURNS):
-                response = httpx2.post(f"{server.base}/v1/memories", auth=server.basic, timeout=60, json={
-                    "content": content, "occurred_at": f"2023-05-08T10:{n:02d}:00Z"})
-                assert response.status_code == 201, response.text
-            places[on] = _recall(server, question).index(TURNS[2])
+                server.save(content, occurred_at=f"2023-05-08T10:{n:02d}:00Z")
+            places[on] = server.recalled(question).index(TURNS[2])
     assert places[True] < places[False]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-import httpx2
 import numpy as np
 import pytest
 
@@ -24,7 +23,7 @@ from server.ranking.dates import (
 )
 from server.ranking.fusion import document_text
 
-from tests.conftest import LiveServer, serve
+from tests.conftest import serve
 
 ANCHOR = date(2023, 5, 8)  # a Monday
 
@@ -159,20 +158,12 @@ SAM = [
 ]
 
 
-def _recall(server: LiveServer, query: str) -> list[str]:
-    response = httpx2.post(f"{server.base}/v1/recall", json={"query": query, "limit": 4}, auth=server.basic,
-                           timeout=60)
-    assert response.status_code == 200, response.text
-    return [hit["content"] for hit in response.json()["results"]]
-
-
 @backends
 def test_a_query_with_a_date_off_the_calendar_is_answered(settings: Any, embedder: Any) -> None:
     with serve(settings, embedder) as server:
-        httpx2.post(f"{server.base}/v1/memories", json={"content": "The last day of the calendar.",
-                    "occurred_at": "9999-12-31T00:00:00Z"}, auth=server.basic, timeout=60).raise_for_status()
+        server.save("The last day of the calendar.", occurred_at="9999-12-31T00:00:00Z")
         for question in ("what happened 99999999999 days ago?", "and the day after tomorrow?", "in Q4 2199"):
-            assert _recall(server, question) == ["The last day of the calendar."]
+            assert server.recalled(question, 4) == ["The last day of the calendar."]
 
 
 @backends
@@ -181,10 +172,8 @@ def test_a_query_with_a_date_off_the_calendar_is_answered(settings: Any, embedde
 def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder: Any, question: str) -> None:
     with serve(settings, embedder) as server:
         for content, when in SAM:
-            response = httpx2.post(f"{server.base}/v1/memories", json={"content": content, "occurred_at": when},
-                                   auth=server.basic, timeout=60)
-            assert response.status_code == 201, response.text
-        assert _recall(server, question)[0] == SAM[1][0]
+            server.save(content, occurred_at=when)
+        assert server.recalled(question, 4)[0] == SAM[1][0]
 
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 import numpy as np
 import pytest
 
@@ -13,7 +12,7 @@ from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.fusion import document_text
 from server.ranking.speakers import SPEAKER_BOOST, asked_speaker, speaker_boost, speaker_of, speakers
 
-from tests.conftest import LiveServer, serve
+from tests.conftest import serve
 
 backends = pytest.mark.backends
 
@@ -75,19 +74,10 @@ TURNS = [
 ]
 
 
-def _recall(server: LiveServer, query: str) -> list[str]:
-    response = httpx2.post(f"{server.base}/v1/recall", json={"query": query, "limit": 4}, auth=server.basic,
-                           timeout=60)
-    assert response.status_code == 200, response.text
-    return [hit["content"] for hit in response.json()["results"]]
-
-
 @backends
 @pytest.mark.parametrize(("on", "first"), [(True, TURNS[1]), (False, TURNS[0])])
 def test_recall_ranks_the_named_speakers_turn_first(settings: Any, embedder: Any, on: bool, first: str) -> None:
     with serve(settings.model_copy(update={"recall_speakers": on}), embedder) as server:
         for n, content in enumerate(TURNS):
-            response = httpx2.post(f"{server.base}/v1/memories", auth=server.basic, timeout=60, json={
-                "content": content, "occurred_at": f"2023-05-08T10:0{n}:00Z"})
-            assert response.status_code == 201, response.text
-        assert _recall(server, "How long has Nate been playing the video game?")[0] == first
+            server.save(content, occurred_at=f"2023-05-08T10:0{n}:00Z")
+        assert server.recalled("How long has Nate been playing the video game?", 4)[0] == first

@@ -327,6 +327,12 @@ SCHEMA = [
         bucket, tags, metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to, expires_at
         ON memories DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION memories_changed();
     """,
+    # 11: recall's list of what a scope sees (candidates.py `load`) from an index holding every column it tests
+    # (an index-only scan once the table is vacuumed), as on SQLite
+    """
+    CREATE INDEX memories_candidates ON memories (site_id, bucket, vector_model) INCLUDE (team, project, type,
+        expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

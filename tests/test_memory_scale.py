@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from server.ranking.recall import Retrieval
 from server.ranking.term_arrays import TERM_IDS
 from server.services import Services, open_services
 from server.storage.factory import open_storage
-from server.storage.records import Document, Words
+from server.storage.records import Document, Words, now_rfc3339
 from server.storage.scope import Scope
 
 from tests.conftest import make_settings
@@ -263,3 +264,46 @@ def test_a_named_day_prefetches_the_memories_dated_around_it(services: Services,
     dated = small.candidates(scope, question, vector, windows)
     assert dated_in_window(plain) == set() and len(dated_in_window(dated)) == 3
     assert {c.id for c in plain} <= {c.id for c in dated}
+
+
+def test_a_held_set_is_looked_at_again_after_any_change_or_an_expiry(services: Services, embedder: Any) -> None:
+    """A scope ranked whole keeps its set; the store is read again once its change number moved or one of
+    the set's memories reached its expiry."""
+    principal = services.local_principal("acme")
+    memories = services.loaded_memories()
+    writes, store = memories.writes, services.storage.candidates
+    soon = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    writes.remember_many(principal.site_id, [writes.validate(content=f"Kept note {n}", bucket="eng") for n in range(4)]
+                         + [writes.validate(content="Soon gone", bucket="eng", expires_at=soon)])
+    loads: list[int] = []
+    counted = CandidateSource(_Counting(store, loads), memories.index, model=memories.embedder.name,
+                              change_mark=services.storage.outbox.change_mark)
+    scope, vector = scope_of(services, bucket="eng"), embedder.embed_query("note")
+
+    def texts() -> list[str]:
+        return sorted(c.text for c in counted.candidates(replace(scope, at=now_rfc3339()), "note", vector))
+
+    first = texts()
+    assert len(first) == 5 and len(loads) == 1
+    assert texts() == first and len(loads) == 1  # nothing changed: no look
+    writes.remember_many(principal.site_id, [writes.validate(content="Elsewhere", bucket="ops")])
+    assert texts() == first and len(loads) == 2  # a change, even elsewhere: looked, the same set
+    assert texts() == first and len(loads) == 2
+    time.sleep(max(0.0, (datetime.strptime(soon, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+                         - datetime.now(UTC)).total_seconds()) + 0.1)
+    assert len(texts()) == 4 and len(loads) == 3  # the expiry passed: looked, one fewer
+
+
+class _Counting:
+    """A candidate store that counts the loads of whole scopes."""
+
+    def __init__(self, store: Any, loads: list[int]) -> None:
+        self._store, self._loads = store, loads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def load(self, scope: Scope, ids: Any, model: str, cached: Any, up_to: int | None = None) -> Any:
+        if ids is None:
+            self._loads.append(1)
+        return self._store.load(scope, ids, model, cached, up_to)

@@ -65,7 +65,7 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
     if follows_authority(settings, index) if follow is None else follow:
         follower = IndexFollower(outbox, storage.outbox, words, storage.words, authority=storage.identity,
                                  state_path=settings.index_path / FOLLOW_FILE)
-    source = CandidateSource(storage.candidates, index, model=embedder.name)
+    source = CandidateSource(storage.candidates, index, model=embedder.name, change_mark=storage.outbox.change_mark)
     return Memories(
         storage=storage, index=index, embedder=embedder, tokens=tokens, words=words, outbox=outbox,
         writes=MemoryWrites(storage.memories, follower or outbox, embedder, words,

@@ -362,6 +362,15 @@ class CandidateStore(Protocol):
         at a time: what start-up reads into recall's candidate cache."""
         ...
 
+    def next_expiry(self, scope: Scope) -> str | None:
+        """The earliest expires_at of the memories the scope sees (None: none of them expires)."""
+        ...
+
+    def bucket_sizes(self, model: str) -> list[tuple[int, str | None, int]]:
+        """(site id, bucket or None, how many memories embedded with `model` it holds) of every bucket, the
+        most recently written to first."""
+        ...
+
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """How many memories (of every site) hold each analysed term."""
         ...

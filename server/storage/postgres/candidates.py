@@ -75,6 +75,18 @@ class PostgresCandidateStore:
         for start in range(0, len(ids), CHUNK):
             yield self._db.read(partial(_candidate_rows, ids=ids[start:start + CHUNK]))
 
+    def next_expiry(self, scope: Scope) -> str | None:
+        where, args = scope_sql(scope)
+        row = self._db.read(lambda conn: conn.execute(f"SELECT min(m.expires_at) FROM memories m WHERE {where}",
+                                                      args).fetchone())
+        return str(row[0]) if row and row[0] is not None else None
+
+    def bucket_sizes(self, model: str) -> list[tuple[int, str | None, int]]:
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = %s"
+            " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC", [model]).fetchall())
+        return [(int(site_id), bucket, int(n)) for site_id, bucket, n, _ in rows]
+
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """Rows holding each term as one token (what FTS5's vocabulary counts: the term is not tokenized)."""
         rows = self._db.read(lambda conn: conn.execute(

@@ -91,6 +91,16 @@ class SqliteCandidateStore:
         for start in range(0, len(ids), CHUNK):
             yield _candidate_rows(cursor, ids[start:start + CHUNK])
 
+    def next_expiry(self, scope: Scope) -> str | None:
+        where, args = scope_sql(scope)
+        row = self._reader().execute(f"SELECT min(m.expires_at) FROM memories m WHERE {where}", args).fetchone()
+        return row[0] if row else None
+
+    def bucket_sizes(self, model: str) -> list[tuple[int, str | None, int]]:
+        return [(int(site_id), bucket, int(n)) for site_id, bucket, n, _ in self._reader().execute(
+            "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = ?"
+            " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC", (model,)).fetchall()]
+
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
         """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'
         doclists, without scoring)."""

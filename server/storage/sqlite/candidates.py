@@ -7,7 +7,6 @@ already stemmed by server.ranking.lexical), so FTS5 matching and the Python scor
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -18,12 +17,11 @@ from server.storage.scope import Scope
 from server.storage.sqlite.scope import marks, scope_sql
 from server.storage.sqlite.writer import Readers
 
-# Recall's reader connections map up to this much of the database file instead of reading it a page at a
-# time: a full scan of a thousand memories reads ~2 MB of scattered rows, ~40% less CPU mapped (mapped
-# pages count in RSS once touched, as the OS page cache holds them anyway). Measured again at 100k memories,
-# one bucket (1,000 memories, scored whole), the first 200 recalls in-process: p50 19.6 ms unmapped ->
-# 16.3 ms mapped, p99 117 -> 48 ms; the mapped pages are ~240 MB of the server's RSS at 100k.
-READ_MMAP_BYTES = 256 * 1024 * 1024
+# The database file is read a page at a time, not memory-mapped: mapped, the pages recall touched counted in
+# the server's RSS (240 MB at 100k memories, once start-up had read the newest into the candidate cache),
+# while since the covering index and the held candidate sets (server/ranking/candidates.py) a recall
+# rarely reads a row. Measured at 100k in-process, embedding aside, p50 mapped -> unmapped: whole site 5.7 ->
+# 6.1 ms, a bucket 2.3 -> 2.5 ms, a 30-day window (4,100 memories, read whole) 26.3 -> 28.5 ms.
 CHUNK = 500  # ids per IN (...) list
 
 
@@ -35,14 +33,9 @@ def fts_phrase(term: str) -> str:
 class SqliteCandidateStore:
     def __init__(self, readers: Readers) -> None:
         self._readers = readers
-        self._mapped = threading.local()  # the reader connection of this thread that maps the file
 
     def _reader(self) -> sqlite3.Connection:
-        conn = self._readers.get()
-        if getattr(self._mapped, "conn", None) is not conn:
-            conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
-            self._mapped.conn = conn
-        return conn
+        return self._readers.get()
 
     def visible_count(self, scope: Scope, up_to: int) -> int:
         where, args = scope_sql(scope)

@@ -8,10 +8,14 @@ version), so only the others are read in full: their vectors and terms are most 
 Measured at 100k memories (bench/perf.py corpus, in-process, p50 per recall before -> after):
 - whether a scope is larger than FULL_SCAN_LIMIT is remembered for LARGE_SCOPE_SECONDS (a count walks
   FULL_SCAN_LIMIT rows: 3.1 ms -> 0);
-- a cached candidate is a tuple of its version and a Candidate, itself a named tuple of plain values
-  (strings, numbers, arrays): the garbage collector stops tracking such tuples, so its full collections no
-  longer walk the cache (before, at 60k cached candidates: 236k tracked objects and 50-115 ms pauses, the
-  p99 of recall).
+- a cached candidate is a plain tuple of plain values (strings, numbers, arrays; `Row`): the garbage
+  collector stops tracking such tuples (not named tuples), so its full collections no longer walk the cache
+  (before, at 60k cached candidates: 236k tracked objects and 50-115 ms pauses, the p99 of recall);
+- the candidate set of a scope ranked whole is held (`Held`) and given again while the store's change
+  number stays and none of its memories expired, with its derived arrays: a 1,000-memory bucket's recall
+  ~11 -> ~2.5 ms beyond the query's embedding;
+- start-up fills the cache with the newest memories (`warm`) and prepares the held sets
+  (Retrieval.warm_up), so a bucket's first recall after a start costs what the next ones do.
 """
 
 from __future__ import annotations

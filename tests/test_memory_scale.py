@@ -157,6 +157,8 @@ def test_document_frequencies_are_cached_until_the_corpus_moves_by_a_percent(ser
     assert candidates.doc_freqs(["zebra"]) == {"zebra": 1}
     writes.remember_many(site_id, [writes.validate(content=f"Filler note {i}.") for i in range(100)])
     assert candidates.doc_freqs(["zebra"]) == {"zebra": 4}
+    # Counted only as far as the postings budget: a term beyond it is never searched, its count is moot.
+    assert source(services, lexical_postings=5).doc_freqs(["budget", "zebra"]) == {"budget": 6, "zebra": 4}
 
 
 def test_recall_past_the_full_scan_limit_finds_rare_words_and_neighbours(services: Services) -> None:

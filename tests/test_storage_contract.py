@@ -778,6 +778,7 @@ def test_candidates(storage: Storage) -> None:
     assert candidates.visible_count(scope, 2) == 3 and candidates.visible_count(scope, 100) == 5
     assert candidates.visible_count(Scope(sid, teams=frozenset({"b"})), 100) == 2
     assert candidates.doc_freqs(["appl", "red", "nothing"]) == {"appl": 4, "red": 2, "nothing": 0}
+    assert candidates.doc_freqs(["appl", "red", "nothing"], up_to=2) == {"appl": 3, "red": 2, "nothing": 0}
     assert candidates.top_id() == max(ids) + 1
     held = {ids[0]: "never this version"}
     visible, loaded = candidates.load(scope, None, "model-a", lambda i, version: held.get(i) == version)

@@ -270,9 +270,10 @@ class CandidateSource:
         return self.store.best_by_terms(scope, selective, self.prefetch) if selective else []
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
-        """How many memories hold each term. Reading them walks each term's postings (linear in the corpus),
-        and they only choose how the prefetch asks the lexical index, so they are cached while the corpus has
-        grown or shrunk by at most 1% (judged by the highest memory id)."""
+        """How many memories hold each term, counted up to the postings budget + 1. Reading them walks each
+        term's postings (linear in the corpus, up to the budget on PostgreSQL), and they only choose how the
+        prefetch asks the lexical index, so they are cached while the corpus has grown or shrunk by at most
+        1% (judged by the highest memory id)."""
         top = self.store.top_id()
         fresh = max(100, top // 100)
         cache = self._df_cache
@@ -283,7 +284,8 @@ class CandidateSource:
                 out[term] = hit[0]
         missing = [t for t in terms if t not in out]
         if missing:
-            found = self.store.doc_freqs(missing)
+            # Counted only as far as the budget: a term more frequent than it is never searched.
+            found = self.store.doc_freqs(missing, up_to=self.lexical_postings)
             if len(cache) > DF_CACHE_TERMS:
                 cache.clear()  # rare; refilled by the next queries
             cache.update((term, (df, top)) for term, df in found.items())

@@ -371,8 +371,9 @@ class CandidateStore(Protocol):
         most recently written to first."""
         ...
 
-    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
-        """How many memories (of every site) hold each analysed term."""
+    def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
+        """How many memories (of every site) hold each analysed term; with `up_to`, counted up to `up_to` + 1
+        at most."""
         ...
 
     def top_id(self) -> int:

@@ -94,15 +94,16 @@ class SqliteCandidateStore:
             "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = ?"
             " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC", (model,)).fetchall()]
 
-    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+    def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
         """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'
-        doclists, without scoring)."""
+        doclists, without scoring); capped at `up_to` + 1 as the other backend counts."""
         conn = self._reader()
         conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_fts_terms"
                      " USING fts5vocab(main, 'memories_fts', 'row')")
         found = conn.execute(f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({marks(terms)})",
                              list(terms)).fetchall()
-        return {term: 0 for term in terms} | {row[0]: int(row[1]) for row in found}
+        cap = float("inf") if up_to is None else up_to + 1
+        return {term: 0 for term in terms} | {row[0]: int(min(int(row[1]), cap)) for row in found}
 
     def top_id(self) -> int:
         return int(self._reader().execute("SELECT max(id) FROM memories").fetchone()[0] or 0)

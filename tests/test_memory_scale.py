@@ -17,7 +17,7 @@ import pytest
 from server.auth import admin as auth
 from server.memories.validation import Filters, read_scope, validate_new
 from server.ranking.candidate_set import Candidate
-from server.ranking.candidates import NEIGHBOUR_REACH, CandidateSource
+from server.ranking.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
 from server.ranking.dates import prefetch_windows, query_periods
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyzed_text, fts_phrase, prefetch_terms
@@ -312,3 +312,16 @@ class _Counting:
         if ids is None:
             self._loads.append(1)
         return self._store.load(scope, ids, model, cached, up_to)
+
+
+def test_start_up_prepares_the_sets_of_the_buckets_ranked_whole(services: Services) -> None:
+    principal = services.local_principal("acme")
+    memories = services.loaded_memories()
+    writes = memories.writes
+    writes.remember_many(principal.site_id, [writes.validate(content=f"Big bucket note {n}", bucket="big")
+                                             for n in range(PREPARE_MIN_MEMORIES)]
+                         + [writes.validate(content=f"Small bucket note {n}", bucket="small") for n in range(5)])
+    memories.retrieval.warm_up()
+    held = set(memories.source._whole_sets)  # the scopes whose candidate sets are ready
+    assert scope_of(services, bucket="big") in held and scope_of(services) in held
+    assert scope_of(services, bucket="small") not in held  # too small to be worth it

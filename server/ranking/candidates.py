@@ -51,6 +51,9 @@ WHOLE_SET_CANDIDATES = 100_000
 LEXICAL_POSTINGS = 2000
 # Start-up reads the newest memories into the cache for at most this long (see `warm`).
 WARM_SECONDS = 20.0
+# Start-up prepares the scopes ranked whole of at least this many memories: a smaller one's first recall
+# costs little more than the next (see `scopes_ranked_whole`).
+PREPARE_MIN_MEMORIES = 200
 # A scope found to see more than the full-scan limit is taken to still do so for this long (see `_is_large`).
 LARGE_SCOPE_SECONDS = 60.0
 LARGE_SCOPES = 4096  # scopes remembered as large (cleared when full)
@@ -228,8 +231,9 @@ class CandidateSource:
         return read
 
     def scopes_ranked_whole(self) -> Iterator[Scope]:
-        """The scopes of a site or a bucket small enough to be ranked whole, the most recently written to
-        first, as many as the held sets have room for: what start-up prepares (see Retrieval.warm_up)."""
+        """The scopes of a site or a bucket small enough to be ranked whole and of at least
+        PREPARE_MIN_MEMORIES, the most recently written to first, as many as the held sets have room for:
+        what start-up prepares (see Retrieval.warm_up)."""
         sizes = self.store.bucket_sizes(self.model)
         sites: dict[int, int] = {}
         for site_id, _, count in sizes:
@@ -239,7 +243,7 @@ class CandidateSource:
         scopes += [(Scope(site_id).narrowed(bucket=bucket), count) for site_id, bucket, count in sizes
                    if bucket is not None]
         for scope, count in scopes:
-            if count <= self.full_scan_limit and count <= room:
+            if PREPARE_MIN_MEMORIES <= count <= min(self.full_scan_limit, room):
                 room -= count
                 yield scope
 

@@ -34,7 +34,7 @@ RANKINGS = ("production", "dense", "lexical")
 # Searches of the vector index made at start-up, before the server reports ready (see `warm_up`).
 WARM_UP_SEARCHES = 32
 WARM_UP_QUERY = "warm up"
-PREPARE_SECONDS = 20.0  # start-up prepares the scopes ranked whole for at most this long (see `_prepare_scopes`)
+PREPARE_SECONDS = 5.0  # start-up prepares the scopes ranked whole for at most this long (see `_prepare_scopes`)
 # recall looks this many times `limit` down the ranking for superseded memories to place below their successor.
 DEMOTION_WINDOW = 3
 

@@ -60,9 +60,10 @@ def test_the_boost_goes_to_the_named_speakers_memories_only() -> None:
                   "Joanna: cool", "We met at the cafe"])
     assert speakers(pool) == ["Nate", "Joanna", "Nate", "Joanna", None]
     fused = np.array([0.1, 2.0, -0.3, 0.0, 0.4])
-    boosted = speaker_boost(fused, "What game has Nate been playing?", pool)
+    who = asked_speaker("What game has Nate been playing?", speakers(pool))
+    boosted = speaker_boost(fused, who, pool)
     assert np.allclose(boosted - fused, [SPEAKER_BOOST, 0, SPEAKER_BOOST, 0, 0])
-    assert speaker_boost(fused, "What games are there?", pool) is fused
+    assert speaker_boost(fused, asked_speaker("What games are there?", speakers(pool)), pool) is fused
 
 
 # Joanna's question names Nate and the game; Nate's answer says neither. Without the boost her turn is first.

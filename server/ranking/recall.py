@@ -83,7 +83,7 @@ class Retrieval:
         (ranking/speakers.py), those holding the kind of answer it asks for (a time, a number, a name:
         ranking/answers.py), memories dated in a period it names (ranking/dates.py), then, for a query
         about the present, the newest relevant ones (ranking/recency.py)."""
-        person = self.speakers and asked_speaker(query, speakers(candidates)) is not None
+        person = asked_speaker(query, speakers(candidates)) if self.speakers else None
         kinds = asked_kinds(query) if self.answers else []
         recent = self.recency and asks_for_recent(query)
         if not person and not kinds and not asked and not recent:
@@ -91,7 +91,7 @@ class Retrieval:
 
         def adjust(fused: np.ndarray) -> np.ndarray:
             if person:
-                fused = speaker_boost(fused, query, candidates)
+                fused = speaker_boost(fused, person, candidates)
             if kinds:
                 fused = answer_boost(fused, kinds, candidates)
             if asked:

@@ -74,12 +74,12 @@ def asked_speaker(query: str, labels: Sequence[str | None]) -> str | None:
     return named[0][1]
 
 
-def speaker_boost(fused: np.ndarray, query: str, candidates: CandidateSet,
+def speaker_boost(fused: np.ndarray, who: str | None, candidates: CandidateSet,
                   weight: float = SPEAKER_BOOST) -> np.ndarray:
-    """`fused` with `weight` added to the memories of the speaker the query names (unchanged if none)."""
-    labels = speakers(candidates)
-    who = asked_speaker(query, labels)
+    """`fused` with `weight` added to the memories of `who` (the speaker `asked_speaker` found in the query;
+    unchanged if None)."""
     if who is None:
         return fused
+    labels = speakers(candidates)
     said: np.ndarray = np.fromiter((label == who for label in labels), dtype=bool, count=len(labels))
     return np.asarray(fused, dtype=np.float64) + weight * said

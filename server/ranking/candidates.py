@@ -202,7 +202,8 @@ class CandidateSource:
         # A row without analysed terms is not a candidate.
         return [entry[1] for _, entry in found if entry is not None]
 
-    def _remember(self, rows: Sequence[CandidateRow]) -> None:
+    def _remember(self, rows: Sequence[CandidateRow]) -> dict[int, Entry]:
+        """Cache the rows as candidates; returns their entries."""
         entries: dict[int, Entry] = {}
         for row in rows:
             # The terms as ids only (their strings would be ~180 bytes more a candidate).
@@ -213,6 +214,7 @@ class CandidateSource:
             self._cache.update(entries)
             while len(self._cache) > self.cache_size:  # oldest entries first
                 del self._cache[next(iter(self._cache))]
+        return entries
 
     def warm(self, words: WordVectors, *, seconds: float = WARM_SECONDS) -> int:
         """Read the newest memories into the cache (as many as it holds), with their words' rows, so the
@@ -223,8 +225,8 @@ class CandidateSource:
         deadline = time.monotonic() + seconds
         read = 0
         for rows in self.store.newest(self.model, self.cache_size):
-            self._remember(rows)
-            texts = [(row.site_id, row.id, document_text(row.content, row.occurred_at)) for row in rows]
+            entries = self._remember(rows)
+            texts = [(row.site_id, row.id, entries[row.id][1][1]) for row in rows]  # each one's document text
             words.warm(texts)
             for _, row_id, text in texts:
                 SPEAKERS.of(row_id, text, None)  # asked of every candidate set (ranking/speakers.py)

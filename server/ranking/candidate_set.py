@@ -67,7 +67,6 @@ class CandidateSet(Sequence[Candidate]):
 
     def __init__(self, candidates: Iterable[Candidate]) -> None:
         self._rows: tuple[Row, ...] = tuple(tuple(c) for c in candidates)  # type: ignore[misc]
-        self._neighbours: dict[tuple[int, ...], dict[int, np.ndarray]] = {}
         self._memos: dict[str, Any] = {}
         self._vectors: np.ndarray | None = None
         self._lock = threading.Lock()
@@ -120,12 +119,8 @@ class CandidateSet(Sequence[Candidate]):
         """offset -> array of candidate positions: for each candidate, the position of the candidate of the
         same conversation at seq + offset, or -1 when it is not in the set (or provenance is missing)."""
         key = tuple(sorted(set(offsets)))
-        found = self._neighbours.get(key)
-        if found is None:
-            found = neighbour_positions(self.column(CONVERSATION_ID), self.column(SEQ), key)
-            with self._lock:
-                self._neighbours[key] = found
-        return found
+        return self.memo(f"neighbours at {key}",
+                         lambda pool: neighbour_positions(pool.column(CONVERSATION_ID), pool.column(SEQ), key))
 
     def memo(self, key: str, compute: Callable[[CandidateSet], T]) -> T:
         """`compute(self)`, worked out on first use under `key` and kept with the set (other modules' derived

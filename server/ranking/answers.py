@@ -66,10 +66,10 @@ def asked_kinds(query: str) -> list[Kind]:
     return [kind for kind in KINDS if kind.asks.search(query)]
 
 
-Held = tuple[bool, bool, tuple[str, ...]]
+Kinds = tuple[bool, bool, tuple[str, ...]]  # tells a time, has a number, capitalised words
 
 
-def read_kinds(text: str, occurred_at: str | None) -> Held:
+def read_kinds(text: str, occurred_at: str | None) -> Kinds:
     """Whether the memory tells a time, whether it has a number, and the capitalised words of its content
     after a speaker label."""
     content = content_of(text, occurred_at)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from server.auth import admin as auth
@@ -325,3 +326,24 @@ def test_start_up_prepares_the_sets_of_the_buckets_ranked_whole(services: Servic
     held = set(memories.source._whole_sets)  # the scopes whose candidate sets are ready
     assert scope_of(services, bucket="big") in held and scope_of(services) in held
     assert scope_of(services, bucket="small") not in held  # too small to be worth it
+
+
+def test_start_up_keeps_one_copy_of_a_prepared_memorys_vector(services: Services) -> None:
+    """The newest memories are read into the cache after the held sets are prepared, and those already
+    cached keep the vector that is a row of their set's matrix rather than a second copy of it."""
+    principal = services.local_principal("acme")
+    memories = services.loaded_memories()
+    writes = memories.writes
+    writes.remember_many(principal.site_id, [writes.validate(content=f"Prepared note {n}", bucket="big")
+                                             for n in range(PREPARE_MIN_MEMORIES)])
+    source = memories.source
+    source._cache.clear()  # as after a start
+    memories.retrieval.warm_up()
+    matrices = [held.candidates.vectors() for held in source._whole_sets.values()]
+    assert matrices
+    ids = [candidate.id for candidate in source._whole_sets[scope_of(services)].candidates]
+    assert len(ids) == PREPARE_MIN_MEMORIES
+    for row_id in ids:
+        cached = source.cached(row_id)
+        assert cached is not None
+        assert any(np.shares_memory(cached.vector, matrix) for matrix in matrices)

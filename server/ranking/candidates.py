@@ -202,8 +202,8 @@ class CandidateSource:
         # A row without analysed terms is not a candidate.
         return [entry[1] for _, entry in found if entry is not None]
 
-    def _remember(self, rows: Sequence[CandidateRow]) -> dict[int, Entry]:
-        """Cache the rows as candidates; returns their entries."""
+    def _remember(self, rows: Sequence[CandidateRow]) -> None:
+        """Cache the rows as candidates."""
         entries: dict[int, Entry] = {}
         for row in rows:
             # The terms as ids only (their strings would be ~180 bytes more a candidate).
@@ -214,10 +214,10 @@ class CandidateSource:
             self._cache.update(entries)
             while len(self._cache) > self.cache_size:  # oldest entries first
                 del self._cache[next(iter(self._cache))]
-        return entries
 
     def warm(self, words: WordVectors, *, seconds: float = WARM_SECONDS) -> int:
-        """Read the newest memories into the cache (as many as it holds), with their words' rows, so the
+        """Read the newest memories into the cache (as many as it still has room for: start-up prepares the
+        held sets first, see Retrieval.warm_up), with their words' rows and speakers, so the
         first recall of each bucket after a start does not read them one bucket at a time: at 100k memories
         a first recall of a 1,000-memory bucket spent 8 ms reading its rows, 3.5 ms analysing them and 7.5 ms
         finding their words (25 ms in all -> 11 ms; 1.2 s at start-up for 100k). Stops after `seconds`;
@@ -225,8 +225,14 @@ class CandidateSource:
         deadline = time.monotonic() + seconds
         read = 0
         for rows in self.store.newest(self.model, self.cache_size):
-            entries = self._remember(rows)
-            texts = [(row.site_id, row.id, entries[row.id][1][1]) for row in rows]  # each one's document text
+            # A memory already cached as it is (a prepared set's, whose vector is a row of that set's matrix)
+            # is kept: caching it again would hold its vector twice until the set is built anew.
+            room = self.cache_size - len(self._cache)
+            if room <= 0:  # full of the prepared sets' memories, whose words and speakers are found already
+                break
+            self._remember([row for row in rows if not self._fresh(row.id, row.updated_at)][:room])
+            cached = [(row.site_id, row.id, self._cache.get(row.id)) for row in rows]
+            texts = [(site_id, row_id, entry[1][1]) for site_id, row_id, entry in cached if entry is not None]
             words.warm(texts)
             for _, row_id, text in texts:
                 SPEAKERS.of(row_id, text, None)  # asked of every candidate set (ranking/speakers.py)

@@ -130,15 +130,18 @@ class Retrieval:
         return [{**found[i].hit_fields(), "score": round(best[i], 6)} for i in order]
 
     def warm_up(self, searches: int = WARM_UP_SEARCHES) -> None:
-        """Run the query model once, read the newest memories into the candidate cache (CandidateSource.warm)
-        and search the vector index with `searches` random directions, so the first recalls after a start do
-        not pay for first touches: at 100k memories the first ten recalls' dense prefetch took 16, 14, 12, 10
-        ... 4 ms without it, then ~2 ms. Best effort: a store or an index that cannot be read is simply not
-        warmed (recall reports it itself)."""
+        """Run the query model once, prepare the held sets (`_prepare_scopes`), read the newest memories into
+        the candidate cache (CandidateSource.warm) and search the vector index with `searches` random
+        directions, so the first recalls after a start do not pay for first touches: at 100k memories the
+        first ten recalls' dense prefetch took 16, 14, 12, 10 ... 4 ms without it, then ~2 ms. Best effort: a
+        store or an index that cannot be read is simply not warmed (recall reports it itself)."""
         self.embedder.embed_query(WARM_UP_QUERY)
         try:
-            log.info("read %d memories into the candidate cache", self.source.warm(self.words))
+            # The held sets first: each keeps its vectors in one matrix, which its cached memories then use,
+            # so reading the newest memories after them does not copy those vectors again (at 100k memories
+            # the other order peaked 95 MB higher and kept 120 MB more; see README, Recall at scale).
             self._prepare_scopes()
+            log.info("read %d memories into the candidate cache", self.source.warm(self.words))
         except Exception as exc:  # noqa: BLE001 - a damaged page is reported by /readyz and the reads
             log.warning("the candidate cache was not warmed: %s", exc)
         rng = np.random.default_rng(0)

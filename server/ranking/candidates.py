@@ -225,13 +225,15 @@ class CandidateSource:
         deadline = time.monotonic() + seconds
         read = 0
         for rows in self.store.newest(self.model, self.cache_size):
-            # A memory already cached as it is (a prepared set's, whose vector is a row of that set's matrix)
-            # is kept: caching it again would hold its vector twice until the set is built anew.
+            # A memory already cached as it is (a prepared set's, whose vector is a row of that set's matrix,
+            # and whose words and speakers its recall found) is kept: caching it again would hold its vector
+            # twice until the set is built anew.
             room = self.cache_size - len(self._cache)
-            if room <= 0:  # full of the prepared sets' memories, whose words and speakers are found already
+            if room <= 0:
                 break
-            self._remember([row for row in rows if not self._fresh(row.id, row.updated_at)][:room])
-            cached = [(row.site_id, row.id, self._cache.get(row.id)) for row in rows]
+            new = [row for row in rows if not self._fresh(row.id, row.updated_at)][:room]
+            self._remember(new)
+            cached = [(row.site_id, row.id, self._cache.get(row.id)) for row in new]
             texts = [(site_id, row_id, entry[1][1]) for site_id, row_id, entry in cached if entry is not None]
             words.warm(texts)
             for _, row_id, text in texts:

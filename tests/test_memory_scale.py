@@ -17,7 +17,7 @@ import pytest
 
 from server.auth import admin as auth
 from server.memories.validation import Filters, read_scope, validate_new
-from server.ranking.candidate_set import Candidate
+from server.ranking.candidate_set import Candidate, unit_vectors
 from server.ranking.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
 from server.ranking.dates import prefetch_windows, query_periods
 from server.ranking.fusion import document_text
@@ -238,7 +238,8 @@ def test_the_candidate_cache_follows_changes_and_deletions(services: Services, e
     now = after[changed_id]
     assert now.text == document_text("The sailing club meets on Thursdays.", now.occurred_at)
     assert TERM_IDS.get("sail") in now.analysed_ids() and TERM_IDS.get("zebra") not in now.analysed_ids()
-    assert float(now.vector @ before[changed_id].vector) < 0.9  # the new embedding, not the cached one
+    # the new embedding, not the cached one
+    assert float(unit_vectors(now.vector) @ unit_vectors(before[changed_id].vector)) < 0.9
     def same(a: Candidate, b: Candidate) -> bool:
         return (a.id, a.text, a.vector.tobytes(), a.occurred_at) == (b.id, b.text, b.vector.tobytes(), b.occurred_at)
 
@@ -339,8 +340,9 @@ def test_start_up_keeps_one_copy_of_a_prepared_memorys_vector(services: Services
     source = memories.source
     source._cache.clear()  # as after a start
     memories.retrieval.warm_up()
-    matrices = [held.candidates.vectors() for held in source._whole_sets.values()]
-    assert matrices
+    # The sets' matrices as stored (vectors() widens them to float32).
+    matrices = [held.candidates._vectors for held in source._whole_sets.values()]
+    assert matrices and all(m is not None for m in matrices)
     ids = [candidate.id for candidate in source._whole_sets[scope_of(services)].candidates]
     assert len(ids) == PREPARE_MIN_MEMORIES
     for row_id in ids:

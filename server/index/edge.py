@@ -51,6 +51,7 @@ from qdrant_edge import (
     RangeFloat,
     ScrollRequest,
     UpdateOperation,
+    VectorStorageDatatype,
 )
 
 from .base import (
@@ -314,8 +315,13 @@ class EdgeIndex:
     # -- internals ---------------------------------------------------------------------------------
 
     def _config(self, dimension: int) -> EdgeConfig:
+        # Vectors at half precision: Edge reads them all into memory at open, and at 100k memories that is
+        # 73 MB rather than 146 of the server's RSS. Measured on bench/perf.py's 100k corpus (200 queries):
+        # the same top 10 as exact float32 search, scores within 9e-5, a search 2.6 ms rather than 2.9.
+        # Fixed when a shard is created: an older float32 shard keeps its vectors until `reindex`.
         return EdgeConfig(
-            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine),
+            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine,
+                                     datatype=VectorStorageDatatype.Float16),
             optimizers=EdgeOptimizersConfig(indexing_threshold=self._threshold_kb),
         )
 

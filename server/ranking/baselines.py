@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.ranking.candidate_set import Candidate
+from server.ranking.candidate_set import Candidate, stacked_vectors
 from server.ranking.lexical import BM25Corpus, analyze
 
 
@@ -16,7 +16,7 @@ def rank_single(side: str, query: str, vector: np.ndarray, candidates: Sequence[
     if not candidates:
         return []
     if side == "dense":
-        scores = np.stack([c.vector for c in candidates]) @ vector
+        scores = stacked_vectors([c.vector for c in candidates]) @ vector
     else:
         corpus = BM25Corpus([c.terms if c.terms is not None else analyze(c.text) for c in candidates])
         scores = corpus.score(analyze(query))

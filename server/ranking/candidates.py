@@ -29,7 +29,7 @@ import numpy as np
 
 from server.errors import Unavailable
 from server.index.base import VectorIndex
-from server.ranking.candidate_set import Candidate, CandidateSet, Row
+from server.ranking.candidate_set import Candidate, CandidateSet, Row, compact
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze, prefetch_terms
 from server.ranking.speakers import SPEAKERS
@@ -41,7 +41,7 @@ from server.storage.scope import Scope
 
 FULL_SCAN_LIMIT = 5000
 PREFETCH = 200
-# Memories kept as ready-made ranking candidates (~2.3 KB each with a 384-dimension vector).
+# Memories kept as ready-made ranking candidates (~1.5 KB each with a 384-dimension vector, kept compact).
 CANDIDATE_CACHE = 100_000
 # Candidates of the sets of scopes ranked whole kept for their next recall (`_whole`): ~0.5 KB each beyond
 # the cached candidate they share (their documents as arrays, their neighbours' positions).
@@ -207,7 +207,8 @@ class CandidateSource:
         entries: dict[int, Entry] = {}
         for row in rows:
             # The terms as ids only (their strings would be ~180 bytes more a candidate).
-            entries[row.id] = (row.updated_at, (row.id, document_text(row.content, row.occurred_at), row.vector,
+            entries[row.id] = (row.updated_at, (row.id, document_text(row.content, row.occurred_at),
+                                                compact(row.vector),
                                                 row.occurred_at, row.conversation_id, row.seq, None,
                                                 TERM_IDS.of(row.terms)))
         with self._cache_lock:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from server.ranking.candidate_set import Candidate
+from server.ranking.candidate_set import Candidate, stacked_vectors
 from server.ranking.fusion import parse_rfc3339
 
 RECENCY_TOP = 10
@@ -56,8 +56,7 @@ def newest_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequen
     if len(candidates) < 2:
         return fused
     top = np.argsort(-fused, kind="stable")[:RECENCY_TOP]
-    dense = np.stack([np.asarray(candidates[i].vector, dtype=np.float32) for i in top]) @ np.asarray(
-        query_vector, dtype=np.float32)
+    dense = stacked_vectors([candidates[i].vector for i in top]) @ np.asarray(query_vector, dtype=np.float32)
     best = float(fused[top[0]])
     relevant = [int(i) for i, d in zip(top, dense, strict=True)
                 if d >= float(dense.max()) - RECENCY_DENSE_MARGIN and fused[i] >= best - RECENCY_FUSED_MARGIN]

@@ -205,10 +205,12 @@ class CandidateSource:
     def _remember(self, rows: Sequence[CandidateRow]) -> None:
         """Cache the rows as candidates."""
         entries: dict[int, Entry] = {}
-        for row in rows:
+        # Compacted in one numpy call rather than one a row (23 us each: a third of preparing a bucket at
+        # start-up); each row's vector is a view of the batch's matrix, freed with the last of them.
+        vectors = compact(np.stack([row.vector for row in rows])) if rows else ()
+        for row, vector in zip(rows, vectors, strict=True):
             # The terms as ids only (their strings would be ~180 bytes more a candidate).
-            entries[row.id] = (row.updated_at, (row.id, document_text(row.content, row.occurred_at),
-                                                compact(row.vector),
+            entries[row.id] = (row.updated_at, (row.id, document_text(row.content, row.occurred_at), vector,
                                                 row.occurred_at, row.conversation_id, row.seq, None,
                                                 TERM_IDS.of(row.terms)))
         with self._cache_lock:

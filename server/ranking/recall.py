@@ -34,7 +34,11 @@ RANKINGS = ("production", "dense", "lexical")
 # Searches of the vector index made at start-up, before the server reports ready (see `warm_up`).
 WARM_UP_SEARCHES = 32
 WARM_UP_QUERY = "warm up"
-PREPARE_SECONDS = 5.0  # start-up prepares the scopes ranked whole for at most this long (see `_prepare_scopes`)
+# Start-up prepares the scopes ranked whole for at most this long (see `_prepare_scopes`): the 100 buckets of
+# 1,000 memories of bench/perf.py's 100k corpus take 2-8 s on 2 cores, depending on the machine; one left
+# unprepared costs its first recall ~100 ms (5 s left a third of them so on the slower machine: recall p99 in
+# one bucket 3.2x its p50).
+PREPARE_SECONDS = 20.0
 # recall looks this many times `limit` down the ranking for superseded memories to place below their successor.
 DEMOTION_WINDOW = 3
 

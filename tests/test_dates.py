@@ -12,11 +12,14 @@ import pytest
 from server.ranking.candidate_set import Candidate
 from server.ranking.dates import (
     DATE_BOOST,
+    MAX_MEMORY_DAYS,
     MAX_PERIODS,
     MAX_TEXT_CHARS,
     DatedTexts,
     Period,
     date_boost,
+    epoch_day,
+    memory_days,
     periods,
     prefetch_windows,
     query_periods,
@@ -179,6 +182,27 @@ def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder
 
 def test_the_days_and_weeks_a_query_names_are_prefetch_windows_months_are_not() -> None:
     assert prefetch_windows(periods("What was Sam doing on Dec 4, 2023?")) == [
-        ("2023-12-03T00:00:00.000000Z", "2023-12-15T00:00:00.000000Z")]
+        (epoch_day(date(2023, 12, 3)), epoch_day(date(2023, 12, 14)))]
     assert prefetch_windows(periods("Who was Maria's manager in March 2024?")) == []
     assert len(prefetch_windows(periods("on 1 May 2023, 2 May 2023 or 3 May 2023"))) == 2  # bounded
+
+
+def days(*isoformats: str) -> list[int]:
+    return [epoch_day(date.fromisoformat(day)) for day in isoformats]
+
+
+def test_a_memory_is_about_its_own_day_and_the_days_and_weeks_its_content_names() -> None:
+    written = "2024-03-10T18:30:00Z"  # a Sunday
+    assert memory_days("The cat slept all day.", written) == days("2024-03-10")
+    assert epoch_day(date(1970, 1, 2)) == 1  # whole days since the epoch
+    # Relative to its own date, as the boost reads them; a week gives its seven days.
+    assert memory_days("Yesterday we shipped the release.", written) == days("2024-03-09", "2024-03-10")
+    assert memory_days("Last Friday, and on 2 January 2024.", written) == days("2024-01-02", "2024-03-08",
+                                                                              "2024-03-10")
+    assert memory_days("We moved last week.", written) == days("2024-02-26", "2024-02-27", "2024-02-28", "2024-02-29",
+                                                                "2024-03-01", "2024-03-02", "2024-03-03", "2024-03-10")
+    # A month or longer is too coarse to name a day.
+    assert memory_days("In March 2024, and in 2023, and last month.", written) == days("2024-03-10")
+    # However many weeks a text names, a bounded number of days.
+    many = " ".join(f"{n} weeks ago." for n in range(2, 18))
+    assert len(memory_days(many, written)) == MAX_MEMORY_DAYS

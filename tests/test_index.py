@@ -192,6 +192,25 @@ def test_ranges_on_integer_payloads_and_exclusions(index: VectorIndex) -> None:
         found((Range("bucket", gte=1),))
 
 
+def test_a_range_holds_a_point_when_it_holds_any_value_of_its_list(index: VectorIndex) -> None:
+    """`days` is a list (the days a memory is about): a range holds the point when it holds any of them."""
+    index.reset(INFO)
+    days = {1: [19790, 19795], 2: [19800], 3: None}  # 3: a point written before the payload had the field
+    index.upsert([IndexPoint(id=i, vector=vec(1, 0.1 * i, 0, 0), payload={"site": "a"} | (
+        {"days": d} if d is not None else {})) for i, d in days.items()])
+
+    def found(gte: int | None, lte: int | None) -> list[int]:
+        return sorted(ids_of(index, vec(1, 0, 0, 0), IndexFilter((Condition("site", ("a",)),),
+                                                                 ranges=(Range("days", gte=gte, lte=lte),))))
+
+    assert found(19795, 19795) == [1]  # its second value alone
+    assert found(19790, 19790) == [1]
+    assert found(19791, 19794) == []  # between its values: none of them inside
+    assert found(19795, 19800) == [1, 2]
+    assert found(19801, None) == []
+    assert found(None, None) == [1, 2]
+
+
 def test_delete(ready: VectorIndex) -> None:
     ready.delete([1, 999])  # an unknown id is not an error: deletes are retried by the outbox
     assert ids_of(ready, vec(1, 0, 0, 0), where(site="a")) == [2, 5, 3]

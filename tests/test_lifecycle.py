@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import httpx2
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient
+from qdrant_edge import UpdateOperation
 
-from server.index.base import PAYLOAD_VERSION, IndexPoint
+from server.index.base import PAYLOAD_VERSION, Condition, IndexFilter, IndexPoint, Range
 from server.index.edge import EdgeIndex
 from server.index.edge_files import read_info, write_info
 from server.index.qdrant import METADATA_KEY, QdrantServerIndex
@@ -24,6 +25,7 @@ from server.memories import maintenance
 from server.memories.validation import Filters, read_scope
 from server.ranking.candidate_set import Candidate
 from server.ranking.candidates import CandidateSource
+from server.ranking.dates import epoch_day
 from server.ranking.lexical import analyze
 from server.ranking.recall import Retrieval
 from server.ranking.recency import asks_for_recent, newest_first
@@ -207,6 +209,58 @@ async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backen
             assert read_info(settings.index_path)[2] == PAYLOAD_VERSION
         else:
             assert shared.payload_version() == PAYLOAD_VERSION
+
+
+@pytest.mark.parametrize("backend", ["embedded", "server"])
+def test_an_index_from_before_the_days_field_is_upgraded_and_filters_by_it(backend: str, settings: Any,
+                                                                         embedder: Any) -> None:
+    """Points of payload version 4 (no `days`; on the embedded index no range index on it either): the next
+    start creates the range index and writes every point again, and a range on `days` then finds a memory
+    by the day its content tells of."""
+    shared = QdrantServerIndex(QdrantClient(":memory:"), "memories") if backend == "server" else None
+    services = open_services(settings)
+    try:
+        writes = services.load_memories(embedder=embedder, index=shared).writes
+        site_id = services.local_principal("acme").site_id
+        writes.remember_many(site_id, [writes.validate(content="Twelve days ago the movers carried the piano upstairs.",
+                                                       occurred_at="2024-03-21T18:00:00Z")])
+    finally:
+        services.close()
+    [(row_id,)] = query(settings, "SELECT id FROM memories")
+    ninth = epoch_day(date(2024, 3, 9))
+    about_the_ninth = IndexFilter((Condition("site", (str(site_id),)),), ranges=(Range("days", gte=ninth, lte=ninth),))
+    vector = embedder.embed_query("piano")
+    # Make it an index of payload version 4.
+    storage = open_storage(settings)
+    old = shared if shared is not None else EdgeIndex(settings.index_path)
+    try:
+        [row] = storage.outbox.index_rows([row_id])
+        assert row.vector is not None
+        old.upsert([IndexPoint(id=row_id, vector=row.vector,
+                               payload={k: v for k, v in row.payload().items() if k != "days"})])
+        assert old.search(vector, where=about_the_ninth, limit=5) == []
+        if isinstance(old, EdgeIndex):
+            old._apply(UpdateOperation.delete_field_index("days"))
+            old.flush()
+            info, shard, _ = read_info(settings.index_path)
+            assert info is not None and shard is not None
+            write_info(settings.index_path, info, shard, 4)
+        else:
+            record = {"model": embedder.name, "dimension": embedder.dimension, "payload": 4}
+            shared._client.update_collection("memories", metadata={METADATA_KEY: record})  # type: ignore[union-attr]
+    finally:
+        if isinstance(old, EdgeIndex):
+            old.close()
+        storage.close()
+    services = open_services(settings)
+    try:
+        index = services.load_memories(embedder=embedder, index=shared).index
+        assert index.payload_version() == PAYLOAD_VERSION
+        if isinstance(index, EdgeIndex):
+            assert "days" in index._live().info().payload_schema
+        assert [hit.id for hit in index.search(vector, where=about_the_ninth, limit=5)] == [row_id]
+    finally:
+        services.close()
 
 
 @pytest.fixture(params=["embedded", "server"])

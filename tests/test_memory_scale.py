@@ -8,7 +8,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,9 @@ from server.auth import admin as auth
 from server.memories.validation import Filters, read_scope, validate_new
 from server.ranking.candidate_set import Candidate, unit_vectors
 from server.ranking.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
-from server.ranking.dates import prefetch_windows, query_periods
+from server.ranking.dates import epoch_day, prefetch_windows, query_periods
 from server.ranking.fusion import document_text
-from server.ranking.lexical import analyzed_text, fts_phrase, prefetch_terms
+from server.ranking.lexical import analyze, analyzed_text, fts_phrase, prefetch_terms
 from server.ranking.recall import Retrieval
 from server.ranking.term_arrays import TERM_IDS
 from server.services import Services, open_services
@@ -265,12 +265,45 @@ def test_a_named_day_prefetches_the_memories_dated_around_it(services: Services,
     vector = embedder.embed_query(question)
 
     def dated_in_window(candidates: Iterable[Candidate]) -> set[int]:
-        return {c.id for c in candidates if c.occurred_at and windows[0][0] <= c.occurred_at < windows[0][1]}
+        return {c.id for c in candidates if windows[0][0] <= day_of(c.occurred_at) <= windows[0][1]}
 
     plain = small.candidates(scope, question, vector)
     dated = small.candidates(scope, question, vector, windows)
     assert dated_in_window(plain) == set() and len(dated_in_window(dated)) == 3
     assert {c.id for c in plain} <= {c.id for c in dated}
+
+
+def day_of(occurred_at: str | None) -> int:
+    return epoch_day(date.fromisoformat(occurred_at[:10])) if occurred_at else -1
+
+
+def test_a_named_day_prefetches_the_memories_telling_of_it_though_dated_after_it(services: Services) -> None:
+    """In a scope too large to rank whole, a memory telling of the day a query names relative to its own
+    date ("twelve days ago", "two weeks ago") is prefetched by that day and recalled, though it is dated
+    after the window around the day, shares no word with the query, and others are nearer it in meaning."""
+    principal = services.local_principal("acme")
+    writes = services.loaded_memories().writes
+    told = [("Twelve days ago the movers carried the piano upstairs.", "2024-03-21T18:00:00Z"),  # 9 March
+            ("Two weeks ago the neighbours painted their fence green.", "2024-03-22T09:00:00Z")]  # 5-11 March
+    # Nearer the question than those (the dense prefetch of 3 takes them), dated after the window too.
+    outcomes = writes.remember_many(principal.site_id, [
+        *(writes.validate(content=f"Events of the day at the budget meeting, item {i}.",
+                          occurred_at=f"2024-03-{21 + i % 10:02d}T10:00:00Z") for i in range(20)),
+        *(writes.validate(content=content, occurred_at=when) for content, when in told)])
+    wanted = {o.reference for o in outcomes[-2:]}
+    question = "What happened on March 9, 2024?"
+    [(first, last)] = prefetch_windows(query_periods(question))
+    assert all(day_of(when) > last for _, when in told)  # their own dates are after the window
+    assert not set(analyze(question)) & {t for content, _ in told for t in analyze(content)}
+    small, scope = source(services, full_scan_limit=3, prefetch=3, lexical_postings=5), scope_of(services)
+
+    def telling(candidates: Iterable[Candidate]) -> set[str]:
+        return {content for c in candidates for content, _ in told if content in c.text}
+
+    vector = services.loaded_memories().embedder.embed_query(question)
+    assert telling(small.candidates(scope, question, vector)) == set()  # the nearest and the best by words
+    assert telling(small.candidates(scope, question, vector, [(first, last)])) == {content for content, _ in told}
+    assert wanted <= {h["reference"] for h in retrieval(services, small).recall(scope, question, 3)}
 
 
 def test_a_held_set_is_looked_at_again_after_any_change_or_an_expiry(services: Services, embedder: Any) -> None:

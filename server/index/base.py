@@ -1,8 +1,9 @@
 """The vector index interface. SQLite is the authority; an index only holds what can be rebuilt from it.
 
 Points are keyed by the memory's integer row id in SQLite. Each point carries a small keyword payload
-(`site`, `team`, `project`, `bucket`, `type`, `tags`) and integer timestamps (seconds since the epoch:
-`occurred`; `valid_to` on a superseded memory, `expires` on one that expires) so filters run inside the index.
+(`site`, `team`, `project`, `bucket`, `type`, `tags`), integer timestamps (seconds since the epoch:
+`occurred`; `valid_to` on a superseded memory, `expires` on one that expires) and the days the memory is about
+(`days`: whole days since the epoch, its own and those its content names) so filters run inside the index.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ T = TypeVar("T")
 
 # Payload fields that get a keyword index and can appear in a filter.
 FILTER_FIELDS = ("site", "team", "project", "bucket", "type", "tags")
-# Integer payload fields (whole seconds since the epoch) that get a range index and can appear in a Range.
-RANGE_FIELDS = ("occurred", "valid_to", "expires")
+# Integer payload fields that get a range index and can appear in a Range: whole seconds since the epoch, and
+# `days`, a list of whole days since it (a range holds a point when it holds any of them).
+RANGE_FIELDS = ("occurred", "valid_to", "expires", "days")
 # The shape of the points' payload. An index recorded with an older one is upgraded at start-up: its range
 # indexes are created and every point is written again from the authority (stored vectors: no model time).
-# 1: keywords only; 2: `occurred`; 3: `valid_to` (superseded memories); 4: `expires`.
-PAYLOAD_VERSION = 4
+# 1: keywords only; 2: `occurred`; 3: `valid_to` (superseded memories); 4: `expires`;
+# 5: `days` (the days a memory is about: ranking/dates.py memory_days).
+PAYLOAD_VERSION = 5
 
 
 class IndexUnavailable(Exception):
@@ -52,7 +55,7 @@ class Condition:
 @dataclass(frozen=True, slots=True)
 class Range:
     """`field` (an integer payload) lies within [gte, lte]; None leaves that side open. A point without the
-    field lies in no range."""
+    field lies in no range; one whose field is a list lies in it when any of its values does."""
 
     field: str
     gte: int | None = None

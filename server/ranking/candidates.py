@@ -23,12 +23,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from server.errors import Unavailable
-from server.index.base import VectorIndex
+from server.index.base import Range, VectorIndex
 from server.ranking.candidate_set import Candidate, CandidateSet, Row, compact
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze, prefetch_terms
@@ -108,17 +108,20 @@ class CandidateSource:
         self.change_mark = change_mark
 
     def candidates(self, scope: Scope, query: str, vector: np.ndarray,
-                   windows: Sequence[tuple[str, str]] = ()) -> CandidateSet:
-        """`windows`: time windows (after, before) the query names; in a large scope the vector index's
-        nearest inside each are prefetched too (see dates.prefetch_windows)."""
+                   windows: Sequence[tuple[int, int]] = ()) -> CandidateSet:
+        """`windows`: the (first, last) days around the days the query names; in a large scope the vector
+        index's nearest about a day inside each (dated in it, or naming it) are prefetched too (see
+        dates.prefetch_windows)."""
         if not self._is_large(scope):
             whole = self._whole(scope)
             if whole is not None:
                 return whole
             self._remember_large(scope)
         ids = set(self._dense_ids(scope, vector)) | set(self.lexical_ids(scope, query))
-        for after, before in windows:
-            ids |= set(self._dense_ids(scope.within(occurred_after=after, occurred_before=before), vector))
+        # By the days a memory is about (its own and those its content names, dates.memory_days), not a
+        # window on its occurred_at: a memory telling of the day is often dated days after it.
+        for first, last in windows:
+            ids |= set(self._dense_ids(scope, vector, Range("days", gte=first, lte=last)))
         ids |= self.store.neighbours(sorted(ids), NEIGHBOUR_REACH)
         if not ids:
             return CandidateSet(())
@@ -263,9 +266,12 @@ class CandidateSource:
                 room -= count
                 yield scope
 
-    def _dense_ids(self, scope: Scope, vector: np.ndarray) -> list[int]:
+    def _dense_ids(self, scope: Scope, vector: np.ndarray, *about: Range) -> list[int]:
+        """The index's nearest in the scope and inside every range of `about`."""
+        where = scope.index_filter()
+        where = replace(where, ranges=where.ranges + about)
         try:
-            return [hit.id for hit in self.index.search(vector, where=scope.index_filter(), limit=self.prefetch)]
+            return [hit.id for hit in self.index.search(vector, where=where, limit=self.prefetch)]
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
 

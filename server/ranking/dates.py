@@ -331,18 +331,49 @@ DATED_TEXTS = DatedTexts()
 
 
 MAX_PREFETCH_WINDOWS = 2
+EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 
 
-def prefetch_windows(asked: Sequence[Period]) -> list[tuple[str, str]]:
-    """The time windows (normalised RFC3339, half-open) of the first MAX_PREFETCH_WINDOWS days or weeks a
-    query names: in a large scope recall also prefetches the memories dated inside them, which the boost
-    ranks higher by their own date but which might match the query by neither words nor meaning."""
-    out = []
-    for period in [p for p in asked if p.granularity in FINE][:MAX_PREFETCH_WINDOWS]:
-        first = period.first - timedelta(days=DATE_BEFORE_DAYS)
-        end = period.last + timedelta(days=DATE_AFTER_DAYS + 1)
-        out.append((f"{first.isoformat()}T00:00:00.000000Z", f"{end.isoformat()}T00:00:00.000000Z"))
-    return out
+def epoch_day(day: date) -> int:
+    """A calendar day as whole days since 1970-01-01: the unit of the vector index's `days` payload."""
+    return day.toordinal() - EPOCH_ORDINAL
+
+
+def prefetch_windows(asked: Sequence[Period]) -> list[tuple[int, int]]:
+    """The windows (first and last day, inclusive, as `epoch_day`s) around the first MAX_PREFETCH_WINDOWS
+    days or weeks a query names: in a large scope recall also prefetches the memories about a day inside
+    them (`memory_days`), which the boost ranks higher but which might match the query by neither words nor
+    meaning."""
+    fine = [p for p in asked if p.granularity in FINE][:MAX_PREFETCH_WINDOWS]
+    return [(epoch_day(p.first - timedelta(days=DATE_BEFORE_DAYS)), epoch_day(p.last + timedelta(days=DATE_AFTER_DAYS)))
+            for p in fine]
+
+
+# At most this many days per memory in the vector index, so a text naming many dates cannot blow up its
+# point (its up to MAX_PERIODS weeks would be 112 days). What the days cost a write, measured on 10,000
+# texts of bench/perf.py's corpus (one day each, their own): 23 us to read (as read_spans; ~110 us for a
+# text naming three relative dates), 17 bytes more payload (113 -> 130 as JSON), 20-30 us more an embedded
+# index upsert (122 -> 151 and 154 -> 174 us a point in two runs, its range index).
+MAX_MEMORY_DAYS = 32
+
+
+def memory_days(content: str, occurred_at: str) -> list[int]:
+    """The days a memory is about, as sorted `epoch_day`s: its own (occurred_at's) and every day of each day
+    or week its content names, resolved against occurred_at as the boost resolves them ("yesterday", "last
+    Friday", "on May 7"), up to MAX_MEMORY_DAYS. The vector index keeps them so the dated prefetch finds a
+    memory by a day it tells of, not only by its own. A month or longer is left out: too coarse for the day
+    or week the prefetch asks for, and up to a year's 366 values in a point."""
+    anchor = _anchor(occurred_at)
+    if anchor is None:
+        return []
+    days = {epoch_day(anchor)}
+    for period in periods(content, anchor):
+        if period.granularity in FINE:
+            for day in range(epoch_day(period.first), epoch_day(period.last) + 1):
+                if len(days) == MAX_MEMORY_DAYS:
+                    return sorted(days)
+                days.add(day)
+    return sorted(days)
 
 
 def query_periods(query: str, today: date | None = None) -> list[Period]:

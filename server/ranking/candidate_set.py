@@ -134,7 +134,7 @@ class CandidateSet(Sequence[Candidate]):
         stacked at each call (a copy of every vector; 0.5 ms a thousand)."""
         if self._vectors is not None:
             return unit_vectors(self._vectors)
-        return stacked_vectors([row[2] for row in self._rows])  # VECTOR, typed
+        return stacked_vectors([cast(np.ndarray, row[VECTOR]) for row in self._rows])
 
     @cached_property
     def documents(self) -> CandidateDocuments:

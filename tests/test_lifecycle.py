@@ -22,6 +22,7 @@ from server.index.edge import EdgeIndex
 from server.index.edge_files import read_info, write_info
 from server.index.qdrant import METADATA_KEY, QdrantServerIndex
 from server.memories import maintenance
+from server.memories.outbox import index_payload
 from server.memories.validation import Filters, read_scope
 from server.ranking.candidate_set import Candidate
 from server.ranking.candidates import CandidateSource
@@ -187,7 +188,7 @@ async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backen
     try:
         rows = storage.outbox.index_rows([int(i) for (i,) in query(settings, "SELECT id FROM memories")])
         old.upsert([IndexPoint(id=row.id, vector=row.vector, payload={
-            k: v for k, v in row.payload().items() if k != "occurred"}) for row in rows if row.vector is not None])
+            k: v for k, v in index_payload(row).items() if k != "occurred"}) for row in rows if row.vector is not None])
         old.flush()
         if isinstance(old, EdgeIndex):
             info, shard, _ = read_info(settings.index_path)
@@ -237,7 +238,7 @@ def test_an_index_from_before_the_days_field_is_upgraded_and_filters_by_it(backe
         [row] = storage.outbox.index_rows([row_id])
         assert row.vector is not None
         old.upsert([IndexPoint(id=row_id, vector=row.vector,
-                               payload={k: v for k, v in row.payload().items() if k != "days"})])
+                               payload={k: v for k, v in index_payload(row).items() if k != "days"})])
         assert old.search(vector, where=about_the_ninth, limit=5) == []
         if isinstance(old, EdgeIndex):
             old._apply(UpdateOperation.delete_field_index("days"))

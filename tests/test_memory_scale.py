@@ -17,6 +17,7 @@ import pytest
 
 from server.auth import admin as auth
 from server.memories.validation import Filters, read_scope, validate_new
+from server.ranking import candidates as candidates_module
 from server.ranking.candidate_set import Candidate, unit_vectors
 from server.ranking.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
 from server.ranking.dates import epoch_day, prefetch_windows, query_periods
@@ -146,6 +147,26 @@ def test_lexical_prefetch_ranks_the_rare_terms_and_leaves_common_ones_to_the_den
     # The scope applies to lexical candidates too.
     found = source(services, lexical_postings=100).lexical_ids(scope_of(services, bucket="ops"), "zebra budget review")
     assert found and set(found) <= {r[0] for r in query_db(services, "SELECT id FROM memories WHERE bucket = 'ops'")}
+
+
+def test_the_postings_budget_is_a_share_of_the_store_between_a_floor_and_the_cap(
+        services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, refs = fill(services)  # 41 memories: 'zebra' in 1, 'budget' and 'review' in 8 each
+    scope = scope_of(services)
+    assert source(services).postings_budget(10_000) == 500  # 5%
+    assert source(services).postings_budget(1_000) == 500  # the floor
+    assert source(services).postings_budget(1_000_000) == 2000  # the cap
+    assert source(services, lexical_postings=5).postings_budget(1_000_000) == 5
+
+    monkeypatch.setattr(candidates_module, "LEXICAL_POSTINGS_FLOOR", 1)
+    monkeypatch.setattr(candidates_module, "LEXICAL_POSTINGS_SHARE", 0.25)  # 10 postings of 41 memories
+    found = source(services, lexical_postings=100).lexical_ids(scope, "zebra budget review")
+    zebra = query_db(services, "SELECT id FROM memories WHERE reference = ?",
+                     refs["A zebra crossing was painted outside the office."])[0][0]
+    # zebra (1) and one of the 8-posting terms fit in 10; both of them (17) would not.
+    assert len(found) == 9 and found[0] == zebra
+    monkeypatch.setattr(candidates_module, "LEXICAL_POSTINGS_SHARE", 0.1)  # 4: zebra alone
+    assert len(source(services, lexical_postings=100).lexical_ids(scope, "zebra budget review")) == 1
 
 
 def test_document_frequencies_are_cached_until_the_corpus_moves_by_a_percent(services: Services) -> None:

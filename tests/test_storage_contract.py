@@ -33,6 +33,7 @@ from storage_support import (
 
 from server.auth.principal import READ, WRITE
 from server.errors import InvalidParameters, NotFound, Unavailable
+from server.memories.outbox import index_payload
 from server.ranking.candidates import CandidateSource
 from server.ranking.lexical import analyze
 from server.storage.factory import open_snapshot, open_storage
@@ -667,7 +668,7 @@ def test_outbox(storage: Storage) -> None:
     rows = outbox.index_rows([b.row_id, a.row_id])
     assert [r.id for r in rows] == sorted([a.row_id, b.row_id])
     assert rows[0].tags == ("t",) and rows[0].vector is not None and np.array_equal(rows[0].vector, vector(12))
-    assert rows[0].payload()["site"] == str(sid)
+    assert index_payload(rows[0])["site"] == str(sid)
     outbox.mark_indexed([(a.row_id, rows[0].updated_at), (b.row_id, "an older version")])
     assert outbox.unindexed(10) == [b.row_id] and outbox.counts() == (1, 1, 0)
     outbox.set_vector(b.row_id, np.ones(4, dtype=np.float32), "model-b")
@@ -838,8 +839,8 @@ def test_supersede_chains(storage: Storage) -> None:
     get = lambda ref: storage.memories.get(Scope(sid), ref)  # noqa: E731
     assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (b.reference, when[1])
     assert get(b.reference).supersedes == a.reference and get(b.reference).superseded_by is None
-    assert storage.outbox.index_rows([a.row_id])[0].payload()["valid_to"] == 1706745600
-    assert "valid_to" not in storage.outbox.index_rows([b.row_id])[0].payload()
+    assert index_payload(storage.outbox.index_rows([a.row_id])[0])["valid_to"] == 1706745600
+    assert "valid_to" not in index_payload(storage.outbox.index_rows([b.row_id])[0])
     with pytest.raises(StaleRow):  # a is superseded already: the caller must resolve the chain to b
         remember(storage, sid, "value three", occurred_at=when[2], supersedes=a.reference)
     with pytest.raises(StaleRow):
@@ -904,7 +905,7 @@ def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) ->
     gone = [remember(storage, sid, f"apple expired {n}", expires_at=past) for n in range(3)]
     later = remember(storage, sid, "apple later", expires_at=future)
     kept = remember(storage, sid, "apple kept")
-    assert storage.outbox.index_rows([gone[0].row_id])[0].payload()["expires"] == 978307200
+    assert index_payload(storage.outbox.index_rows([gone[0].row_id])[0])["expires"] == 978307200
     scope = Scope(sid)
     assert storage.candidates.visible_count(scope, 10) == 2
     assert [i for i, _ in storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0]] == [

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from qdrant_edge import EdgeShard
 
+from . import mapped_pages
 from .base import IndexInfo, IndexLocked, IndexUnavailable
 
 INFO_FILE = "index_info.json"
@@ -107,7 +108,7 @@ def locked_message(path: Path, holder: str) -> str:
 
 def load_shard(shard_dir: Path) -> EdgeShard:
     try:
-        return EdgeShard.load(str(shard_dir))
+        shard = EdgeShard.load(str(shard_dir))
     except Exception as exc:
         if "WouldBlock" in str(exc):  # Edge's own WAL lock: someone bypassed index.lock
             raise IndexLocked(locked_message(shard_dir, "unknown")) from exc
@@ -115,6 +116,9 @@ def load_shard(shard_dir: Path) -> EdgeShard:
             f"cannot load the embedded index at {shard_dir}: {exc}. "
             "Run `reindex` to rebuild it from SQLite."
         ) from exc
+    # The write-ahead log was replayed: the closed segment Edge keeps is not read again (mapped_pages.py).
+    mapped_pages.release([path.resolve() for path in (shard_dir / "wal").glob("closed-*")])
+    return shard
 
 
 def read_info(path: Path) -> tuple[IndexInfo | None, str | None, int]:

@@ -17,13 +17,28 @@ import numpy as np
 from embeddings.base import Embedder
 from server.index.base import IndexInfo, IndexPoint, IndexUnavailable, VectorIndex, batched
 from server.logging_setup import Throttle
+from server.ranking.dates import memory_days
 from server.ranking.fusion import document_text
 from server.storage.protocols import OutboxStore
-from server.storage.records import IndexRow
+from server.storage.records import IndexRow, epoch_seconds
 
 log = logging.getLogger("memory_server.memories")
 
 SYNC_BATCH = 500
+
+
+def index_payload(row: IndexRow) -> dict[str, object]:
+    """The payload the index filters by (index/base.py PAYLOAD_VERSION names its fields): the scope, the
+    times as epoch seconds and the days the memory is about (its own and those its content names)."""
+    payload: dict[str, object] = {
+        "site": str(row.site_id), "team": row.team or "", "project": row.project or "",
+        "bucket": row.bucket, "type": row.type, "tags": list(row.tags),
+        "occurred": epoch_seconds(row.occurred_at), "days": memory_days(row.content, row.occurred_at)}
+    if row.valid_to is not None:  # superseded
+        payload["valid_to"] = epoch_seconds(row.valid_to)
+    if row.expires_at is not None:  # rounded up: a point is left out only once it has surely expired
+        payload["expires"] = epoch_seconds(row.expires_at, ceil=True)
+    return payload
 
 
 class IndexMismatch(Exception):
@@ -74,7 +89,7 @@ class Outbox:
         self.apply_deletions(ids)
 
     def points(self, rows: Sequence[IndexRow]) -> list[IndexPoint]:
-        return [IndexPoint(id=row.id, vector=self._vector(row), payload=row.payload()) for row in rows]
+        return [IndexPoint(id=row.id, vector=self._vector(row), payload=index_payload(row)) for row in rows]
 
     def index_ids(self, ids: Sequence[int]) -> None:
         """Write committed rows to the index and mark them indexed; on failure they stay in the backlog."""

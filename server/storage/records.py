@@ -16,8 +16,6 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from server.ranking.dates import memory_days
-
 # (seq, recorded_at, payload JSON text exactly as stored)
 RawItem = tuple[int, str, str]
 
@@ -315,17 +313,6 @@ class IndexRow:
     occurred_at: str
     valid_to: str | None = None
     expires_at: str | None = None
-
-    def payload(self) -> dict[str, object]:
-        payload: dict[str, object] = {
-            "site": str(self.site_id), "team": self.team or "", "project": self.project or "",
-            "bucket": self.bucket, "type": self.type, "tags": list(self.tags),
-            "occurred": epoch_seconds(self.occurred_at), "days": memory_days(self.content, self.occurred_at)}
-        if self.valid_to is not None:  # superseded
-            payload["valid_to"] = epoch_seconds(self.valid_to)
-        if self.expires_at is not None:  # rounded up: a point is left out only once it has surely expired
-            payload["expires"] = epoch_seconds(self.expires_at, ceil=True)
-        return payload
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,8 @@ class PostgresCandidateStore:
             totals = conn.execute("SELECT rows, tokens FROM memories_fts_totals").fetchone()
             hits = _phrase_hits(conn, phrases)
             rows = {int(row_id): list(tokens) for row_id, tokens in conn.execute(
-                f"SELECT f.id, f.tokens FROM memories_fts f JOIN memories m ON m.id = f.id WHERE {match} AND {where}",
+                "SELECT f.id, f.tokens FROM memories_fts f JOIN memories m ON m.id = f.id"
+                f" WHERE {match} AND m.vector IS NOT NULL AND {where}",  # without a vector, no candidate
                 [*match_args, *args]).fetchall()}
             return bm25_order(rows, phrases, hits, (int(totals[0]), int(totals[1])) if totals else (0, 0), limit)
 

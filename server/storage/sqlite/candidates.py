@@ -111,10 +111,11 @@ class SqliteCandidateStore:
     def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
         where, args = scope_sql(scope)
         # CROSS JOIN keeps FTS5 the outer loop: driven from `memories`, the planner would run the MATCH once
-        # per visible row.
+        # per visible row. Each match is tested against the scope in `memories_scope_by_id` (schema step 12),
+        # which the planner would pass over for the rowid; a memory without a vector is no candidate anyway.
         return [int(r[0]) for r in self._reader().execute(
-            "SELECT m.id FROM memories_fts f CROSS JOIN memories m ON m.id = f.rowid"
-            f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+            "SELECT m.id FROM memories_fts f CROSS JOIN memories m INDEXED BY memories_scope_by_id ON m.id = f.rowid"
+            f" WHERE memories_fts MATCH ? AND m.vector IS NOT NULL AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
             [" OR ".join(fts_phrase(t) for t in terms), *args, limit]).fetchall()]
 
     def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:

@@ -256,6 +256,13 @@ SCHEMA = [
     CREATE INDEX memories_candidates ON memories (site_id, bucket, vector_model, team, project, type, expires_at,
         superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
     """,
+    # 12: the lexical prefetch (candidates.py `best_by_terms`) tests each FTS5 match against the scope by id:
+    # from an index keyed by id holding every column the scope tests, rather than from the ~2 KB rows (966
+    # matches of 10k memories: the join 2.3 -> 0.9 ms, the prefetch 4.0 -> 2.4 ms).
+    """
+    CREATE INDEX memories_scope_by_id ON memories (id, site_id, bucket, vector_model, team, project, type,
+        expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
+    """,
 ]
 
 

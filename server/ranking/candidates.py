@@ -40,7 +40,11 @@ from server.storage.records import CandidateRow
 from server.storage.scope import Scope
 
 FULL_SCAN_LIMIT = 5000
-PREFETCH = 200
+# Measured on LoCoMo's 2,760 dev turns as one site, prefetch forced, R@5 / R@10 (top-10 overlap with ranking
+# every memory; candidates ranked for the first question): 200 0.759 / 0.823 (0.908; 992), 100 0.756 / 0.826
+# (0.880; 553); ranking every memory 0.753 / 0.815. At 100k memories (bench/perf.py's corpus) 100 rather than
+# 200 halves what every later stage of a whole-site recall works on (see README, Recall at scale).
+PREFETCH = 100
 # Memories kept as ready-made ranking candidates (~1.8 KB each beside its 384-dimension vector, kept compact
 # at 0.75 KB; measured at 100k, held sets included).
 CANDIDATE_CACHE = 100_000
@@ -116,22 +120,29 @@ class CandidateSource:
         self.whole_set_candidates = whole_set_candidates
         self.change_mark = change_mark
 
-    def candidates(self, scope: Scope, query: str, vector: np.ndarray,
+    def candidates(self, scope: Scope, query: str, vector: np.ndarray | Callable[[], np.ndarray],
                    windows: Sequence[tuple[int, int]] = ()) -> CandidateSet:
-        """`windows`: the (first, last) days around the days the query names; in a large scope the vector
-        index's nearest about a day inside each (dated in it, or naming it) are prefetched too (see
-        dates.prefetch_windows)."""
+        """`vector`: the query's embedding, or what gives it when called: it is asked for only after the
+        lexical prefetch, which does not need it, so the embedding can be computed meanwhile (see
+        Retrieval.recall). `windows`: the (first, last) days around the days the query names; in a large
+        scope the vector index's nearest about a day inside each (dated in it, or naming it) are prefetched
+        too (see dates.prefetch_windows)."""
         if not self._is_large(scope):
             whole = self._whole(scope)
             if whole is not None:
                 return whole
             self._remember_large(scope)
-        ids = set(self._dense_ids(scope, vector)) | set(self.lexical_ids(scope, query))
+        # The lexical side and its neighbours first: they do not need the query's vector.
+        lexical = set(self.lexical_ids(scope, query))
+        ids = lexical | self.store.neighbours(sorted(lexical), NEIGHBOUR_REACH)
+        if callable(vector):
+            vector = vector()
+        nearest = set(self._dense_ids(scope, vector))
         # By the days a memory is about (its own and those its content names, dates.memory_days), not a
         # window on its occurred_at: a memory telling of the day is often dated days after it.
         for first, last in windows:
-            ids |= set(self._dense_ids(scope, vector, Range("days", gte=first, lte=last)))
-        ids |= self.store.neighbours(sorted(ids), NEIGHBOUR_REACH)
+            nearest |= set(self._dense_ids(scope, vector, Range("days", gte=first, lte=last)))
+        ids |= nearest | self.store.neighbours(sorted(nearest - lexical), NEIGHBOUR_REACH)
         if not ids:
             return CandidateSet(())
         # The scope is applied again when loading: neighbours must be visible too.

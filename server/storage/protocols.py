@@ -271,6 +271,11 @@ class MemoryStore(Protocol):
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...
 
+    def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
+        """Those of these memories that have a successor, with their valid_to: what recall needs of the
+        memories it ranked best to place the superseded ones, without reading them whole."""
+        ...
+
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
         """For each of `references` that is superseded, the memory furthest along its chain of successors that
         the scope sees (none if it sees none of them)."""

@@ -50,9 +50,11 @@ class Scope:
 
     def superseded(self, memory: StoredMemory) -> bool:
         """Whether the memory was superseded by the end of the window (see `current`)."""
-        if memory.superseded_by is None:
-            return False
-        return self.occurred_before is None or memory.valid_to is None or memory.valid_to < self.occurred_before
+        return memory.superseded_by is not None and self.replaced_in_window(memory.valid_to)
+
+    def replaced_in_window(self, valid_to: str | None) -> bool:
+        """Whether a memory that has a successor, valid until `valid_to`, was replaced by the end of the window."""
+        return self.occurred_before is None or valid_to is None or valid_to < self.occurred_before
 
     def admits(self, memory: StoredMemory) -> bool:
         """Whether a memory read by id meets the conditions the vector index can only approximate (its

@@ -175,6 +175,14 @@ class PostgresMemoryStore:
         rows = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE m.id = ANY(%s::bigint[])", [list(ids)])
         return {row.id: row for row in rows}
 
+    def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
+        if not ids:
+            return {}
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT id, valid_to FROM memories WHERE id = ANY(%s::bigint[]) AND superseded_by IS NOT NULL",
+            [list(ids)]).fetchall())
+        return {int(row[0]): row[1] for row in rows}
+
     def count(self) -> int:
         row = self._db.read(lambda conn: conn.execute("SELECT count(*) FROM memories").fetchone())
         return int(row[0]) if row else 0

@@ -187,6 +187,13 @@ class SqliteMemoryStore:
                                            list(ids)).fetchall()
         return {int(row["id"]): stored(row) for row in rows}
 
+    def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
+        if not ids:
+            return {}
+        rows = self._readers.get().execute(f"SELECT id, valid_to FROM memories WHERE id IN ({marks(ids)})"
+                                           " AND superseded_by IS NOT NULL", list(ids)).fetchall()
+        return {int(row[0]): row[1] for row in rows}
+
     def count(self) -> int:
         return int(self._readers.get().execute("SELECT count(*) FROM memories").fetchone()[0])
 

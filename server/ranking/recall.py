@@ -88,7 +88,7 @@ class Retrieval:
             scored = [(c.id, score) for c, score in rank_single(self.ranking, query, vector, candidates,
                                                                  limit=len(candidates))]
         if not demote:
-            return self._hits(scored[:limit])
+            return self._hits(scored[:limit], limit)
         return self._successors_first(scope, scored, limit)
 
     def _adjustment(self, query: str, vector: np.ndarray, candidates: CandidateSet,
@@ -127,10 +127,11 @@ class Retrieval:
         # Which of them have a successor, from an index; only those are read whole (rarely any), and the
         # rest once the order is known: reading the 30 whole took 0.9 ms, most of it decoding their JSON.
         replaced = self.memories.replaced(list(best))
-        found = self.memories.by_ids([i for i in best if i in replaced and scope.replaced_in_window(replaced[i])])
-        newest = self.memories.newest(scope, [m.reference for m in found.values()]) if found else {}
+        superseded = self.memories.by_ids([i for i in best if i in replaced and scope.replaced_in_window(replaced[i])])
+        newest = self.memories.newest(scope, [m.reference for m in superseded.values()]) if superseded else {}
+        found = dict(superseded)
         groups: dict[int, list[StoredMemory]] = {}
-        for memory in list(found.values()):
+        for memory in superseded.values():
             successor = newest.get(memory.reference)
             if successor is not None:  # else replaced by a memory this scope does not see: it stays put
                 found[successor.id] = successor
@@ -143,14 +144,7 @@ class Retrieval:
                 running = max(running, best.get(memory.id, score.get(memory.id, 0.0)))
                 best[memory.id], behind[memory.id] = running, place
         order = sorted(best, key=lambda i: (-best[i], behind.get(i, 0), position.get(i, len(position))))
-        hits: list[dict[str, Any]] = []
-        for first in range(0, len(order), limit):  # a memory forgotten since it was ranked is skipped
-            chunk = order[first:first + limit]
-            found.update(self.memories.by_ids([i for i in chunk if i not in found]))
-            hits += [{**found[i].hit_fields(), "score": round(best[i], 6)} for i in chunk if i in found]
-            if len(hits) >= limit:
-                break
-        return hits[:limit]
+        return self._hits([(i, best[i]) for i in order], limit, found=found)
 
     def warm_up(self, searches: int = WARM_UP_SEARCHES) -> None:
         """Run the query model once, prepare the held sets (`_prepare_scopes`), read the newest memories into
@@ -198,7 +192,7 @@ class Retrieval:
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
         # The index's time window is whole seconds, widened: the exact one is checked on the rows read back.
-        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score], scope)
+        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score], limit, scope)
 
     def expansion(self, site_id: int, query: str, candidates: Sequence[Candidate]) -> dict[str, float]:
         """Near-synonyms of the query's words among the candidates' words (server/ranking/expansion.py)."""
@@ -207,8 +201,19 @@ class Retrieval:
         stems, vectors = self.words.pool(site_id, candidates)
         return expansion_terms(query, analyze(query), self.words.for_query(site_id, query), stems, vectors)
 
-    def _hits(self, scored: Sequence[tuple[int, float]], scope: Scope | None = None) -> list[dict[str, Any]]:
-        found = self.memories.by_ids([i for i, _ in scored])
-        # A memory forgotten between ranking and here is simply skipped.
-        return [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in scored
-                if i in found and (scope is None or scope.admits(found[i]))]
+    def _hits(self, scored: Sequence[tuple[int, float]], limit: int, scope: Scope | None = None, *,
+              found: dict[int, StoredMemory] | None = None) -> list[dict[str, Any]]:
+        """The first `limit` of `scored` (best first) that can still be read and that `scope` admits, read by
+        id `limit` at a time: a memory forgotten since it was ranked is skipped and the next one taken.
+        `found`: memories read already."""
+        found = {} if found is None else found
+        hits: list[dict[str, Any]] = []
+        step = max(1, limit)
+        for first in range(0, len(scored), step):
+            chunk = scored[first:first + step]
+            found.update(self.memories.by_ids([i for i, _ in chunk if i not in found]))
+            hits += [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in chunk
+                     if i in found and (scope is None or scope.admits(found[i]))]
+            if len(hits) >= limit:
+                break
+        return hits[:limit]

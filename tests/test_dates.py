@@ -18,10 +18,12 @@ from server.ranking.dates import (
     DatedTexts,
     Period,
     date_boost,
+    date_terms,
     epoch_day,
     memory_days,
     periods,
     prefetch_windows,
+    query_date_terms,
     query_periods,
 )
 from server.ranking.fusion import document_text
@@ -206,3 +208,46 @@ def test_a_memory_is_about_its_own_day_and_the_days_and_weeks_its_content_names(
     # However many weeks a text names, a bounded number of days.
     many = " ".join(f"{n} weeks ago." for n in range(2, 18))
     assert len(memory_days(many, written)) == MAX_MEMORY_DAYS
+
+
+# --- dates as lexical terms ------------------------------------------------------------------------------
+
+
+def test_a_memory_holds_the_terms_of_the_days_and_weeks_its_content_names() -> None:
+    at = "2024-05-09T10:00:00Z"  # a Thursday
+    assert date_terms("Went to the climbing gym yesterday.", at) == ["day20240508", "week2024w19"]
+    assert date_terms("We met on 2023-12-31 and again last week.", at) == [
+        "day20231231", "week2023w52", "week2024w18"]
+    assert date_terms("Over last weekend.", at) == ["day20240504", "day20240505", "week2024w18"]
+    # a month or longer is no term (too coarse: see DATE_TERM_WEIGHT); nor is the memory's own day
+    assert date_terms("Moved to Porto in March 2024.", at) == []
+    assert date_terms("Nothing dated here.", at) == []
+    assert date_terms("Yesterday, no anchor.", None) == []
+
+
+def test_every_date_term_is_what_the_lexical_side_takes_for_one() -> None:
+    from server.ranking.lexical import is_date_term
+
+    text = "on 2024-05-08, 1 January 1900, 31 December 2099, yesterday, two weeks ago"
+    terms = date_terms(text, "2024-05-09T00:00:00Z")
+    assert terms and all(is_date_term(t) for t in terms)
+    assert not any(is_date_term(t) for t in ("day", "day1", "days20240508", "week2024", "2024w19", "weekday"))
+
+
+def test_dates_at_the_edge_of_the_calendar_and_huge_texts_give_bounded_terms() -> None:
+    assert date_terms("tomorrow and next week", "9999-12-31T23:59:59Z") == []
+    assert date_terms("yesterday", "0001-01-01T00:00:00Z") == []
+    huge = "On 2024-05-08 we met. " * 10_000
+    assert date_terms(huge, "2024-05-09T00:00:00Z") == ["day20240508", "week2024w19"]
+    many = " ".join(f"on 2024-05-{d:02d}" for d in range(1, 29))
+    assert len(date_terms(many, "2024-05-09T00:00:00Z")) <= 2 * MAX_PERIODS
+
+
+def test_a_query_looks_for_the_day_or_week_it_names() -> None:
+    today = date(2024, 5, 9)
+    assert query_date_terms(query_periods("What did Ana do on 8 May 2024?", today)) == {"day20240508": 1.0}
+    assert query_date_terms(query_periods("what happened last week", today)) == {"week2024w18": 1.0}
+    assert query_date_terms(query_periods("plans for last weekend", today)) == {"day20240504": 0.5,
+                                                                                 "day20240505": 0.5}
+    assert query_date_terms(query_periods("Who led Atlas in March 2024?", today)) == {}
+    assert query_date_terms([]) == {}

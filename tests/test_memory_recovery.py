@@ -149,3 +149,40 @@ async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embe
         assert strict_search(services, "when is the boiler maintained?", 1) == ["The boiler is serviced every October."]
     finally:
         services.close()
+
+
+def test_lexical_terms_of_an_older_version_are_written_again_at_start_up(tmp_path: Path, embedder: Any) -> None:
+    from server.memories.system import rewrite_terms
+    from server.memories.writes import TERMS_VERSION
+    from server.ranking.fusion import document_text
+    from server.ranking.lexical import analyzed_text
+    from server.storage.scope import Scope
+
+    settings = make_settings(tmp_path / "data")
+    services = open_services(settings)
+    try:
+        memories = services.load_memories(embedder=embedder)
+        principal = services.local_principal("acme")
+        writes = memories.writes
+        for content in ("Went to the climbing gym yesterday.", "The boiler is serviced every October."):
+            writes.remember(principal, writes.validate(content=content, occurred_at="2024-05-09T10:00:00Z"))
+        # What a store written before the date terms holds: the analysed document text alone, no version.
+        storage = services.storage
+        assert storage.memories.rewrite_terms(lambda c, at: analyzed_text(document_text(c, at)), 1) == 1
+        assert storage.memories.terms_version() == 1
+        site_id = principal.site_id
+    finally:
+        services.close()
+
+    services = open_services(settings)
+    try:
+        services.load_memories(embedder=embedder)  # start-up brings the terms up to this version's
+        storage = services.storage
+        assert storage.memories.terms_version() == TERMS_VERSION
+        _, loaded = storage.candidates.load(Scope(site_id), None, embedder.name, lambda i, v: False)
+        gym = next(row for row in loaded if "gym" in row.terms)
+        assert gym.terms[-2:] == ["day20240508", "week2024w19"]
+        assert storage.candidates.best_by_terms(Scope(site_id), ["day20240508"], 5) == [gym.id]
+        assert rewrite_terms(storage) == 0 and rewrite_terms(storage, force=True) == 0  # current: nothing to do
+    finally:
+        services.close()

@@ -803,6 +803,25 @@ def test_candidates(storage: Storage) -> None:
     assert candidates.neighbours([ids[2]], 1) == {ids[1], ids[2], ids[3]} and candidates.neighbours([], 1) == set()
 
 
+def test_lexical_terms_are_written_again_in_batches_then_versioned(storage: Storage) -> None:
+    sid = site(storage)
+    rows = [remember(storage, sid, text) for text in ("red apple", "green pear", "apple pie", "blue sky", "apple")]
+    ids = [r.row_id for r in rows]
+    assert storage.memories.terms_version() == 1  # a store that never recorded one
+
+    def terms(content: str, occurred_at: str | None) -> str:
+        assert occurred_at == WHEN
+        return " ".join([*analyze(content), *(["day20240508"] if "apple" in content else [])])
+
+    assert storage.memories.rewrite_terms(terms, 2, batch=2) == 3  # three batches; only the apples change
+    assert storage.memories.terms_version() == 2
+    _, loaded = storage.candidates.load(Scope(sid), None, "model-a", lambda i, v: False)
+    assert {row.id: row.terms for row in loaded}[ids[2]] == ["appl", "pie", "day20240508"]
+    assert {row.id: row.terms for row in loaded}[ids[1]] == ["green", "pear"]
+    assert sorted(storage.candidates.best_by_terms(Scope(sid), ["day20240508"], 10)) == [ids[0], ids[2], ids[4]]
+    assert storage.memories.rewrite_terms(terms, 2) == 0  # derived from the row alone: the same again
+
+
 def test_a_time_window_narrows_every_read(storage: Storage) -> None:
     sid = site(storage)
     months = ["2024-01-15T00:00:00.000000Z", "2024-03-01T00:00:00.000000Z", "2024-04-30T23:59:59.999999Z",

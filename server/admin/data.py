@@ -203,6 +203,7 @@ def reindex(data_dir: DataDir = None) -> None:
     from rich.progress import Progress
 
     from server.index.base import IndexLocked
+    from server.memories.system import rewrite_terms
     from server.services import open_configured_index, open_services
 
     settings = load_settings(data_dir=data_dir)
@@ -217,6 +218,7 @@ def reindex(data_dir: DataDir = None) -> None:
     try:
         services.closers.append(index.close)
         memories = services.load_memories(index=index, repair_index=False)
+        rewrite_terms(services.storage, force=True)  # the lexical terms are derived too
         if memories.follower is not None:  # this server's own index of a shared authority: only it is rebuilt
             done = memories.follower.rebuild()
         else:

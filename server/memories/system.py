@@ -10,7 +10,7 @@ from embeddings.tokens import TokenCounter
 from server.index.base import PAYLOAD_VERSION, VectorIndex
 from server.memories.follower import FOLLOW_FILE, IndexFollower
 from server.memories.outbox import Outbox
-from server.memories.writes import MemoryWrites
+from server.memories.writes import TERMS_VERSION, MemoryWrites, document_terms
 from server.ranking.candidates import CandidateSource
 from server.ranking.recall import Retrieval
 from server.ranking.vocabulary import WordVectors
@@ -43,6 +43,7 @@ class Memories:
         return self.words.backfill(self.storage.words)
 
     def reindex(self) -> int:
+        rewrite_terms(self.storage, force=True)
         done = self.follower.rebuild() if self.follower is not None else self.outbox.reindex()
         self.words.load(self.storage.words)
         self.backfill_words()
@@ -78,8 +79,21 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
     )
 
 
+def rewrite_terms(storage: Storage, *, force: bool = False) -> int:
+    """Write the memories' lexical terms again when they are older than this version's (TERMS_VERSION: the
+    date terms came with version 2), or always with `force` (`reindex`); how many changed. They are derived
+    from each memory's content and occurred_at alone, so this is safe to repeat."""
+    if not force and storage.memories.terms_version() >= TERMS_VERSION:
+        return 0
+    changed = storage.memories.rewrite_terms(document_terms, TERMS_VERSION)
+    log.info("wrote the lexical terms of the memories again (version %d): %d changed", TERMS_VERSION, changed)
+    return changed
+
+
 def repair(memories: Memories, *, startup_sync_limit: int = STARTUP_SYNC_LIMIT) -> None:
-    """At start-up: refuse an index built with another model, load the words, index a small backlog now."""
+    """At start-up: refuse an index built with another model, bring the stored lexical terms up to this
+    version's, load the words, index a small backlog now."""
+    rewrite_terms(memories.storage)
     follower = memories.follower
     new_index = memories.outbox.check_model(outbox=follower is None)
     outdated = not new_index and memories.index.payload_version() < PAYLOAD_VERSION

@@ -19,6 +19,7 @@ from server.errors import Forbidden, InvalidParameters, NotFound, Unavailable
 from server.index.base import batched
 from server.memories.outbox import IndexSync
 from server.memories.validation import check_write_bounds, plausible_reference, scope_for, validate_new
+from server.ranking.dates import date_terms
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyzed_text
 from server.ranking.vocabulary import WordVectors
@@ -47,6 +48,17 @@ UPDATE_ATTEMPTS = 5
 PURGE_BATCH = 200
 
 
+# What `document_terms` writes: version 2 added the date terms. A store whose terms are older has them
+# written again at start-up (server/memories/system.py `repair`) and by `reindex`.
+TERMS_VERSION = 2
+
+
+def document_terms(content: str, occurred_at: str | None) -> str:
+    """A memory's lexical document as stored: the analysed terms of its document text, then the date terms of
+    the days and weeks its content names (server/ranking/dates.py)."""
+    return " ".join([analyzed_text(document_text(content, occurred_at)), *date_terms(content, occurred_at)]).strip()
+
+
 class MemoryWrites:
     def __init__(self, store: MemoryStore, index: IndexSync, embedder: Embedder, words: WordVectors, *,
                  max_content_bytes: int) -> None:
@@ -61,7 +73,7 @@ class MemoryWrites:
 
     def _document(self, memory: NewMemory, vector: np.ndarray) -> Document:
         return Document(vector=vector, model=self.embedder.name,
-                        terms=analyzed_text(document_text(memory.content, memory.occurred_at)))
+                        terms=document_terms(memory.content, memory.occurred_at))
 
     def remember(self, principal: Principal, memory: NewMemory) -> Inserted:
         principal.require(WRITE)

@@ -399,3 +399,75 @@ def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[
                 out[i] += DATE_BOOST
                 break
     return out
+
+
+
+# --- dates as lexical terms ------------------------------------------------------------------------------
+
+# The days and weeks a memory's content names, resolved against its occurred_at as the boost resolves them
+# ("yesterday", "last Friday", "on 2023-05-08", "last week"), are terms of its lexical document, written when
+# it is saved: `day20230507` for each day, `week2023w19` for each ISO week (server/ranking/lexical.py,
+# DATE_TERM). A query naming a day or a week looks for the same terms, each at DATE_TERM_WEIGHT of a query
+# term (shared among a period's terms), so the memory that told of the day in other words ("last Monday",
+# "8/5") matches it lexically as well as through DATE_BOOST, weighted by how rare that day is. The terms are
+# not counted in a document's length nor paired with its words (server/ranking/term_arrays.py).
+# Measured in-process (bench/offline.py, 2026-12-03), R@1 / R@5 / R@10 or top-1:
+#   profiles event_by_date 0.505 / 0.824 / 0.901 -> 0.582 / 0.835 / 0.901, relative_date 0.697 / 0.970 /
+#   1.000 -> 0.788 / 0.970 / 1.000, overall 0.701 / 0.842 / 0.887 -> 0.716 / 0.844 / 0.887, no category lower;
+#   LoCoMo dev R@5 / R@10 unchanged in every category (0.767 / 0.836); evolving unchanged in every mode.
+# Measured and not kept: months, quarters and years as terms too (`month202405`): profiles event_by_date 0.670
+#   / 0.868 / 0.912, but evolving past top-1 with windows and links 0.609 -> 0.594 ("as of March 2024" is
+#   answered by what was written before March, and the month's term lifts what names March); the memory's own
+#   day as a term too: LoCoMo R@5 0.767 -> 0.765; the terms counted in the document's length: profiles
+#   attribute R@1 0.644 -> 0.628, single fact 0.972 -> 0.965, evolving "changed in" 0.440 -> 0.420; a
+#   query's terms at half weight: profiles event_by_date R@1 0.626 -> 0.593 (with months).
+DATE_TERM_WEIGHT = 1.0
+DATE_TERM_DAYS = 7  # the days of one named period that become terms (a weekend is two)
+
+
+def _day_term(day: date) -> str:
+    return f"day{day:%Y%m%d}"
+
+
+def _week_term(day: date) -> str:
+    year, week, _ = day.isocalendar()
+    return f"week{year:04d}w{week:02d}"
+
+
+def _days(period: Period) -> list[date]:
+    return [period.first + timedelta(days=n) for n in range(min((period.last - period.first).days + 1,
+                                                                DATE_TERM_DAYS))]
+
+
+def period_terms(period: Period) -> list[str]:
+    """The terms of a memory naming `period`: a day's day and week, a week's week; nothing for a month or
+    longer."""
+    if period.granularity == "day":
+        days = _days(period)
+        return list(dict.fromkeys([*map(_day_term, days), *map(_week_term, days)]))
+    if period.granularity == "week":
+        return [_week_term(period.first + (period.last - period.first) // 2)]
+    return []
+
+
+def date_terms(content: str, occurred_at: str | None) -> list[str]:
+    """The date terms of a memory's lexical document: those of the days and weeks its content names (at most
+    MAX_PERIODS of them, from its first MAX_TEXT_CHARS characters: `periods` bounds the work)."""
+    named = periods(content, _anchor(occurred_at))
+    return list(dict.fromkeys(term for period in named for term in period_terms(period)))
+
+
+def query_date_terms(asked: Sequence[Period]) -> dict[str, float]:
+    """The date terms a query looks for, with their weights: a day's, or a week's, at DATE_TERM_WEIGHT
+    shared by the period's terms (a weekend's two days half each)."""
+    out: dict[str, float] = {}
+    for period in asked:
+        if period.granularity == "day":
+            terms = [_day_term(day) for day in _days(period)]
+        elif period.granularity == "week":
+            terms = [_week_term(period.first + (period.last - period.first) // 2)]
+        else:
+            continue
+        for term in terms:
+            out[term] = out.get(term, 0.0) + DATE_TERM_WEIGHT / len(terms)
+    return out

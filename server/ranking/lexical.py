@@ -72,6 +72,22 @@ def analyze(text: str) -> list[str]:
     return [_stem(t) for t in _WORD.findall(text.lower()) if t not in STOP_WORDS]
 
 
+# The date terms a memory's lexical document also holds (server/ranking/dates.py, `date_terms`): one for each
+# day (`day20230507`) and ISO week (`week2023w19`) its content names. They match the same terms of a query
+# naming that day or week, but are no words of the text: not counted in its length, not paired with its words.
+DATE_TERM = re.compile(r"day\d{8}|week\d{4}w\d{2}")
+
+
+def is_date_term(term: object) -> bool:
+    """Whether `term` is a date term (anything else, e.g. a pair of terms counted as one item, is not)."""
+    return isinstance(term, str) and DATE_TERM.fullmatch(term) is not None
+
+
+def words_only(terms: Sequence[str]) -> list[str]:
+    """A document's analysed terms without its date terms."""
+    return [t for t in terms if not is_date_term(t)]
+
+
 def analyzed_text(text: str) -> str:
     """The analysed terms joined by spaces: what goes in the FTS5 column (tokenizer `unicode61`)."""
     return " ".join(analyze(text))
@@ -220,11 +236,12 @@ def bm25_scores(
     weight x the counts of document index[i] (index -1 = none), and its length likewise. The result is
     identical to `BM25Corpus([term_weights([(docs[i], 1)] + [(docs[idx[i]], w) ...])]).score(query_terms)`.
     `delta` > 0 gives BM25+ (every matching document gets at least idf * delta per query term).
+    A document's length counts its words, not its date terms (DATE_TERM).
     """
     n = len(docs)
     if n == 0:
         return np.zeros(0)
-    lengths = np.fromiter((len(d) for d in docs), dtype=np.float64, count=n)
+    lengths = np.fromiter((len(words_only(d)) for d in docs), dtype=np.float64, count=n)
 
     query_items: dict[str, float] = dict(Counter(query_terms))
     for term, weight in (extra_terms or {}).items():
@@ -268,15 +285,15 @@ def bigram_bm25_scores(
     context: Sequence[tuple[np.ndarray, float]] = (),
 ) -> np.ndarray:
     """BM25 where the 'terms' are adjacent analysed-term pairs (a phrase / proximity signal): the query's
-    bigrams scored against each document's bigrams, with the same `context` and `delta` semantics as
-    `bm25_scores` (document length = its number of bigrams). Identical to
+    bigrams scored against each document's bigrams (pairs holding a date term left out), with the same `context`
+    and `delta` semantics as `bm25_scores` (document length = its number of bigrams). Identical to
     `bm25_scores(bigrams(query_terms), [bigrams(d) for d in docs], ...)`, but only the documents holding
     both words of a query pair are scanned."""
     n = len(docs)
-    pairs = Counter(bigrams(query_terms))
+    pairs = Counter(pair for pair in bigrams(query_terms) if not (is_date_term(pair[0]) or is_date_term(pair[1])))
     if n == 0 or not pairs:
         return np.zeros(n)
-    lengths = np.fromiter((max(len(d) - 1, 0) for d in docs), dtype=np.float64, count=n)
+    lengths = np.fromiter((max(len(words_only(d)) - 1, 0) for d in docs), dtype=np.float64, count=n)
 
     holding = _occurrences(docs, (first for first, _ in pairs))
 

@@ -20,7 +20,7 @@ from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
-from server.ranking.dates import Period, date_boost, prefetch_windows, query_periods
+from server.ranking.dates import Period, date_boost, prefetch_windows, query_date_terms, query_periods
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
 from server.ranking.lexical import analyze
@@ -77,7 +77,7 @@ class Retrieval:
         asked = query_periods(query) if self.dates and self.ranking == "production" else []
         candidates = self.source.candidates(scope, query, embedding.result, windows=prefetch_windows(asked))
         if self.ranking == "production":
-            expansion = self.expansion(scope.site_id, query, candidates)
+            expansion = self.expansion(scope.site_id, query, candidates) | query_date_terms(asked)
             vector = embedding.result()
             ids = candidates.column(ID)
             scored = [(ids[i], score) for i, score in ranked_positions(

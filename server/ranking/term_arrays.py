@@ -17,9 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.ranking.lexical import K1, B, bigrams, bm25_core
+from server.ranking.lexical import K1, B, bigrams, bm25_core, is_date_term
 
 _PAIR_SHIFT = 32  # a pair id: first term's id in the high bits, second's in the low bits
+# Date terms (lexical.DATE_TERM) take their ids from here up, so a document's length and pairs can leave them
+# out with one comparison; word ids stay below it, and every id below 2**32 (a pair holds two).
+DATE_IDS = 1 << 31
 
 
 class TermIds:
@@ -27,16 +30,22 @@ class TermIds:
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
+        self._dates = 0
         self._lock = threading.Lock()
 
     def of(self, terms: Sequence[str]) -> np.ndarray:
-        """Ids of a document's terms, in order (new terms get new ids)."""
+        """Ids of a document's terms, in order (new terms get new ids; a date term one from DATE_IDS up)."""
         table = self._ids
         missing = [t for t in terms if t not in table]
         if missing:
             with self._lock:
                 for term in missing:
-                    table.setdefault(term, len(table))
+                    if term not in table:
+                        if is_date_term(term):
+                            table[term] = DATE_IDS + self._dates
+                            self._dates += 1
+                        else:
+                            table[term] = len(table) - self._dates
         return np.fromiter((table[t] for t in terms), dtype=np.int64, count=len(terms))
 
     def get(self, term: str) -> int | None:
@@ -63,9 +72,12 @@ class Items:
 
     @classmethod
     def of(cls, per_document: Sequence[np.ndarray]) -> Items:
+        """The documents' term ids; a document's length counts its words, not its date terms."""
         lengths = np.fromiter((len(a) for a in per_document), dtype=np.int64, count=len(per_document))
         ids = np.concatenate(per_document) if per_document else np.zeros(0, dtype=np.int64)
         owner = np.repeat(np.arange(len(per_document), dtype=np.intp), lengths)
+        if len(ids) and int(ids.max()) >= DATE_IDS:
+            lengths = np.bincount(owner[ids < DATE_IDS], minlength=len(per_document))
         return cls(ids, owner, lengths.astype(np.float64))
 
     def scores(self, query: Mapping[int, float], *, k1: float, b: float, delta: float,
@@ -94,6 +106,9 @@ class CandidateDocuments:
         # Every document's pairs at once: adjacent ids of the concatenation, but for those that straddle
         # two documents (as `pair_ids` of each document would give, without a Python call per document).
         within = terms.owner[:-1] == terms.owner[1:]
+        if len(terms.ids) and int(terms.ids.max()) >= DATE_IDS:  # no pair holds a date term
+            words = terms.ids < DATE_IDS
+            within &= words[:-1] & words[1:]
         pairs = Items(pair_ids(terms.ids)[within], terms.owner[:-1][within], np.maximum(terms.lengths - 1, 0))
         return cls(terms, pairs)
 

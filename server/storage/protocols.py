@@ -271,6 +271,16 @@ class MemoryStore(Protocol):
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...
 
+    def terms_version(self) -> int:
+        """The version of the lexical terms stored with the memories (server/memories/writes.py TERMS_VERSION;
+        1 for a store that never recorded one)."""
+        ...
+
+    def rewrite_terms(self, terms: Callable[[str, str | None], str], version: int) -> int:
+        """Write every memory's lexical terms again as `terms(content, occurred_at)`, a batch of memories a
+        transaction, then record `version`; how many memories' terms changed."""
+        ...
+
     def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
         """Those of these memories that have a successor, with their valid_to: what recall needs of the
         memories it ranked best to place the superseded ones, without reading them whole."""

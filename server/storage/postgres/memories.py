@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from server.storage.scope import Scope
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
            " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
+REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
 INSERT_FTS = ("INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
@@ -186,6 +187,39 @@ class PostgresMemoryStore:
     def count(self) -> int:
         row = self._db.read(lambda conn: conn.execute("SELECT count(*) FROM memories").fetchone())
         return int(row[0]) if row else 0
+
+    def terms_version(self) -> int:
+        row = self._db.read(lambda conn: conn.execute(
+            "SELECT value FROM meta WHERE key = 'terms_version'").fetchone())
+        return int(row[0]) if row else 1
+
+    def rewrite_terms(self, terms: Callable[[str, str | None], str], version: int, *,
+                      batch: int = REWRITE_BATCH) -> int:
+        def rewrite(after: int) -> tuple[int, int] | None:
+            def work(conn: Conn) -> tuple[int, int] | None:
+                # The rows locked while their terms are worked out: a change of one meanwhile waits, then writes
+                # its own terms over these.
+                rows = conn.execute("SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m JOIN memories_fts f"
+                                    " ON f.id = m.id WHERE m.id > %s ORDER BY m.id LIMIT %s FOR UPDATE OF m",
+                                    [after, batch]).fetchall()
+                if not rows:
+                    return None
+                changed = [(row_id, new) for row_id, content, occurred_at, old in rows
+                           if (new := terms(content, occurred_at)) != old]
+                for row_id, new in changed:
+                    conn.execute("UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
+                                 [new, fts_tokens(new), row_id])
+                return int(rows[-1][0]), len(changed)
+            return self._db.write(work, idempotent=True)
+
+        after, total = 0, 0
+        while (done := rewrite(after)) is not None:
+            after, total = done[0], total + done[1]
+        self._db.write(lambda conn: conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('terms_version', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [str(version)]), single=True, idempotent=True)
+        return total
 
     def _rows(self, sql: str, args: list[Any]) -> list[StoredMemory]:
         return self._db.read(lambda conn: [stored(row) for row in

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from server.storage.sqlite.writer import Readers, Writer
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
            " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
+REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 
 
@@ -196,6 +197,34 @@ class SqliteMemoryStore:
 
     def count(self) -> int:
         return int(self._readers.get().execute("SELECT count(*) FROM memories").fetchone()[0])
+
+    def terms_version(self) -> int:
+        row = self._readers.get().execute("SELECT value FROM meta WHERE key = 'terms_version'").fetchone()
+        return int(row[0]) if row else 1
+
+    def rewrite_terms(self, terms: Callable[[str, str | None], str], version: int, *,
+                      batch: int = REWRITE_BATCH) -> int:
+        def rewrite(after: int) -> tuple[int, int] | None:
+            def work(conn: sqlite3.Connection) -> tuple[int, int] | None:
+                rows = conn.execute("SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m"
+                                    " JOIN memories_fts f ON f.rowid = m.id WHERE m.id > ? ORDER BY m.id LIMIT ?",
+                                    (after, batch)).fetchall()
+                if not rows:
+                    return None
+                changed = [(new, row_id) for row_id, content, occurred_at, old in rows
+                           if (new := terms(content, occurred_at)) != old]
+                conn.executemany("UPDATE memories_fts SET terms = ? WHERE rowid = ?", changed)
+                return int(rows[-1][0]), len(changed)
+            return self._writer.run_sync(work)
+
+        after, total = 0, 0
+        while (done := rewrite(after)) is not None:
+            after, total = done[0], total + done[1]
+        self._writer.run_sync(lambda conn: conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('terms_version', ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(version),)))
+        return total
 
 
 def find_duplicate(conn: sqlite3.Connection, site_id: int, dedup_key: str) -> str | None:

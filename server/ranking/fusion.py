@@ -62,6 +62,13 @@ LEXICAL_CONTEXT_WEIGHTS: dict[int, float] = {-2: 0.5, -1: 0.5, 1: 0.5, 2: 0.5}
 # Round 2, with BM25_DELTA / BIGRAM_WEIGHT / LENGTH_PRIOR_WEIGHT below: R@5 / R@10 without the blend
 # 0.711 / 0.794, +-1 at 0.1 / 0.15 / 0.2 / 0.25 -> 0.724/0.792, 0.721/0.794, 0.719/0.791, 0.725/0.792; kept
 # at 0.25 (every LOCO fold picks it; it trades cat-1 R@10 0.462 -> 0.436 for R@5 +0.014).
+# Measured and not kept (2026-12-03, bench/offline.py, production ranking, LoCoMo dev R@5 / R@10 against 0.767 /
+# 0.836): scoring provenance groups (same conversation_id and day, i.e. a session) and adding w x the group's
+# score to each member's, before the speaker, answer and date boosts or after them. Group score the best
+# member's, log-sum-exp of the members', the best other member's, or the mean of the best three, at w 0.1 /
+# 0.25 / 0.5: every one lower, best 0.765 / 0.834 (best member, after the boosts, w 0.1); at 0.25 0.757-0.759
+# / 0.826-0.831, at 0.5 0.747-0.759 / 0.821-0.829, multi-hop R@10 0.569 -> 0.48-0.55 (a strong session lifts
+# its chatter over the other sessions' evidence). Profiles and evolving memories have no provenance: unchanged.
 NEIGHBOUR_SCORE_WEIGHTS: dict[int, float] = {-2: 0.125, -1: 0.25, 1: 0.25, 2: 0.125}
 
 # --- round 2 (bench/locomo_explore.py --only round2). Baseline = the round-1 ranking, R@5 0.701 R@10 0.790.

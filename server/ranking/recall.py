@@ -23,6 +23,7 @@ from server.ranking.candidates import PREFETCH, CandidateSource
 from server.ranking.dates import Period, date_boost, prefetch_windows, query_date_terms, query_periods
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
+from server.ranking.landmarks import without_landmarks
 from server.ranking.lexical import analyze
 from server.ranking.recency import asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
@@ -77,7 +78,8 @@ class Retrieval:
         asked = query_periods(query) if self.dates and self.ranking == "production" else []
         candidates = self.source.candidates(scope, query, embedding.result, windows=prefetch_windows(asked))
         if self.ranking == "production":
-            expansion = self.expansion(scope.site_id, query, candidates) | query_date_terms(asked)
+            expansion = without_landmarks(query, self.expansion(scope.site_id, query, candidates)
+                                          | query_date_terms(asked))
             vector = embedding.result()
             ids = candidates.column(ID)
             scored = [(ids[i], score) for i, score in ranked_positions(

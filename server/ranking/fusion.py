@@ -105,6 +105,9 @@ LENGTH_PRIOR_WEIGHT = 0.2
 # R@1 0.972 -> 0.957; a gate on a small share of candidates instead of none costs LoCoMo 0.767 / 0.836 ->
 # 0.762 / 0.831; counting the query's expansions (server/ranking/expansion.py) as its words keeps less of the
 # gain (category 0.465 / 0.591 / 0.687, overall 0.688 / 0.835 / 0.886, through the server).
+# The category gap left (0.589 / 0.692 against dense 0.593 / 0.697 at R@5 / R@10) is still open: a lower
+# expansion threshold for the words no candidate uses was measured on 2026-12-03 and lost elsewhere (figures
+# beside EXPANSION_MIN_SIMILARITY in server/ranking/expansion.py).
 NAME_ONLY_W_LEXICAL = 0.25
 NAME_ONLY_LENGTH_PRIOR = 0.1
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not starting the text or a sentence

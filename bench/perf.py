@@ -39,8 +39,8 @@ import httpx2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from server.auth import admin as auth  # noqa: E402
+from server.memories.writes import document_terms  # noqa: E402
 from server.ranking.fusion import document_text  # noqa: E402
-from server.ranking.lexical import analyzed_text  # noqa: E402
 from server.services import open_services  # noqa: E402
 from server.settings import Settings  # noqa: E402
 from server.storage.factory import open_storage  # noqa: E402
@@ -425,7 +425,7 @@ def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = No
                 # analysed terms) spread over DAYS days: only the timing of time windows depends on it.
                 memory = memories.writes.validate(content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}",
                                                   occurred_at=day(i % DAYS))
-                terms = analyzed_text(document_text(memory.content, memory.occurred_at))
+                terms = document_terms(memory.content, memory.occurred_at)
                 batch.append((memory, Document(vector=vectors[i], model=embedder.name, terms=terms), None))
             # The cached vectors go in as remember would store them; words are backfilled below.
             inserted = services.storage.memories.insert(site_id, batch, Words())

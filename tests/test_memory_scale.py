@@ -394,7 +394,7 @@ def test_start_up_keeps_one_copy_of_a_prepared_memorys_vector(services: Services
     source = memories.source
     source._cache.clear()  # as after a start
     memories.retrieval.warm_up()
-    # The sets' matrices as stored (vectors() widens them to float32).
+    # The sets' matrices as stored (cosines() widens them to float32 a chunk at a time).
     matrices = [held.candidates._vectors for held in source._whole_sets.values()]
     assert matrices and all(m is not None for m in matrices)
     ids = [candidate.id for candidate in source._whole_sets[scope_of(services)].candidates]

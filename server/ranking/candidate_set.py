@@ -73,7 +73,9 @@ def unit_vectors(vectors: np.ndarray) -> np.ndarray:
     """float32 vectors from float32 or compact (`compact`) ones, row for row."""
     if vectors.dtype != np.uint16:
         return np.asarray(vectors, dtype=np.float32)
-    return (vectors.astype(np.uint32) << 16).view(np.float32)
+    wide = vectors.astype(np.uint32)
+    np.left_shift(wide, 16, out=wide)  # in place: one float32-sized array, not two (a 4,100-memory window: 6 MB)
+    return wide.view(np.float32)
 
 
 def stacked_vectors(vectors: Sequence[np.ndarray]) -> np.ndarray:
@@ -84,6 +86,7 @@ def stacked_vectors(vectors: Sequence[np.ndarray]) -> np.ndarray:
 
 
 T = TypeVar("T")
+COSINE_CHUNK = 1024  # compact vectors widened at once by `CandidateSet.cosines`
 
 
 class CandidateSet(Sequence[Candidate]):
@@ -129,12 +132,24 @@ class CandidateSet(Sequence[Candidate]):
         """One field (ID, TEXT, ...) of every candidate, without making Candidates."""
         return [row[field] for row in self._rows]
 
-    def vectors(self) -> np.ndarray:
-        """(candidates x dimension) float32, row for row: the matrix the set was made with, widened, else
-        stacked at each call (a copy of every vector; 0.5 ms a thousand)."""
-        if self._vectors is not None:
-            return unit_vectors(self._vectors)
-        return stacked_vectors([cast(np.ndarray, row[VECTOR]) for row in self._rows])
+    def cosines(self, query: np.ndarray) -> np.ndarray:
+        """Each candidate's cosine with the unit vector `query`: from the matrix the set was made with, else
+        from its vectors stacked at each call (0.5 ms a thousand). Compact vectors are widened COSINE_CHUNK at a
+        time: a 4,100-memory time window's float32 matrix (6 MB, made and freed at every such recall) kept the
+        server's heap 20 MB larger through 200 of them."""
+        query = np.asarray(query, dtype=np.float32)
+        if not self._rows:
+            return np.zeros(0, dtype=np.float32)
+        stored = self._vectors
+        if stored is None:
+            vectors = [cast(np.ndarray, row[VECTOR]) for row in self._rows]
+            stored = np.stack(vectors) if all(v.dtype == np.uint16 for v in vectors) else stacked_vectors(vectors)
+        if stored.dtype != np.uint16:
+            return np.asarray(stored @ query, dtype=np.float32)
+        out = np.empty(len(stored), dtype=np.float32)
+        for start in range(0, len(stored), COSINE_CHUNK):
+            out[start:start + COSINE_CHUNK] = unit_vectors(stored[start:start + COSINE_CHUNK]) @ query
+        return out
 
     @cached_property
     def documents(self) -> CandidateDocuments:

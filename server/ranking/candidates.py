@@ -32,7 +32,6 @@ from server.index.base import Range, VectorIndex
 from server.ranking.candidate_set import Candidate, CandidateSet, Row, compact
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze, prefetch_terms
-from server.ranking.speakers import SPEAKERS
 from server.ranking.term_arrays import TERM_IDS
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import CandidateStore
@@ -81,18 +80,28 @@ NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCOR
 FOREVER = "9999-12-31T23:59:59.999999Z"  # after every instant a Scope can have
 
 
+Fingerprint = tuple[int, int]
+
+
+def fingerprint(visible: Sequence[tuple[int, str]]) -> Fingerprint:
+    """What a held set keeps of the (id, version) list it was made of, to tell whether the scope still sees
+    the same memories: their count and the list's 64-bit hash (two different lists of one scope agree with
+    a chance of about 2**-64). The list itself held ~160 bytes a memory: 16 MB at 100k memories."""
+    return len(visible), hash(tuple(visible))
+
+
 @dataclass
 class Held:
-    """A scope's candidate set, with the (id, version) of the memories it was made of, the store's change
-    number when they were last looked at, and when the first of them expires."""
+    """A scope's candidate set, with the fingerprint of the (id, version) of the memories it was made of, the
+    store's change number when they were last looked at, and when the first of them expires."""
 
-    visible: list[tuple[int, str]]
+    visible: Fingerprint
     candidates: CandidateSet
     mark: int | None = None
     valid_until: str = FOREVER
 
 
-EMPTY_HELD = Held([], CandidateSet(()))
+EMPTY_HELD = Held(fingerprint(()), CandidateSet(()))
 
 
 class CandidateSource:
@@ -165,9 +174,10 @@ class CandidateSource:
             return None
         if not holds:
             return CandidateSet.of_rows(self._candidates(visible, rows))
-        if held is None or held.visible != visible:
+        seen = fingerprint(visible)
+        if held is None or held.visible != seen:
             # An expiry set or changed since would have changed a version: the same set, the same expiry.
-            held = Held(visible, self._stacked(self._candidates(visible, rows)),
+            held = Held(seen, self._stacked(self._candidates(visible, rows)),
                         valid_until=self.store.next_expiry(scope) or FOREVER)
         held.mark = mark
         with self._cache_lock:
@@ -243,7 +253,7 @@ class CandidateSource:
 
     def warm(self, words: WordVectors, *, seconds: float = WARM_SECONDS) -> int:
         """Read the newest memories into the cache (as many as it still has room for: start-up prepares the
-        held sets first, see Retrieval.warm_up), with their words' rows and speakers, so the
+        held sets first, see Retrieval.warm_up), with their words' rows, so the
         first recall of each bucket after a start does not read them one bucket at a time: at 100k memories
         a first recall of a 1,000-memory bucket spent 8 ms reading its rows, 3.5 ms analysing them and 7.5 ms
         finding their words (25 ms in all -> 11 ms; 1.2 s at start-up for 100k). Stops after `seconds`;
@@ -252,7 +262,7 @@ class CandidateSource:
         read = 0
         for rows in self.store.newest(self.model, self.cache_size):
             # A memory already cached as it is (a prepared set's, whose vector is a row of that set's matrix,
-            # and whose words and speakers its recall found) is kept: caching it again would hold its vector
+            # and whose words its recall found) is kept: caching it again would hold its vector
             # twice until the set is built anew.
             room = self.cache_size - len(self._cache)
             if room <= 0:
@@ -262,8 +272,6 @@ class CandidateSource:
             cached = [(row.site_id, row.id, self._cache.get(row.id)) for row in new]
             texts = [(site_id, row_id, entry[1][1]) for site_id, row_id, entry in cached if entry is not None]
             words.warm(texts)
-            for _, row_id, text in texts:
-                SPEAKERS.of(row_id, text, None)  # asked of every candidate set (ranking/speakers.py)
             read += len(rows)
             if time.monotonic() > deadline:
                 break

@@ -117,7 +117,7 @@ def content_terms_found(query: str, query_terms: Sequence[str], docs: CandidateD
     """Whether a query term other than a name occurs in some candidate's own text."""
     names = {term for word in _NAME.findall(query.strip()) for term in analyze(word)}
     ids = [tid for term in dict.fromkeys(query_terms) if term not in names and (tid := TERM_IDS.get(term)) is not None]
-    return bool(ids) and bool(np.isin(docs.terms.ids, np.asarray(ids, dtype=np.int64)).any())
+    return bool(ids) and bool(np.isin(docs.terms.ids, np.asarray(ids, dtype=docs.terms.ids.dtype)).any())
 
 
 def parse_rfc3339(value: str) -> datetime | None:
@@ -197,7 +197,7 @@ def fused_scores(
     if n == 0:
         return np.zeros(0)
     pool = CandidateSet.of(candidates)
-    dense = pool.vectors() @ np.asarray(query_vector, dtype=np.float32)
+    dense = pool.cosines(query_vector)
     neighbours = pool.neighbours([*lexical_context, *neighbour_weights])
     docs = pool.documents
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]

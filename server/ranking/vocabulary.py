@@ -160,7 +160,7 @@ class WordVectors:
             rows, known = self._rows_of(site, site_id, row_id, text)
             parts.append(rows)
             complete = complete and known
-        unique = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.intp)
+        unique = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int32)
         present = unique[unique < len(matrix)]  # rows added after `matrix` was read are left out
         words = [stems[i] for i in present]
         if complete and len(present) == len(unique) and isinstance(candidates, CandidateSet):
@@ -175,7 +175,8 @@ class WordVectors:
         if rows is not None:
             return rows, True
         words = vocabulary_words(text)
-        rows = np.fromiter((site.rows[w] for w in words if w in site.rows), dtype=np.intp)
+        # 32-bit rows (a site's vocabulary is far below 2**31 words): 4 MB less for 100k memories than 64.
+        rows = np.fromiter((site.rows[w] for w in words if w in site.rows), dtype=np.int32)
         if len(rows) < len(words):  # a word still being embedded: work it out again next time
             return rows, False
         with self._lock:

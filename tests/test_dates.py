@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.ranking.candidate_set import Candidate
+from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.dates import (
     DATE_BOOST,
     MAX_MEMORY_DAYS,
@@ -141,6 +141,19 @@ def test_a_month_or_longer_goes_by_the_dates_a_memory_names_not_by_when_it_was_w
     ]
     boosted = date_boost(np.zeros(3), periods("Who was Maria's manager in March 2024?"), candidates, DatedTexts())
     assert list(boosted) == [0.0, DATE_BOOST, DATE_BOOST]
+
+
+def test_a_held_set_keeps_its_dates_itself_and_boosts_as_any_set() -> None:
+    rows = [candidate(0, "Went hiking with Sam.", "2023-12-05T09:00:00Z"),
+            candidate(1, "Told you: I ran a race last Monday.", "2023-12-13T09:00:00Z"),
+            candidate(2, "Nothing dated here.", "2023-06-04T12:00:00Z")]
+    texts = DatedTexts()
+    held = CandidateSet.of_rows([tuple(c) for c in rows], lasting=True)  # type: ignore[misc]
+    asked = periods("What was Sam doing on Dec 4, 2023?")
+    assert list(date_boost(np.zeros(3), asked, held, texts)) == [DATE_BOOST, DATE_BOOST, 0.0]
+    assert not texts._found  # read by the set itself, not cached per memory
+    again = date_boost(np.zeros(3), asked, rows, texts)  # a set made anew per recall goes through the cache
+    assert list(again) == [DATE_BOOST, DATE_BOOST, 0.0] and len(texts._found) == 3
 
 
 def test_the_cache_follows_a_changed_text() -> None:

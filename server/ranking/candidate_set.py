@@ -97,18 +97,22 @@ class CandidateSet(Sequence[Candidate]):
         self._memos: dict[str, Any] = {}
         self._vectors: np.ndarray | None = None
         self._lock = threading.Lock()
+        # Held for later recalls of its scope (server/ranking/candidates.py): what is derived from its memories
+        # is better kept with it than in per-memory caches, which would hold it a second time.
+        self.lasting = False
 
     @classmethod
     def of(cls, candidates: Sequence[Candidate]) -> CandidateSet:
         return candidates if isinstance(candidates, CandidateSet) else cls(candidates)
 
     @classmethod
-    def of_rows(cls, rows: Iterable[Row], vectors: np.ndarray | None = None) -> CandidateSet:
+    def of_rows(cls, rows: Iterable[Row], vectors: np.ndarray | None = None, *, lasting: bool = False) -> CandidateSet:
         """`vectors`: the rows' vectors stacked (in their stored form), when the rows' own vectors are its rows
-        (see `vectors`)."""
+        (see `cosines`)."""
         made = cls(())
         made._rows = tuple(rows)
         made._vectors = vectors
+        made.lasting = lasting
         return made
 
     def __len__(self) -> int:

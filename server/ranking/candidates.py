@@ -188,6 +188,11 @@ class CandidateSource:
                 self._held_candidates -= len(self._whole_sets.pop(next(iter(self._whole_sets))).candidates)
         return held.candidates
 
+    def held(self, scope: Scope) -> CandidateSet | None:
+        """The set held for the scope, if any (as its last recall left it)."""
+        held = self._whole_sets.get(scope)
+        return held.candidates if held is not None else None
+
     def _stacked(self, rows: Sequence[Row]) -> CandidateSet:
         """A set to hold, its vectors stacked into one matrix once; the cached candidates then use its rows
         as their vectors, so the matrix is no second copy of them. A held bucket's ranking spent 1.2 ms of
@@ -204,7 +209,7 @@ class CandidateSource:
                 entry = cache.get(new[0])
                 if entry is not None and entry[1] is old:
                     cache[new[0]] = (entry[0], new)
-        return CandidateSet.of_rows(viewed, matrix)
+        return CandidateSet.of_rows(viewed, matrix, lasting=True)
 
     def _is_large(self, scope: Scope) -> bool:
         """Whether the scope was counted above the full-scan limit in the last LARGE_SCOPE_SECONDS. New

@@ -29,7 +29,7 @@ import numpy as np
 
 from server.errors import Unavailable
 from server.index.base import Range, VectorIndex
-from server.ranking.candidate_set import Candidate, CandidateSet, Row, compact
+from server.ranking.candidate_set import CONVERSATION_ID, Candidate, CandidateSet, Row, compact
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze, prefetch_terms
 from server.ranking.term_arrays import TERM_IDS
@@ -143,7 +143,7 @@ class CandidateSource:
             self._remember_large(scope)
         # The lexical side and its neighbours first: they do not need the query's vector.
         lexical = set(self.lexical_ids(scope, query))
-        ids = lexical | self.store.neighbours(sorted(lexical), NEIGHBOUR_REACH)
+        ids = lexical | self._neighbours(lexical)
         if callable(vector):
             vector = vector()
         nearest = set(self._dense_ids(scope, vector))
@@ -151,12 +151,21 @@ class CandidateSource:
         # window on its occurred_at: a memory telling of the day is often dated days after it.
         for first, last in windows:
             nearest |= set(self._dense_ids(scope, vector, Range("days", gte=first, lte=last)))
-        ids |= nearest | self.store.neighbours(sorted(nearest - lexical), NEIGHBOUR_REACH)
+        ids |= nearest | self._neighbours(nearest - lexical)
         if not ids:
             return CandidateSet(())
         # The scope is applied again when loading: neighbours must be visible too.
         visible, rows = self.store.load(scope, sorted(ids), self.model, self._fresh)
         return CandidateSet.of_rows(self._candidates(visible, rows))
+
+    def _neighbours(self, ids: set[int]) -> set[int]:
+        """The conversation neighbours of `ids`, looked up for those that may have any: a memory cached
+        without a conversation has none (saved facts, notes), and asking the store for them cost 0.2 ms a
+        lookup of 100-200 ids at 100k memories. A cached memory given a conversation since is taken as it
+        was cached until it is read again: its neighbours are missed by the prefetch meanwhile."""
+        cache = self._cache
+        asked = sorted(i for i in ids if (entry := cache.get(i)) is None or entry[1][CONVERSATION_ID] is not None)
+        return self.store.neighbours(asked, NEIGHBOUR_REACH) if asked else set()
 
     def _whole(self, scope: Scope) -> CandidateSet | None:
         """Every memory the scope sees, or None when it sees more than the full-scan limit. The set of the

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server.ranking.candidate_set import ID, OCCURRED_AT, TEXT, CandidateSet
+from server.ranking.candidate_set import CandidateSet
 from server.ranking.dates import content_of, read_spans
 from server.ranking.per_text import PerText
 from server.ranking.speakers import speaker_of, speakers
@@ -85,8 +85,7 @@ MEMORY_KINDS = PerText(read_kinds)
 def _holding(kind: Kind, candidates: CandidateSet) -> np.ndarray:
     """Which candidates hold `kind`, worked out once per candidate set."""
     def compute(pool: CandidateSet) -> np.ndarray:
-        found = [MEMORY_KINDS.of(i, text, at) for i, text, at in
-                 zip(pool.column(ID), pool.column(TEXT), pool.column(OCCURRED_AT), strict=True)]
+        found = MEMORY_KINDS.of_set(pool)
         if kind is TIME:
             return np.fromiter((tells for tells, _, _ in found), dtype=bool, count=len(found))
         if kind is NUMBER_KIND:

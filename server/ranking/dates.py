@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
-from server.ranking.candidate_set import ID, OCCURRED_AT, TEXT, Candidate, CandidateSet
+from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.fusion import format_date, parse_rfc3339
 from server.ranking.per_text import SIZE, PerText
 
@@ -158,9 +158,9 @@ def _absolute(text: str, taken: list[tuple[int, int]]) -> list[Period]:
 
 def _relative(text: str, anchor: date, taken: list[tuple[int, int]]) -> list[Period]:
     found: list[Period] = []
-    # Each family only where the lowercased text holds a word it needs (the patterns ignore case, and cost
-    # 1-3 us each): reading the perf corpus's texts 16 -> 7 us each, the first recall naming a month in a
-    # 1,000-memory bucket ~20 -> ~9 ms.
+    # Each family only where the lowercased text holds a word it needs (the patterns ignore case and cost
+    # 2-6 us each on a short text): reading bench/perf.py's corpus texts 16 -> 15 us each, most of them
+    # naming a month or a digit, so the month families still run.
     lower = text.lower()
     month = _MONTH_HINT.search(lower) is not None
     families: list[tuple[re.Pattern[str], Callable[[re.Match[str], date], Period | None]]] = []
@@ -430,14 +430,11 @@ NO_DAY = -1  # below every ordinal
 
 
 def dated_spans(candidates: CandidateSet, texts: DatedTexts = DATED_TEXTS) -> DatedSpans:
-    """The set's `DatedSpans`, worked out once and kept with it. A set held for later recalls (`lasting`)
-    reads its memories' dates itself rather than through the per-memory cache, which would hold them twice
-    (100k memories' dates: ~20 MB); start-up works them out for the sets it prepares (Retrieval.warm_up), as
-    a first recall naming a month in a 1,000-memory bucket spent ~15 ms reading them."""
+    """The set's `DatedSpans`, worked out once and kept with it (a held set reads them without the per-memory
+    cache: PerText.of_set); start-up works them out for the sets it prepares (Retrieval.warm_up), as a first
+    recall naming a month in a 1,000-memory bucket spent ~15 ms reading them."""
     def compute(pool: CandidateSet) -> DatedSpans:
-        rows = zip(pool.column(ID), pool.column(TEXT), pool.column(OCCURRED_AT), strict=True)
-        found = [read_spans(text, at) for _, text, at in rows] if pool.lasting else \
-            [texts.spans(row_id, text, at) for row_id, text, at in rows]
+        found = texts.of_set(pool)
         owner = [i for i, (_, named) in enumerate(found) for _ in named]
         named_days = [span for _, named in found for span in named]
         days = np.array(named_days, dtype=np.int64).reshape(-1, 2)

@@ -13,20 +13,16 @@ from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.dates import (
     DATE_BOOST,
     MAX_MEMORY_DAYS,
-    MAX_PERIODS,
-    MAX_TEXT_CHARS,
     DatedTexts,
-    Period,
     date_boost,
     date_terms,
     epoch_day,
     memory_days,
-    periods,
     prefetch_windows,
     query_date_terms,
-    query_periods,
 )
 from server.ranking.fusion import document_text
+from server.ranking.periods import MAX_PERIODS, MAX_TEXT_CHARS, Period, periods, query_periods
 
 from tests.conftest import serve
 

@@ -20,9 +20,10 @@ from server.memories.validation import Filters, read_scope, validate_new
 from server.ranking import candidates as candidates_module
 from server.ranking.candidate_set import Candidate, unit_vectors
 from server.ranking.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
-from server.ranking.dates import epoch_day, prefetch_windows, query_periods
+from server.ranking.dates import epoch_day, prefetch_windows
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyze, analyzed_text, fts_phrase, prefetch_terms
+from server.ranking.periods import query_periods
 from server.ranking.recall import Retrieval
 from server.ranking.term_arrays import TERM_IDS
 from server.services import Services, open_services

@@ -40,7 +40,7 @@ ASKS_NAME = re.compile(r"^\s*(?:who|where)\b|\bwhat is the name\b|\bwhat (?:was|
                        r"|series|authors?|artists?)\b|\b(?:which|what) (?:city|country|state|place)\b",
                        re.IGNORECASE)
 
-# Beyond the dates server/ranking/dates.py reads: words that tell time without naming a date.
+# Beyond the dates server/ranking/periods.py reads: words that tell time without naming a date.
 TIME_WORDS = re.compile(r"\b(?:(?:day|week|month|year|weekend)s?|recently|lately|since|ago|just)\b", re.IGNORECASE)
 NUMBER = re.compile(r"\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred"
                     r"|thousand|once|twice|couple|few|several|dozen)\b", re.IGNORECASE)

@@ -7,7 +7,7 @@ that name the landmark ("Oscar Reyes uses Emacs", "Yara took on the Tech Lead ro
 for, which shares only the subject's name with the question. So a landmark's terms count LANDMARK_WEIGHT of a
 query term on the lexical side (unigrams; the dense side and the adjacent-term pairs keep the whole question).
 "before" followed by a date ("before 16 November 2023", "the week before last Friday") is left alone: that is a
-period, which server/ranking/dates.py reads.
+period, which server/ranking/periods.py reads.
 
 Measured in-process (bench/offline.py, 2026-12-03, production ranking with the date terms), top-1 on
 bench/evolving.py's "before" questions (171 of 419 past ones): without links or windows 0.029 -> 0.158
@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from server.ranking.dates import query_periods
 from server.ranking.lexical import analyze
+from server.ranking.periods import query_periods
 
 LANDMARK_WEIGHT = 0.0
 _BEFORE = re.compile(r"\bbefore\s+(?P<landmark>[^?!;]{1,200})", re.IGNORECASE)

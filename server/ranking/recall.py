@@ -20,11 +20,12 @@ from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
-from server.ranking.dates import Period, date_boost, dated_spans, prefetch_windows, query_date_terms, query_periods
+from server.ranking.dates import date_boost, dated_spans, prefetch_windows, query_date_terms
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
 from server.ranking.landmarks import without_landmarks
 from server.ranking.lexical import analyze
+from server.ranking.periods import Period, query_periods
 from server.ranking.recency import asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
 from server.ranking.vocabulary import WordVectors

@@ -163,7 +163,7 @@ def test_round2_constants_are_small():
     assert 0 < retrieval.LENGTH_PRIOR_WEIGHT < retrieval.W_LEXICAL
 
 
-def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side():
+def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side(monkeypatch):
     cands = [cand(1, "David fixed the bike", (1, 0, 0, 0)),
              cand(2, "David's brother Tom visits on Sundays", (0, 1, 0, 0)), *fillers(10)]
     docs = retrieval.CandidateSet(cands).documents
@@ -175,7 +175,38 @@ def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side():
     def fused(query, **weights):
         return retrieval.fused_scores(query, q, cands, **weights)
 
+    monkeypatch.setattr(retrieval, "DISAGREE_FACTOR", 1.0)  # that rule is tested below
+    monkeypatch.setattr(retrieval, "DISAGREE_COMMON_FACTOR", 1.0)
     gated = dict(w_lexical=retrieval.NAME_ONLY_W_LEXICAL, length_prior=retrieval.NAME_ONLY_LENGTH_PRIOR)
     assert np.array_equal(fused(family), fused(family, **gated))
     assert not np.array_equal(fused(family), fused(family, w_lexical=retrieval.W_LEXICAL))
     assert np.array_equal(fused(bike), fused(bike, w_lexical=retrieval.W_LEXICAL))
+
+
+def test_when_the_sides_disagree_the_fusion_leans_on_the_side_whose_best_stands_out():
+    # the dense side puts 1 far above the rest; the lexical side prefers 2, which says "coffee" twice
+    cands = [cand(1, "a flat white every morning", (1, 0, 0, 0)),
+             cand(2, "coffee coffee machine broke", (0.3, 1, 0, 0)),
+             cand(3, "the coffee in the office is bad", (0, 0, 1, 0.5)), *fillers(10)]
+    query, q = "What coffee does Ana drink?", unit(1, 0, 0, 0)
+    docs = retrieval.CandidateSet(cands).documents
+    assert retrieval.content_term_share(query, retrieval.analyze(query), docs) == 2 / len(cands)
+
+    def fused(**weights):
+        return retrieval.fused_scores(query, q, cands, **weights)
+
+    lowered = retrieval.W_LEXICAL * retrieval.DISAGREE_FACTOR
+    assert np.array_equal(fused(), fused(w_lexical=lowered))
+    assert not np.array_equal(fused(), fused(w_lexical=retrieval.W_LEXICAL))
+    assert ids(rank(query, q, cands, limit=1)) == [1]
+    assert 0 < retrieval.DISAGREE_COMMON_FACTOR < retrieval.DISAGREE_FACTOR < 1
+    # the rule itself: which side is first, by how much, and how many candidates hold the query's words
+    dense = np.array([3.0, 1.0, 0.0, -1.0])
+    lexical = np.array([1.0, 2.0, 0.0, -1.0])
+    assert retrieval.disagreement_factor(dense, lexical, 0.2) == retrieval.DISAGREE_FACTOR
+    assert retrieval.disagreement_factor(dense, lexical, 0.9) == retrieval.DISAGREE_COMMON_FACTOR
+    assert retrieval.disagreement_factor(dense, dense, 0.9) == 1.0  # the sides agree
+    assert retrieval.disagreement_factor(lexical, dense, 0.9) == 1.0  # the lexical side's best stands out
+    close = np.array([2.1, 1.0, 0.0, -1.0])  # the dense side's best above the lexical's, by less than the ratio
+    assert retrieval.disagreement_factor(close, lexical, 0.2) == 1.0
+    assert retrieval.disagreement_factor(close, lexical, 0.9) == retrieval.DISAGREE_COMMON_FACTOR

@@ -14,7 +14,9 @@ Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/loco
      BIGRAM_WEIGHT x the same BM25+ over adjacent analysed-term pairs (a phrase signal); the query's
      terms are expanded with near-synonyms found among the candidates' words by the embedding model
      (server/expansion.py), each counted at a fraction of a query term;
-  3. both are z-scored over the candidate set and mixed with weight W_LEXICAL, and a small length prior
+  3. both are z-scored over the candidate set and mixed with weight W_LEXICAL (less when the query's words
+     but names occur nowhere, or when the sides put different candidates first and the dense side's best
+     stands out more: NAME_ONLY_W_LEXICAL, DISAGREE_DENSE_RATIO), and a small length prior
      (LENGTH_PRIOR_WEIGHT x z-scored log term count: one-word replies are rarely what is asked for) is added;
   4. neighbour score blending: each candidate adds NEIGHBOUR_SCORE_WEIGHTS x its neighbours' fused
      scores, so a turn whose neighbours match rises, while the entry itself is what is returned;
@@ -105,19 +107,78 @@ LENGTH_PRIOR_WEIGHT = 0.2
 # R@1 0.972 -> 0.957; a gate on a small share of candidates instead of none costs LoCoMo 0.767 / 0.836 ->
 # 0.762 / 0.831; counting the query's expansions (server/ranking/expansion.py) as its words keeps less of the
 # gain (category 0.465 / 0.591 / 0.687, overall 0.688 / 0.835 / 0.886, through the server).
-# The category gap left (0.589 / 0.692 against dense 0.593 / 0.697 at R@5 / R@10) is still open: a lower
-# expansion threshold for the words no candidate uses was measured on 2026-12-03 and lost elsewhere (figures
-# beside EXPANSION_MIN_SIMILARITY in server/ranking/expansion.py).
+# The category gap left (0.589 / 0.692 against dense 0.593 / 0.697 at R@5 / R@10) closed at R@5 with the
+# disagreement rule below (0.593); R@10 is still open: a lower expansion threshold for the words no candidate
+# uses was measured on 2026-12-03 and lost elsewhere (figures beside EXPANSION_MIN_SIMILARITY in
+# server/ranking/expansion.py).
 NAME_ONLY_W_LEXICAL = 0.25
 NAME_ONLY_LENGTH_PRIOR = 0.1
+
+# When the two sides put different candidates first, the side whose best candidate stands further above the
+# rest of the set (in its own z units) is the one to follow: the lexical weight (W_LEXICAL, or
+# NAME_ONLY_W_LEXICAL) is multiplied by DISAGREE_FACTOR when the dense side's best z exceeds
+# DISAGREE_DENSE_RATIO x the lexical side's best z, and by DISAGREE_COMMON_FACTOR when the dense side's best is
+# merely above the lexical side's while more than DISAGREE_COMMON_SHARE of the candidates hold a query word
+# other than a name (then the lexical side separates little: every version of a fact names its subject and
+# attribute). Measured 2026-12-03 with bench/offline.py (production ranking, against the figures without it):
+# profiles category R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.525 / 0.593 / 0.692 (dense alone 0.589-0.593 /
+# 0.697 at R@5 / R@10); evolving "as of" top-1 with links, windows and recency 0.626 -> 0.641 (dense alone
+# 0.641); every other LoCoMo, profiles and evolving category and mode unchanged (LoCoMo 0.767 / 0.837,
+# temporal R@10 0.946); confirmed through bench/locomo.py, bench/profiles.py and bench/evolving.py the same day,
+# where evolving "as of" with time windows and no links (a mode bench/offline.py does not run) also rose, 0.561
+# -> 0.571 (past 0.611 -> 0.616), and nothing else moved.
+# The ratio rule fires on 2 of 760 LoCoMo questions, 92 of 696 profiles questions and 2-5 of 649 evolving ones;
+# the common-word rule on no LoCoMo or profiles question, 3 evolving ones without time windows and 14 with them
+# (a window's candidate set is small). Both gains are one question each. From a grid: factor 0.75 at ratios
+# 1.1-1.5, 0.25-0.5 at shares 0.3-0.7 give the same figures; a factor of 0.5 or less under the ratio rule costs
+# LoCoMo open-domain R@10 0.502 -> 0.496, the common-word rule at a ratio of 1.1 or more keeps only the profiles
+# gain (evolving "as of" 0.636), and at 1.0 for both rules evolving current top-1 with links and no recency
+# falls 0.496 -> 0.491. Measured and not kept (none closed a gap without a loss): the lexical weight scaled by
+# the share of the query's idf mass the best lexical candidate holds (below 0.2-0.7: x 0-0.75; above 0.8-1.0:
+# x 1.25-1.5), by the share of candidates holding a query word alone (x 0-0.75 below 2-50% or above 30-50%),
+# and by which side's top-1 / top-2 z gap is larger (gap ratio 1.5-4, x 0-0.75 / x 1-2). No weight brings
+# evolving "as of" without links and windows to the lexical side alone (0.354): lexical weight x 0 / 0.5 / 1 /
+# 1.25 / 2 gives 0.278 / 0.323 / 0.313 / 0.328 / 0.318 (that side alone is plain BM25 of the words, without
+# the neighbours, pairs and expansions fused here). A single lower lexical weight cannot close the category
+# gap either: at 0.1 category reaches 0.603 / 0.697 but its R@1 falls to 0.495 and LoCoMo to 0.686 / 0.768.
+DISAGREE_DENSE_RATIO = 1.2
+DISAGREE_FACTOR = 0.75
+DISAGREE_COMMON_SHARE = 0.4
+DISAGREE_COMMON_FACTOR = 0.5
+
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not starting the text or a sentence
+
+
+def content_term_share(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> float:
+    """The share of the candidates whose own text holds a query term other than a name (0 when none does)."""
+    names = {term for word in _NAME.findall(query.strip()) for term in analyze(word)}
+    ids = [tid for term in dict.fromkeys(query_terms) if term not in names and (tid := TERM_IDS.get(term)) is not None]
+    n = len(docs.term_counts)
+    if not ids or not n:
+        return 0.0
+    held = np.isin(docs.terms.ids, np.asarray(ids, dtype=docs.terms.ids.dtype))
+    return len(np.unique(docs.terms.owner[held])) / n
 
 
 def content_terms_found(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> bool:
     """Whether a query term other than a name occurs in some candidate's own text."""
-    names = {term for word in _NAME.findall(query.strip()) for term in analyze(word)}
-    ids = [tid for term in dict.fromkeys(query_terms) if term not in names and (tid := TERM_IDS.get(term)) is not None]
-    return bool(ids) and bool(np.isin(docs.terms.ids, np.asarray(ids, dtype=docs.terms.ids.dtype)).any())
+    return content_term_share(query, query_terms, docs) > 0.0
+
+
+def disagreement_factor(dense_z: np.ndarray, lexical_z: np.ndarray, share: float) -> float:
+    """What the lexical weight is multiplied by for this candidate set (1, DISAGREE_FACTOR or
+    DISAGREE_COMMON_FACTOR; see DISAGREE_DENSE_RATIO)."""
+    if len(dense_z) < 2:
+        return 1.0
+    top_dense, top_lexical = int(np.argmax(dense_z)), int(np.argmax(lexical_z))
+    if top_dense == top_lexical:
+        return 1.0
+    dense_best, lexical_best = float(dense_z[top_dense]), float(lexical_z[top_lexical])
+    if share > DISAGREE_COMMON_SHARE and dense_best > lexical_best:
+        return DISAGREE_COMMON_FACTOR
+    if dense_best > DISAGREE_DENSE_RATIO * lexical_best:
+        return DISAGREE_FACTOR
+    return 1.0
 
 
 def parse_rfc3339(value: str) -> datetime | None:
@@ -202,14 +263,17 @@ def fused_scores(
     docs = pool.documents
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
     query_terms = analyze(query)
-    if w_lexical is None:
-        w_lexical = W_LEXICAL
-        if not content_terms_found(query, query_terms, docs):
-            w_lexical, length_prior = NAME_ONLY_W_LEXICAL, min(length_prior, NAME_ONLY_LENGTH_PRIOR)
     lex = docs.bm25(query_terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)
     if bigram_weight:
         lex = lex + bigram_weight * docs.bigram_bm25(query_terms, k1=k1, b=b, delta=delta, context=context)
-    fused = (1.0 - w_lexical) * _zscore(dense) + w_lexical * _zscore(lex)
+    dense_z, lexical_z = _zscore(dense), _zscore(lex)
+    if w_lexical is None:
+        share = content_term_share(query, query_terms, docs)
+        w_lexical = W_LEXICAL
+        if not share:
+            w_lexical, length_prior = NAME_ONLY_W_LEXICAL, min(length_prior, NAME_ONLY_LENGTH_PRIOR)
+        w_lexical *= disagreement_factor(dense_z, lexical_z, share)
+    fused = (1.0 - w_lexical) * dense_z + w_lexical * lexical_z
     if length_prior:
         fused = fused + length_prior * _zscore(np.log1p(docs.term_counts))
     return blend_neighbours(fused, neighbours, neighbour_weights)

@@ -160,11 +160,6 @@ def content_term_share(query: str, query_terms: Sequence[str], docs: CandidateDo
     return len(np.unique(docs.terms.owner[held])) / n
 
 
-def content_terms_found(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> bool:
-    """Whether a query term other than a name occurs in some candidate's own text."""
-    return content_term_share(query, query_terms, docs) > 0.0
-
-
 def disagreement_factor(dense_z: np.ndarray, lexical_z: np.ndarray, share: float) -> float:
     """What the lexical weight is multiplied by for this candidate set (1, DISAGREE_FACTOR or
     DISAGREE_COMMON_FACTOR; see DISAGREE_DENSE_RATIO)."""

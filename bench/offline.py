@@ -14,7 +14,8 @@ and a variant costs a minute or two. A variant is a set of module constants chan
 `--vary`: LoCoMo only, rank again with each set of recall-time settings over the memories stored once.
 Reported: LoCoMo R@5 / R@10 per category (leave-one-conversation-out is bench/locomo_explore.py's); profiles
 R@1 / R@5 / R@10 per category; evolving top-1 and R@3 per kind in the modes "nothing" (no links, no windows, no
-recency), "recency" and "all three" (links, windows and recency). On 2026-12-03 its production, dense and
+recency), "recency", "windows", "windows recency", "links", "links recency" and "all three" (links, windows and
+recency), as bench/evolving.py's modes. On 2026-12-03 its production, dense and
 lexical figures were those of bench/locomo.py, bench/profiles.py and bench/evolving.py to the third decimal
 but for two profiles dense ones (category R@5 0.589 here against 0.593 through REST, relative date R@5 0.394
 against 0.424: the dense side alone orders near-ties by the order the store gives them).
@@ -182,12 +183,13 @@ def run_evolving(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
                 link = refs[memory.supersedes] if links and memory.supersedes else None
                 refs[memory.key] = store.remember(memory.remember_body(link=link))
             retrieval = store.memories.retrieval
-            runs = ((("nothing", False, False), ("recency", True, False)) if not links
-                    else (("all three", True, True),))
+            runs = ((("nothing", False, False), ("recency", True, False), ("windows", False, True),
+                     ("windows recency", True, True)) if not links
+                    else (("links", False, False), ("links recency", True, False), ("all three", True, True)))
             for mode in modes:
                 retrieval.ranking = mode
                 for label, recency, windows in runs:
-                    if mode != "production" and label == "recency":
+                    if mode != "production" and "recency" in label:
                         continue
                     retrieval.recency = recency
                     found = []

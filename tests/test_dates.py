@@ -48,6 +48,11 @@ def spans(text: str, anchor: date | None = ANCHOR) -> list[tuple[str, str, str]]
     ("during the fourth quarter of 2023", [("2023-10-01", "2023-12-31", "quarter")]),
     ("winter 2023", [("2023-12-01", "2024-02-29", "season")]),
     ("what happened in 2021", [("2021-01-01", "2021-12-31", "year")]),
+    ("What did Kenji do in October '22?", [("2022-10-01", "2022-10-31", "month")]),
+    ("Daft Punk tribute band @ Tempodrom — Sept ’22", [("2022-09-01", "2022-09-30", "month")]),
+    ("on 3 May '23", [("2023-05-03", "2023-05-03", "day")]),
+    ("in the summer of '99", [("1999-06-01", "1999-08-31", "season")]),
+    ("Q2 '24", [("2024-04-01", "2024-06-30", "quarter")]),
 ])
 def test_absolute_dates_need_no_anchor(text: str, expected: list[tuple[str, str, str]]) -> None:
     assert spans(text, None) == expected
@@ -74,9 +79,20 @@ def test_relative_dates_are_resolved_against_the_anchor(text: str, expected: lis
     assert spans(text, None) == []  # nothing to resolve them against
 
 
+@pytest.mark.parametrize(("anchor", "expected"), [
+    (date(2025, 12, 5), ("2025-06-01", "2025-08-31")),  # after the summer: the one just past
+    (date(2025, 7, 20), ("2024-06-01", "2024-08-31")),  # in it: the year before's
+    (date(2025, 3, 1), ("2024-06-01", "2024-08-31")),
+])
+def test_last_season_is_the_latest_one_over(anchor: date, expected: tuple[str, str]) -> None:
+    assert spans("Back from Zanzibar: went last summer", anchor) == [(*expected, "season")]
+    assert spans("last winter", date(2024, 1, 15)) == [("2022-12-01", "2023-02-28", "season")]
+    assert spans("last winter", date(2024, 4, 1)) == [("2023-12-01", "2024-02-29", "season")]
+
+
 @pytest.mark.parametrize("text", [
     "I have 2023 reasons", "this may be wrong", "you may want to march on", "version 2.0.1 at 10:30",
-    "04/05/2024", "", "room 1999b", "the 2020s",
+    "04/05/2024", "", "room 1999b", "the 2020s", "rock'n'roll of the '90s", "it's '22-ish",
 ])
 def test_text_that_names_no_date(text: str) -> None:
     assert spans(text) == []

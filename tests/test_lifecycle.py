@@ -29,7 +29,7 @@ from server.ranking.candidates import CandidateSource
 from server.ranking.dates import epoch_day
 from server.ranking.lexical import analyze
 from server.ranking.recall import Retrieval
-from server.ranking.recency import asks_for_recent, newest_first
+from server.ranking.recency import as_of_first, asks_for_recent, newest_first
 from server.services import Services, open_services
 from server.storage.factory import open_storage
 
@@ -578,3 +578,42 @@ def test_recency_cues_and_the_reordering() -> None:
     assert list(np.argsort(-adjusted, kind="stable")) == [1, 0, 2, 3]
     assert adjusted[2] == fused[2] and adjusted[3] == fused[3]
     assert list(newest_first(fused[:1], np.array([1.0, 0.0]), candidates[:1])) == [3.0]
+
+
+async def test_a_question_about_a_past_period_ranks_what_was_the_case_then_first(mem: LiveServer) -> None:
+    refs = [rest(mem, "POST", "/v1/memories", json={"content": c, "occurred_at": w}).json()["reference"]
+            for c, w in LEADS]
+
+    def first(body: dict[str, Any]) -> str:
+        hits = rest(mem, "POST", "/v1/recall", json={"limit": 4, **body}).json()["results"]
+        return str(hits[0]["reference"])
+
+    # Tom took over in September 2024: in June Maria still led it, in October Tom did.
+    assert first({"query": "Who led Project Atlas in June 2024?"}) == refs[0]
+    assert first({"query": "Who was the lead of Project Atlas in Q2 2024?"}) == refs[0]
+    assert first({"query": "Who led Project Atlas in October 2024?"}) == refs[1]
+    assert first({"query": "Who led Project Atlas in 2025?"}) == refs[1]
+    # A caller's own window decides instead: inside it the ranking is the plain one.
+    windowed = {"query": "Who led Project Atlas in June 2024?", "occurred_before": "2024-07-01T00:00:00Z"}
+    assert first(windowed) == refs[0]
+
+
+def test_the_as_of_reordering() -> None:
+    vectors = [np.array(v, dtype=np.float32) for v in ([1, 0], [0.98, 0.2], [0.99, 0.1], [0.6, 0.8])]
+    times = ["2024-01-01T00:00:00Z", "2024-09-01T00:00:00Z", "2023-06-01T00:00:00Z", "2024-02-01T00:00:00Z"]
+    candidates = [Candidate(id=i, text=f"m{i}", vector=v / np.linalg.norm(v), occurred_at=t)
+                  for i, (v, t) in enumerate(zip(vectors, times, strict=True))]
+    fused = np.array([2.0, 3.0, 2.5, 2.9])
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    until = datetime(2024, 7, 1, tzinfo=UTC).timestamp()
+    nothing_named = np.zeros(4, dtype=bool)
+    adjusted = as_of_first(fused, query, candidates, until, nothing_named)
+    # 0, 1 and 2 are relevant (3 is far in meaning); 1 was written after the period: 0, the newest of the
+    # others, goes first, then 2; 1 and 3 keep their scores.
+    assert list(np.argsort(-adjusted, kind="stable")) == [0, 2, 1, 3]
+    assert adjusted[1] == fused[1] and adjusted[3] == fused[3]
+    # One of the best names the period: it tells what happened then, and the order is left alone.
+    assert list(as_of_first(fused, query, candidates, until, np.array([False, False, False, True]))) == list(fused)
+    # Nothing relevant was written by then: left alone.
+    early = datetime(2020, 1, 1, tzinfo=UTC).timestamp()
+    assert list(as_of_first(fused, query, candidates, early, nothing_named)) == list(fused)

@@ -48,9 +48,10 @@ UPDATE_ATTEMPTS = 5
 PURGE_BATCH = 200
 
 
-# What `document_terms` writes: version 2 added the date terms. A store whose terms are older has them
-# written again at start-up (server/memories/system.py `repair`) and by `reindex`.
-TERMS_VERSION = 2
+# What `document_terms` writes: version 2 added the date terms; 3 reads days written with a two-digit year
+# ("3 May '23"). A store whose terms are older has them written again at start-up (server/memories/system.py
+# `repair`) and by `reindex`.
+TERMS_VERSION = 3
 
 
 def document_terms(content: str, occurred_at: str | None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 
@@ -129,6 +129,15 @@ def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[
     (see DATE_BOOST for which of its dates count)."""
     if not asked:
         return fused
+    out = np.asarray(fused, dtype=np.float64).copy()
+    out[dated_inside(asked, candidates, texts)] += DATE_BOOST
+    return out
+
+
+def dated_inside(asked: Sequence[Period], candidates: Sequence[Candidate],
+                 texts: DatedTexts = DATED_TEXTS) -> np.ndarray:
+    """Which candidates (a mask by position) are dated inside a window around a period in `asked`: a date
+    their content names, or for a day or a week their own."""
     dated = dated_spans(CandidateSet.of(candidates), texts)
     inside = np.zeros(len(dated.own), dtype=bool)
     for period in asked:
@@ -137,9 +146,18 @@ def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[
         if period.granularity in FINE:
             inside |= (lo <= dated.own) & (dated.own <= hi)
         inside[dated.owner[(dated.first <= hi) & (lo <= dated.last)]] = True
-    out = np.asarray(fused, dtype=np.float64).copy()
-    out[inside] += DATE_BOOST
-    return out
+    return inside
+
+
+def as_of_end(asked: Sequence[Period]) -> float | None:
+    """The end (seconds since the epoch, UTC) of the latest month or longer period `asked` names: what a
+    question about the state of things then ("who was her manager in March 2024?") is answered by was
+    written before it (ranking/recency.py, as_of_first). None when it names none."""
+    coarse = [p.last for p in asked if p.granularity not in FINE]
+    if not coarse:
+        return None
+    end = max(coarse) + timedelta(days=1)
+    return datetime(end.year, end.month, end.day, tzinfo=UTC).timestamp()
 
 
 @dataclass(frozen=True)

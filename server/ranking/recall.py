@@ -20,13 +20,13 @@ from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
 from server.ranking.candidates import PREFETCH, CandidateSource
-from server.ranking.dates import date_boost, dated_spans, prefetch_windows, query_date_terms
+from server.ranking.dates import as_of_end, date_boost, dated_inside, dated_spans, prefetch_windows, query_date_terms
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
 from server.ranking.landmarks import without_landmarks
 from server.ranking.lexical import analyze
-from server.ranking.periods import Period, query_periods
-from server.ranking.recency import asks_for_recent, newest_first
+from server.ranking.periods import Period, periods, query_periods
+from server.ranking.recency import as_of_first, asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
@@ -85,7 +85,7 @@ class Retrieval:
             ids = candidates.column(ID)
             scored = [(ids[i], score) for i, score in ranked_positions(
                 query, vector, candidates, limit=len(candidates), expansion=expansion,
-                adjust=self._adjustment(query, vector, candidates, asked))]
+                adjust=self._adjustment(query, vector, candidates, asked, scope))]
         else:
             vector = embedding.result()
             scored = [(c.id, score) for c, score in rank_single(self.ranking, query, vector, candidates,
@@ -95,14 +95,19 @@ class Retrieval:
         return self._successors_first(scope, scored, limit)
 
     def _adjustment(self, query: str, vector: np.ndarray, candidates: CandidateSet,
-                    asked: Sequence[Period]) -> Callable[[np.ndarray], np.ndarray] | None:
+                    asked: Sequence[Period], scope: Scope) -> Callable[[np.ndarray], np.ndarray] | None:
         """What the query itself asks of the fused scores: the memories said by a person it names
         (ranking/speakers.py), those holding the kind of answer it asks for (a time, a number, a name:
         ranking/answers.py), memories dated in a period it names (ranking/dates.py), then, for a query
-        about the present, the newest relevant ones (ranking/recency.py)."""
+        about the present, the newest relevant ones, and for one about a past period without a time window,
+        the newest relevant ones written by its end (ranking/recency.py)."""
         person = asked_speaker(query, speakers(candidates)) if self.speakers else None
         kinds = asked_kinds(query) if self.answers else []
         recent = self.recency and asks_for_recent(query)
+        # A period a query names with its year, when the caller gave no time window: what was the case then
+        # (recency.py). Not one relative to today ("last year", "in June"): the memories may be from any time.
+        windowed = scope.occurred_before is not None or scope.occurred_after is not None
+        until = None if recent or windowed or not asked else as_of_end(periods(query))
         if not person and not kinds and not asked and not recent:
             return None
 
@@ -113,6 +118,8 @@ class Retrieval:
                 fused = answer_boost(fused, kinds, candidates)
             if asked:
                 fused = date_boost(fused, asked, candidates)
+            if until is not None:
+                return as_of_first(fused, vector, candidates, until, dated_inside(asked, candidates))
             return newest_first(fused, vector, candidates) if recent else fused
         return adjust
 

@@ -3,7 +3,7 @@ server on both storage backends."""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,7 @@ from server.ranking.dates import (
     DATE_BOOST,
     MAX_MEMORY_DAYS,
     DatedTexts,
+    as_of_end,
     date_boost,
     date_terms,
     epoch_day,
@@ -276,3 +277,19 @@ def test_a_query_looks_for_the_day_or_week_it_names() -> None:
                                                                                  "day20240505": 0.5}
     assert query_date_terms(query_periods("Who led Atlas in March 2024?", today)) == {}
     assert query_date_terms([]) == {}
+
+
+def test_the_end_of_the_period_a_question_asks_about() -> None:
+    def end(query: str) -> str | None:
+        seconds = as_of_end(query)
+        return None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
+
+    assert end("Who was Maria's manager in March 2024?") == "2024-04-01T00:00:00+00:00"
+    assert end("Which team was Ivo on in Q3 2024?") == "2024-10-01T00:00:00+00:00"
+    assert end("What did we run in the winter of '23?") == "2024-03-01T00:00:00+00:00"
+    assert end("Who led Atlas in 2023 and in 2025?") == "2026-01-01T00:00:00+00:00"  # the latest
+    for query in ("What did we decide on 8 May 2024?",  # a day: the date boost's
+                  "Who led Atlas last year?", "Who led Atlas in June?",  # relative to today
+                  "What changed since March 2024?", "Who led Atlas before 2024?",  # bounds of a range
+                  "Who was her manager between 2022 and 2023?", "Who leads Atlas?"):
+        assert end(query) is None, query

@@ -5,6 +5,7 @@ index, and the dates as lexical terms.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -149,11 +150,19 @@ def dated_inside(asked: Sequence[Period], candidates: Sequence[Candidate],
     return inside
 
 
-def as_of_end(asked: Sequence[Period]) -> float | None:
-    """The end (seconds since the epoch, UTC) of the latest month or longer period `asked` names: what a
-    question about the state of things then ("who was her manager in March 2024?") is answered by was
-    written before it (ranking/recency.py, as_of_first). None when it names none."""
-    coarse = [p.last for p in asked if p.granularity not in FINE]
+# Words that make a period a bound of a range rather than the time a question asks about ("since 2021",
+# "after Q3 2024", "between 2022 and 2023").
+RANGE_WORDS = re.compile(r"\b(?:since|after|before|until|till|between)\b", re.IGNORECASE)
+
+
+def as_of_end(query: str) -> float | None:
+    """The end (seconds since the epoch, UTC) of the latest month or longer period `query` names with its
+    year: what a question about the state of things then ("who was her manager in March 2024?") is answered
+    by was written before it (ranking/recency.py, as_of_first). None when it names none, or only as the
+    bound of a range."""
+    if RANGE_WORDS.search(query):
+        return None
+    coarse = [p.last for p in periods(query) if p.granularity not in FINE]  # no anchor: absolute ones only
     if not coarse:
         return None
     end = max(coarse) + timedelta(days=1)

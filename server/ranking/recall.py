@@ -25,7 +25,7 @@ from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
 from server.ranking.landmarks import without_landmarks
 from server.ranking.lexical import analyze
-from server.ranking.periods import Period, periods, query_periods
+from server.ranking.periods import Period, query_periods
 from server.ranking.recency import as_of_first, asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
 from server.ranking.vocabulary import WordVectors
@@ -107,7 +107,7 @@ class Retrieval:
         # A period a query names with its year, when the caller gave no time window: what was the case then
         # (recency.py). Not one relative to today ("last year", "in June"): the memories may be from any time.
         windowed = scope.occurred_before is not None or scope.occurred_after is not None
-        until = None if recent or windowed or not asked else as_of_end(periods(query))
+        until = None if recent or windowed or not asked else as_of_end(query)
         if not person and not kinds and not asked and not recent:
             return None
 

@@ -22,14 +22,14 @@ memory written by the period's end; one written later tells what came after. So 
 quarter, a season or a year (server/ranking/dates.py, as_of_end), asks nothing about the present, and the
 request has no occurred_after / occurred_before, the relevant memories written by the end of that period are
 placed first, newest first (as_of_first); only a period named with its year: one relative to today ("last
-year", "in June") says little about memories that may be from any time. Not when one of the best RECENCY_TOP
-names a date inside the period: then the question is about what happened then ("What did Kenji do in October
-'22?") and the date boost has placed that memory. With a window the window does the work: the order inside it
-measured lower.
+year", "in June") says little about memories that may be from any time; and not a period that bounds a range
+("since March 2024", "before 2024"). Not when one of the best RECENCY_TOP names a date inside the period:
+then the question is about what happened then ("What did Kenji do in October '22?") and the date boost has
+placed that memory. With a window the window does the work: the order inside it measured lower.
 Measured in-process (bench/offline.py, 2026-12-03), top-1 on bench/evolving.py without windows: "as of" 0.313
 -> 0.520 (lexical alone 0.354, dense 0.268), "changed in" 0.440 -> 0.680, with `supersedes` links 0.202 ->
 0.293 and 0.200 -> 0.320; with windows unchanged (0.571 and 0.920; inside the window it gave 0.540 and 0.820).
-LoCoMo dev unchanged in every category (it reorders 3 of 760 questions; 36 name a period with its year),
+LoCoMo dev unchanged in every category (it reorders 3 of 760 questions; 35 name a period with its year),
 profiles too (relative_date R@1 lost a question, 0.788 -> 0.758, until "last summer" said in December came to
 mean the summer just over: server/ranking/periods.py). Without the test for a memory naming the period,
 profiles event_by_date R@1 / R@5 fell 0.626 / 0.868 -> 0.549 / 0.780: the older facts about the person were

@@ -86,22 +86,29 @@ def as_of_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequenc
     best names the period asked about (`naming`, by candidate position: it tells what happened then, and the
     date boost has placed it), when no relevant memory was written by then, or when every one was and there
     are fewer than two."""
-    top = np.argsort(-fused, kind="stable")[:RECENCY_TOP]
+    top = _best(fused)
     if naming[top].any():
         return fused
-    relevant = _relevant(fused, query_vector, candidates)
+    relevant = _relevant(fused, query_vector, candidates, top)
     written = [i for i in relevant if _seconds(candidates[i]) <= until]
     if not written or (len(written) == len(relevant) and len(written) < 2):
         return fused
     return _raised(fused, sorted(written, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
 
 
-def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate]) -> list[int]:
-    """The positions among the best RECENCY_TOP whose dense similarity to the query is within
-    RECENCY_DENSE_MARGIN of the best of them and whose fused score is within RECENCY_FUSED_MARGIN of the top."""
+def _best(fused: np.ndarray) -> np.ndarray:
+    """The positions of the best RECENCY_TOP fused scores, best first."""
+    return np.argsort(-fused, kind="stable")[:RECENCY_TOP]
+
+
+def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate],
+              top: np.ndarray | None = None) -> list[int]:
+    """The positions among the best RECENCY_TOP (`top`, if worked out already) whose dense similarity to the
+    query is within RECENCY_DENSE_MARGIN of the best of them and whose fused score is within
+    RECENCY_FUSED_MARGIN of the top."""
     if len(candidates) < 2:
         return []
-    top = np.argsort(-fused, kind="stable")[:RECENCY_TOP]
+    top = _best(fused) if top is None else top
     dense = stacked_vectors([candidates[i].vector for i in top]) @ np.asarray(query_vector, dtype=np.float32)
     best = float(fused[top[0]])
     return [int(i) for i, d in zip(top, dense, strict=True)

@@ -90,10 +90,11 @@ def as_of_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequenc
     if naming[top].any():
         return fused
     relevant = _relevant(fused, query_vector, candidates, top)
-    written = [i for i in relevant if _seconds(candidates[i]) <= until]
+    seconds = {i: _seconds(candidates[i]) for i in relevant}
+    written = [i for i in relevant if seconds[i] <= until]
     if not written or (len(written) == len(relevant) and len(written) < 2):
         return fused
-    return _raised(fused, sorted(written, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
+    return _raised(fused, sorted(written, key=lambda i: (-seconds[i], -fused[i])))
 
 
 def _best(fused: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import pytest
 
 from server.auth import admin as auth
 from server.ranking.candidate_set import Candidate
-from server.ranking.expansion import expansion_terms, vocabulary_words
+from server.ranking.expansion import expansion_terms, unused_classes, vocabulary_words
 from server.ranking.fusion import document_text, rank
 from server.ranking.lexical import analyze, bm25_scores
 from server.ranking.vocabulary import WordVectors
@@ -43,6 +43,8 @@ VECTORS = {
     "careers": unit(0.95, 0, 0, 0.31),    # same stem as career
     "banana": unit(0, 0, 0, 1),           # unrelated
     "work": unit(0.62, 0, 0, 0.785),      # cos 0.62: above the threshold, fourth nearest
+    "pets": unit(0, 1, 0, 0),
+    "dog": unit(0, 0.55, 0.835, 0),        # cos 0.55 with pets: an instance, not a synonym
 }
 
 
@@ -68,6 +70,20 @@ def test_expansion_respects_threshold_query_terms_and_pool() -> None:
     assert expansion_terms("career", analyze("career"), VECTORS, *pool_of([]), weight=0.5) == {}
     # a query word without a vector never expands
     assert expansion_terms("sailing", analyze("sailing"), VECTORS, *pool_of(["job"])) == {}
+
+
+def test_a_class_the_question_asks_instances_of_reaches_them_when_no_candidate_names_it() -> None:
+    pool = pool_of(["dog", "banana"])
+    for query in ("Does Ana have any pets?", "Which pets does Ana have?", "What pets has she got?"):
+        assert unused_classes(query, pool[0]) == {"pets"}, query
+        assert expansion_terms(query, analyze(query), VECTORS, *pool) == pytest.approx({"dog": 0.275}, abs=1e-3)
+    # Where a candidate names the class itself, the lexical side finds it by name: the usual threshold.
+    named = pool_of(["dog", "pets"])
+    assert unused_classes("Does Ana have any pets?", named[0]) == set()
+    assert expansion_terms("Does Ana have any pets?", analyze("Does Ana have any pets?"), VECTORS, *named) == {}
+    # Not a question about instances, or a word that names no class: the usual threshold.
+    assert expansion_terms("pets allowed", analyze("pets allowed"), VECTORS, *pool) == {}
+    assert unused_classes("What kinds of pets does Ana like?", pool[0]) == set()
 
 
 # --- lexical and ranking with expansion -----------------------------------------------------------------
@@ -112,6 +128,17 @@ def test_real_model_puts_near_synonyms_above_the_threshold(embedder: Any) -> Non
     for query, expected in (("career advice", {"job"}), ("her kids", {"children"})):
         added = expansion_terms(query, analyze(query), words.for_query(7, query), *pool)
         assert set(added) == expected, query
+
+
+def test_real_model_reaches_instances_of_a_class_the_question_asks_about(embedder: Any) -> None:
+    words = WordVectors(embedder)
+    pool_words = ["swim", "banana", "invoice"]  # swim: cosine 0.53 with "sports", under the usual threshold
+    words.add(7, Words(tuple(pool_words), words.embed(pool_words)))
+    pool = words.pool(7, [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)])
+    query = "What sports does Ana do?"
+    assert set(expansion_terms(query, analyze(query), words.for_query(7, query), *pool)) == {"swim"}
+    plain = "Ana watches sports"  # no question for instances: near-synonyms only
+    assert expansion_terms(plain, analyze(plain), words.for_query(7, plain), *pool) == {}
 
 
 def stored_words(settings: Any, site_id: int | None = None) -> set[str]:

@@ -7,7 +7,9 @@ words of the candidate set (`vocabulary_words` of each candidate's text) are com
 cosine of their single-word embeddings; the EXPANSION_NEIGHBOURS nearest with a cosine of at least
 EXPANSION_MIN_SIMILARITY each add their stem to the lexical query with weight EXPANSION_WEIGHT x cosine.
 Only words present in the candidates are considered, so an expansion always matches something, and the
-pool is what the caller may see anyway.
+pool is what the caller may see anyway. A class noun the question asks instances of ("Which instruments does
+David play?") that no candidate uses reaches further, to CLASS_MIN_SIMILARITY: its instances ("cello") are
+what the memories name.
 
 Measured on LoCoMo dev, categories 1-4 (bench/locomo_explore.py --only round3), on top of the round-2
 ranking (R@5 0.725, R@10 0.792): R@5 0.721, R@10 0.805; open-domain R@10 0.468 -> 0.502, multi-hop
@@ -29,13 +31,27 @@ from server.ranking.lexical import STOP_WORDS, _stem
 
 # Cosine between single-word embeddings above which a candidate word counts as a near-synonym.
 # Measured and not kept (2026-12-03, bench/offline.py, with the date terms of server/ranking/dates.py): a lower
-# threshold for a query word no candidate uses (category questions: "pets" for "tortoise", "instruments" for
-# "cello"), to close the profiles category gap to the dense side (R@5 / R@10 0.589 / 0.692 here). 0.5: category
-# R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.545 / 0.586 / 0.707, but single fact R@5 0.993 -> 0.986, event by
-# date R@1 0.582 -> 0.560, LoCoMo multi-hop R@10 0.569 -> 0.564, evolving current top-1 with recency 0.517 ->
-# 0.513; 0.45 with 5 neighbours: category 0.545 / 0.579 / 0.700, LoCoMo multi-hop R@10 0.564, single-hop
-# 0.922 -> 0.920, evolving "as of" 0.313 -> 0.308.
+# threshold for any query word no candidate uses (kept for a class noun only: CLASS_MIN_SIMILARITY) (category
+# questions: "pets" for "tortoise", "instruments" for "cello"), to close the profiles category gap to the dense side
+# (R@5 / R@10 0.589 / 0.692 here). 0.5: category R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.545 / 0.586 / 0.707, but
+# single fact R@5 0.993 -> 0.986, event by date R@1 0.582 -> 0.560, LoCoMo multi-hop R@10 0.569 -> 0.564, evolving
+# current top-1 with recency 0.517 -> 0.513; 0.45 with 5 neighbours: category 0.545 / 0.579 / 0.700, LoCoMo multi-hop
+# R@10 0.564, single-hop 0.922 -> 0.920, evolving "as of" 0.313 -> 0.308.
 EXPANSION_MIN_SIMILARITY = 0.6
+# The threshold for a class noun the question asks instances of ("Which instruments does David play?", "Does
+# Ana have any pets?", "What vendors does Cinder use?") that no candidate uses: the memories name the instances
+# ("cello", "my tortoise", "Twilio sends the SMS codes"), which the model places further from the class than a
+# synonym ("sports" and "swim": 0.53). Measured in-process (bench/offline.py, 2026-12-03): profiles category
+# R@1 / R@5 / R@10 0.525 / 0.593 / 0.692 -> 0.545 / 0.598 / 0.702 (dense alone 0.515 / 0.593 / 0.697), every
+# other profiles and evolving figure unchanged; LoCoMo dev R@5 / R@10 0.767 / 0.837 -> 0.767 / 0.836: one
+# open-domain question ("What attributes describe John?") keeps three of its four evidence turns in the first
+# ten instead of four (open-domain R@10 0.502 -> 0.496). "types of", "kinds of" name no class: taken as one,
+# "What types of yoga has Maria practiced?" lost an evidence turn too (multi-hop R@10 0.569 -> 0.566).
+CLASS_MIN_SIMILARITY = 0.5
+# The two words after "which", "what" or "any", of which the plural nouns are the class ("which musical
+# instruments", "any pets").
+CLASS_NOUN = re.compile(r"\b(?:which|what|any)\s+([a-z]+)(?:\s+([a-z]+))?", re.IGNORECASE)
+NOT_CLASSES = frozenset({"types", "kinds", "sorts", "things"})
 # How many of the nearest candidate words each query word may add (words sharing its stem are skipped).
 EXPANSION_NEIGHBOURS = 3
 # An added term counts EXPANSION_WEIGHT x cosine of a query term.
@@ -79,14 +95,16 @@ def expansion_terms(
     similarity = np.asarray(pool_vectors, dtype=np.float32) @ queries.T  # pool x query words
     count = min(neighbours, len(pool_stems))
     taken = set(query_terms)
+    classes = unused_classes(query, pool_stems)
     added: dict[str, float] = {}
     for column, word in enumerate(words):
         scores = similarity[:, column]
         nearest = np.argpartition(-scores, count - 1)[:count]
         own = _stem(word)
+        floor = min(min_similarity, CLASS_MIN_SIMILARITY) if word in classes else min_similarity
         for j in nearest[np.argsort(-scores[nearest], kind="stable")]:
             score = float(scores[j])
-            if score < min_similarity:
+            if score < floor:
                 break
             stem = pool_stems[j]
             if stem == own or stem in taken:
@@ -94,3 +112,14 @@ def expansion_terms(
             taken.add(stem)
             added[stem] = weight * score
     return added
+
+
+def unused_classes(query: str, pool_stems: Sequence[str]) -> set[str]:
+    """The class nouns `query` asks instances of (see CLASS_MIN_SIMILARITY) that no candidate word shares a
+    stem with."""
+    named = {word.lower() for m in CLASS_NOUN.finditer(query) for word in m.groups(default="")
+             if len(word) > 3 and word.lower().endswith("s") and word.lower() not in STOP_WORDS} - NOT_CLASSES
+    if not named:
+        return set()
+    used = set(pool_stems)
+    return {word for word in named if _stem(word) not in used}

@@ -31,9 +31,9 @@ from server.ranking.lexical import STOP_WORDS, _stem
 
 # Cosine between single-word embeddings above which a candidate word counts as a near-synonym.
 # Measured and not kept (2026-12-03, bench/offline.py, with the date terms of server/ranking/dates.py): a lower
-# threshold for any query word no candidate uses (kept for a class noun only: CLASS_MIN_SIMILARITY) (category
-# questions: "pets" for "tortoise", "instruments" for "cello"), to close the profiles category gap to the dense side
-# (R@5 / R@10 0.589 / 0.692 here). 0.5: category R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.545 / 0.586 / 0.707, but
+# threshold for any query word no candidate uses ("pets" for "tortoise", "instruments" for "cello"; kept for a
+# class noun only: CLASS_MIN_SIMILARITY), to close the profiles category gap to the dense side (R@5 / R@10 0.589 /
+# 0.692 here). 0.5: category R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.545 / 0.586 / 0.707, but
 # single fact R@5 0.993 -> 0.986, event by date R@1 0.582 -> 0.560, LoCoMo multi-hop R@10 0.569 -> 0.564, evolving
 # current top-1 with recency 0.517 -> 0.513; 0.45 with 5 neighbours: category 0.545 / 0.579 / 0.700, LoCoMo multi-hop
 # R@10 0.564, single-hop 0.922 -> 0.920, evolving "as of" 0.313 -> 0.308.

@@ -108,9 +108,10 @@ LENGTH_PRIOR_WEIGHT = 0.2
 # 0.762 / 0.831; counting the query's expansions (server/ranking/expansion.py) as its words keeps less of the
 # gain (category 0.465 / 0.591 / 0.687, overall 0.688 / 0.835 / 0.886, through the server).
 # The category gap left (0.589 / 0.692 against dense 0.593 / 0.697 at R@5 / R@10) closed at R@5 with the
-# disagreement rule below (0.593); R@10 is still open: a lower expansion threshold for the words no candidate
-# uses was measured on 2026-12-03 and lost elsewhere (figures beside EXPANSION_MIN_SIMILARITY in
-# server/ranking/expansion.py).
+# disagreement rule below (0.593), and at every k when a class noun the question asks instances of came to
+# reach them in query expansion (0.545 / 0.598 / 0.702: CLASS_MIN_SIMILARITY in server/ranking/expansion.py;
+# the same lower threshold for every word no candidate uses lost elsewhere, figures beside
+# EXPANSION_MIN_SIMILARITY).
 NAME_ONLY_W_LEXICAL = 0.25
 NAME_ONLY_LENGTH_PRIOR = 0.1
 
@@ -136,11 +137,12 @@ NAME_ONLY_LENGTH_PRIOR = 0.1
 # falls 0.496 -> 0.491. Measured and not kept (none closed a gap without a loss): the lexical weight scaled by
 # the share of the query's idf mass the best lexical candidate holds (below 0.2-0.7: x 0-0.75; above 0.8-1.0:
 # x 1.25-1.5), by the share of candidates holding a query word alone (x 0-0.75 below 2-50% or above 30-50%),
-# and by which side's top-1 / top-2 z gap is larger (gap ratio 1.5-4, x 0-0.75 / x 1-2). No weight brings
+# and by which side's top-1 / top-2 z gap is larger (gap ratio 1.5-4, x 0-0.75 / x 1-2). No weight brought
 # evolving "as of" without links and windows to the lexical side alone (0.354): lexical weight x 0 / 0.5 / 1 /
-# 1.25 / 2 gives 0.278 / 0.323 / 0.313 / 0.328 / 0.318 (that side alone is plain BM25 of the words, without
-# the neighbours, pairs and expansions fused here). A single lower lexical weight cannot close the category
-# gap either: at 0.1 category reaches 0.603 / 0.697 but its R@1 falls to 0.495 and LoCoMo to 0.686 / 0.768.
+# 1.25 / 2 gave 0.278 / 0.323 / 0.313 / 0.328 / 0.318; reading the period the question names as the time it
+# asks about did (0.520: server/ranking/recency.py, as_of_first). A single lower lexical weight cannot close
+# the category gap either: at 0.1 category reaches 0.603 / 0.697 but its R@1 falls to 0.495 and LoCoMo to
+# 0.686 / 0.768.
 DISAGREE_DENSE_RATIO = 1.2
 DISAGREE_FACTOR = 0.75
 DISAGREE_COMMON_SHARE = 0.4

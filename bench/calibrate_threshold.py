@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from embeddings.factory import load_embedder, resolve_model_dir  # noqa: E402
+from embeddings.factory import load_embedder, resolve_model  # noqa: E402
 from server.ranking.fusion import document_text  # noqa: E402
 from server.services import PROJECT_ROOT  # noqa: E402
 
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     memories, questions = load(args.data)
-    embedder = load_embedder(resolve_model_dir(None, project_root=PROJECT_ROOT), threads=1)
+    embedder = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=PROJECT_ROOT), threads=1)
     docs = embedder.embed_documents([document_text(m["content"], m["occurred_at"]) for m in memories])
     queries = embedder.embed_documents([q["question"] for q in questions])
     buckets = np.array([m["bucket"] for m in memories])

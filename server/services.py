@@ -77,14 +77,14 @@ class Services:
         """Load the model and open the index. With `repair_index`, refuse an index built with another model
         and index the backlog; `reindex` passes False since it replaces the index anyway. Errors are kept
         for /readyz and the tools."""
-        from embeddings.factory import load_embedder, resolve_model_dir
+        from embeddings.factory import load_embedder, minilm_dir, resolve_model
         from embeddings.tokens import TokenCounter
 
         settings = self.settings
         try:
-            model_dir = resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT)
-            tokens = TokenCounter(model_dir)
-            embedder = embedder or load_embedder(model_dir, threads=settings.embedding_threads,
+            tokens = TokenCounter(minilm_dir(PROJECT_ROOT))
+            choice = resolve_model(settings.embedding_model, project_root=PROJECT_ROOT)
+            embedder = embedder or load_embedder(choice, threads=settings.embedding_threads,
                                                  engine=settings.embedding_engine)
             if self.observe_embedder is not None:
                 embedder = self.observe_embedder(embedder)

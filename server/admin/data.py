@@ -21,11 +21,10 @@ if TYPE_CHECKING:  # imported when used: the CLI starts fast
 
 
 def _model_name(settings: Settings) -> str:
-    from embeddings.factory import resolve_model_dir
-    from embeddings.sentence import model_name
+    from embeddings.factory import resolve_model
     from server.services import PROJECT_ROOT
 
-    return model_name(resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT))
+    return resolve_model(settings.embedding_model, project_root=PROJECT_ROOT).name
 
 
 @app.command("export")

@@ -22,6 +22,7 @@ from server.storage.files import exposed
 from server.storage.sqlite.checks import SqliteState, sqlite_checks
 
 if TYPE_CHECKING:
+    from embeddings.factory import ModelChoice
     from server.storage.postgres.checks import PostgresState
 
 __all__ = ["FAIL", "OK", "SKIP", "WARN", "Check", "run_checks"]
@@ -41,7 +42,7 @@ class _State:
 
 
 def run_checks(settings: Settings, *, project_root: Path,
-               load_embedder: Callable[[Path], Any] | None = None) -> Iterator[Check]:
+               load_embedder: Callable[[ModelChoice], Any] | None = None) -> Iterator[Check]:
     """Yield the checks one by one (the slow model load comes first, then the fast ones)."""
     state = _State(follows=_follows(settings))
     try:
@@ -105,18 +106,20 @@ def _check_permissions(settings: Settings) -> Iterator[Check]:
 
 
 def _check_model(settings: Settings, state: _State, project_root: Path,
-                 load_embedder: Callable[[Path], Any] | None) -> Check:
+                 load_embedder: Callable[[ModelChoice], Any] | None) -> Check:
+    from embeddings.factory import NAMED_MODELS, resolve_model
     from embeddings.factory import load_embedder as default_loader
-    from embeddings.factory import resolve_model_dir
 
-    model_dir = resolve_model_dir(settings.embedding_model, project_root=project_root)
+    choice = resolve_model(settings.embedding_model, project_root=project_root)
     try:
-        state.embedder = (load_embedder or (lambda path: default_loader(
-            path, threads=1, engine=settings.embedding_engine)))(model_dir)
+        state.embedder = (load_embedder or (lambda choice: default_loader(
+            choice, threads=1, engine=settings.embedding_engine)))(choice)
     except Exception as exc:
-        return Check("model", FAIL, f"cannot load the model at {model_dir}: {exc}",
-                     "run `make models`, or set MEMORY_EMBEDDING_MODEL to a local sentence-transformers model")
-    return Check("model", OK, f"{state.embedder.name} ({state.embedder.dimension} dimensions) at {model_dir}")
+        return Check("model", FAIL, f"cannot load {choice.describe()}: {exc}",
+                     f"set MEMORY_EMBEDDING_MODEL to one of {', '.join(NAMED_MODELS)} or to a local "
+                     "sentence-transformers model directory")
+    return Check("model", OK, f"{state.embedder.name} ({state.embedder.dimension} dimensions), "
+                              f"{choice.describe()}")
 
 
 def _check_index(settings: Settings, state: _State) -> Iterator[Check]:

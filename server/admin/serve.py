@@ -79,15 +79,14 @@ def _open_index_for_serving(settings: Settings) -> VectorIndex:
 
 def _check_index_model(settings: Settings, index: VectorIndex) -> None:
     """Compare the index's recorded model with the configured one without loading the model."""
-    from embeddings.factory import resolve_model_dir
-    from embeddings.sentence import model_name
+    from embeddings.factory import resolve_model
     from server.memories.outbox import IndexMismatch
     from server.services import PROJECT_ROOT
 
     info = index.info()
     if info is None:
         return
-    configured = model_name(resolve_model_dir(settings.embedding_model, project_root=PROJECT_ROOT))
+    configured = resolve_model(settings.embedding_model, project_root=PROJECT_ROOT).name
     if info.model != configured:
         raise IndexMismatch(f"the vector index was built with {info.model} but the configured model is "
                             f"{configured}; run `memory-server reindex` to rebuild the index with the configured model")

@@ -21,6 +21,7 @@ from server.memories.outbox import IndexSync
 from server.memories.validation import check_write_bounds, plausible_reference, scope_for, validate_new
 from server.ranking.dates import date_terms
 from server.ranking.fusion import document_text
+from server.ranking.languages import detect
 from server.ranking.lexical import analyzed_text
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
@@ -49,15 +50,16 @@ PURGE_BATCH = 200
 
 
 # What `document_terms` writes: version 2 added the date terms; 3 reads days written with a two-digit year
-# ("3 May '23"). A store whose terms are older has them written again at start-up (server/memories/system.py
-# `repair`) and by `reindex`.
-TERMS_VERSION = 3
+# ("3 May '23"); 4 analyses each memory in its own language. A store whose terms are older has them written
+# again at start-up (server/memories/system.py `repair`) and by `reindex`.
+TERMS_VERSION = 4
 
 
 def document_terms(content: str, occurred_at: str | None) -> str:
-    """A memory's lexical document as stored: the analysed terms of its document text, then the date terms of
-    the days and weeks its content names (server/ranking/dates.py)."""
-    return " ".join([analyzed_text(document_text(content, occurred_at)), *date_terms(content, occurred_at)]).strip()
+    """A memory's lexical document as stored: the analysed terms of its document text in the language of its
+    content, then the date terms of the days and weeks its content names (server/ranking/dates.py)."""
+    terms = analyzed_text(document_text(content, occurred_at), detect(content))
+    return " ".join([terms, *date_terms(content, occurred_at)]).strip()
 
 
 class MemoryWrites:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from server.ranking.candidate_set import Candidate, stacked_vectors
-from server.ranking.lexical import BM25Corpus, analyze, words_only
+from server.ranking.lexical import BM25Corpus, analyze, analyze_query, words_only
 
 
 def rank_single(side: str, query: str, vector: np.ndarray, candidates: Sequence[Candidate], *,
@@ -20,6 +20,6 @@ def rank_single(side: str, query: str, vector: np.ndarray, candidates: Sequence[
     else:
         # BM25 of the words alone: the date terms a memory's document also holds are the production ranking's
         corpus = BM25Corpus([words_only(c.terms) if c.terms is not None else analyze(c.text) for c in candidates])
-        scores = corpus.score(analyze(query))
+        scores = corpus.score(analyze_query(query))
     order = np.argsort(-scores, kind="stable")[:limit]
     return [(candidates[i], float(scores[i])) for i in order]

@@ -31,7 +31,7 @@ from server.errors import Unavailable
 from server.index.base import Range, VectorIndex
 from server.ranking.candidate_set import CONVERSATION_ID, Candidate, CandidateSet, Row, compact
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
-from server.ranking.lexical import analyze, prefetch_terms
+from server.ranking.lexical import analyze_query, prefetch_terms
 from server.ranking.term_arrays import TERM_IDS
 from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import CandidateStore
@@ -331,7 +331,7 @@ class CandidateSource:
         0.708 / 0.784 (0.822), 5x 0.705 / 0.784 (0.836). At 100k those walks cost 2.7 ms of a 21 ms recall;
         BM25 over the selective postings costs ~3 us a posting in FTS5 (a 2,000 budget: 6 ms at most, 0.1 ms
         at the median), and PostgreSQL reads every matching row."""
-        terms = sorted(set(analyze(query)))
+        terms = sorted(set(analyze_query(query)))
         if not terms:
             return []
         top = self.store.top_id()

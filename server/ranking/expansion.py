@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from server.ranking.lexical import STOP_WORDS, _stem
+from server.ranking.languages import STOP_WORDS
+from server.ranking.lexical import stem
 
 # Cosine between single-word embeddings above which a candidate word counts as a near-synonym.
 # Measured and not kept (2026-12-03, bench/offline.py, with the date terms of server/ranking/dates.py): a lower
@@ -100,17 +101,17 @@ def expansion_terms(
     for column, word in enumerate(words):
         scores = similarity[:, column]
         nearest = np.argpartition(-scores, count - 1)[:count]
-        own = _stem(word)
+        own = stem(word)
         floor = min(min_similarity, CLASS_MIN_SIMILARITY) if word in classes else min_similarity
         for j in nearest[np.argsort(-scores[nearest], kind="stable")]:
             score = float(scores[j])
             if score < floor:
                 break
-            stem = pool_stems[j]
-            if stem == own or stem in taken:
+            candidate = pool_stems[j]
+            if candidate == own or candidate in taken:
                 continue
-            taken.add(stem)
-            added[stem] = weight * score
+            taken.add(candidate)
+            added[candidate] = weight * score
     return added
 
 
@@ -122,4 +123,4 @@ def unused_classes(query: str, pool_stems: Sequence[str]) -> set[str]:
     if not named:
         return set()
     used = set(pool_stems)
-    return {word for word in named if _stem(word) not in used}
+    return {word for word in named if stem(word) not in used}

@@ -34,7 +34,8 @@ from functools import lru_cache
 import numpy as np
 
 from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.lexical import analyze
+from server.ranking.languages import query_languages
+from server.ranking.lexical import analyze_query
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
@@ -153,7 +154,8 @@ _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not sta
 
 def content_term_share(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> float:
     """The share of the candidates whose own text holds a query term other than a name (0 when none does)."""
-    names = {term for word in _NAME.findall(query.strip()) for term in analyze(word)}
+    languages = query_languages(query)
+    names = {term for word in _NAME.findall(query.strip()) for term in analyze_query(word, languages)}
     ids = [tid for term in dict.fromkeys(query_terms) if term not in names and (tid := TERM_IDS.get(term)) is not None]
     n = len(docs.term_counts)
     if not ids or not n:
@@ -259,7 +261,7 @@ def fused_scores(
     neighbours = pool.neighbours([*lexical_context, *neighbour_weights])
     docs = pool.documents
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
-    query_terms = analyze(query)
+    query_terms = analyze_query(query)
     lex = docs.bm25(query_terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)
     if bigram_weight:
         lex = lex + bigram_weight * docs.bigram_bm25(query_terms, k1=k1, b=b, delta=delta, context=context)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from server.ranking.lexical import analyze
+from server.ranking.lexical import analyze_query
 from server.ranking.periods import query_periods
 
 LANDMARK_WEIGHT = 0.0
@@ -34,7 +34,7 @@ def landmark_terms(query: str) -> list[str]:
     found = _BEFORE.search(query)
     if found is None or query_periods(found["landmark"]):
         return []
-    return analyze(found["landmark"])
+    return analyze_query(found["landmark"])
 
 
 def without_landmarks(query: str, extra: Mapping[str, float]) -> dict[str, float]:

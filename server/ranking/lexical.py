@@ -1,7 +1,9 @@
 """Lexical side of recall: the text analyzer and an in-memory BM25 scorer.
 
-`analyze(text)` is the one analyzer used everywhere text is matched by words: lowercase, split on
-unicode word characters, drop English stop words, stem with the Snowball English stemmer (PyStemmer).
+`analyze(text)` is the one analyzer used everywhere text is matched by words: it detects the text's language
+(server/ranking/languages.py), lowercases, splits into words, drops that language's stop words and stems with
+its Snowball stemmer (PyStemmer); runs of a script written without spaces (Chinese, Japanese, Korean, Thai)
+become overlapping pairs of characters.
 The server stores the analysed form of each memory (space-joined, see `analyzed_text`) in an SQLite FTS5
 column with the plain `unicode61` tokenizer, so FTS5 candidate generation and the Python scorer see the
 same terms; nothing is downloaded at run time (the stop-word list lives in this module).
@@ -22,54 +24,48 @@ from typing import TypeVar
 import numpy as np
 import Stemmer
 
-# English function words. Written out here (a superset of the common NLTK list, plus the pure function
-# words of scikit-learn's list) so the analyzer ships with the code. Content-bearing words that some
-# lists include ("fire", "bill", "system", "find", "move", "show", "name", "first", "last", ...) are kept
-# on purpose: in personal memories they are things people talk about. Contraction fragments produced by
-# splitting on word characters ("don't" -> "don", "t") are listed too. "may" is kept (the month, which
-# appears in rendered dates). Measured on LoCoMo dev, BM25 alone R@10: no stop words 0.584, scikit-learn's
-# list 0.618, this list 0.641.
-STOP_WORDS: frozenset[str] = frozenset(
-    """
-    a about above across after afterwards again against all almost along already also although always am
-    among amongst an and another any anyhow anyone anything anyway anywhere are aren around as at be
-    became because become becomes becoming been before beforehand being below beside besides between
-    beyond both but by can cannot cant could couldn couldnt d did didn do does doesn doing don done down
-    during each eg either else elsewhere enough etc even ever every everyone everything everywhere except
-    few for from further had hadn has hasn hasnt have haven having he hence her here hereafter hereby
-    herein hereupon hers herself him himself his how however i ie if in indeed into is isn it its itself
-    just ll m ma many me meanwhile might mightn more moreover most mostly much must mustn my myself
-    namely needn neither nevertheless no nobody none noone nor not nothing now nowhere o of off often on
-    once only onto or other others otherwise our ours ourselves out over own per perhaps rather re s same
-    shan she should shouldn since so some somehow someone something sometime sometimes somewhere still
-    such t than that the their theirs them themselves then thence there thereafter thereby therefore
-    therein thereupon these they this those though through throughout thru thus to together too toward
-    towards under until up upon us ve very via was wasn we were weren what whatever when whence whenever
-    where whereafter whereas whereby wherein whereupon wherever whether which while whither who whoever
-    whom whose why will with within without won would wouldn y yet you your yours yourself yourselves
-    """.split()
-)
+from server.ranking.languages import DEFAULT, FUNCTION_WORDS, STEMMERS, UNSPACED_RUN, WORD, detect, query_languages
 
 # What BM25 counts: a term, a pair of adjacent terms, or either as an integer id (server/ranking/term_arrays.py).
 Item = TypeVar("Item", str, tuple[str, str], int)
 Doc = TypeVar("Doc")
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-_stemmer = Stemmer.Stemmer("english")
+_STEMMERS = {language: Stemmer.Stemmer(algorithm) for language, algorithm in STEMMERS.items()}
 
 
 @lru_cache(maxsize=65536)
-def _stem(token: str) -> str:
-    stem: str = _stemmer.stemWord(token)
-    return stem
+def stem(token: str, language: str = DEFAULT) -> str:
+    """`token` (lowercase) stemmed by its language's Snowball stemmer; as it is for a language without one."""
+    stemmer = _STEMMERS.get(language)
+    return stemmer.stemWord(token) if stemmer is not None else token
 
 
-def analyze(text: str) -> list[str]:
-    """Lowercase, split on unicode word characters, drop stop words, stem (Snowball English).
+def stop_words(language: str) -> frozenset[str]:
+    return FUNCTION_WORDS.get(language, frozenset())
 
-    Returns the terms in order, repeats kept (term frequency matters to BM25).
-    """
-    return [_stem(t) for t in _WORD.findall(text.lower()) if t not in STOP_WORDS]
+
+def analyze(text: str, language: str | None = None) -> list[str]:
+    """The terms of `text` in order, repeats kept (term frequency matters to BM25): its words lowercased,
+    without stop words, stemmed; a run of Chinese, Japanese, Korean or Thai as its pairs of characters.
+    `language`: the text's language code when known (else detected)."""
+    return _terms(text, (language or detect(text),))
+
+
+def analyze_query(query: str, languages: tuple[str, ...] | None = None) -> list[str]:
+    """`analyze` for a query, which may say too little to tell its language: each word is then stemmed in
+    each language it may be in (`languages`, by default languages.query_languages), a stem given once."""
+    return _terms(query, languages or query_languages(query))
+
+
+def _terms(text: str, languages: tuple[str, ...]) -> list[str]:
+    stops = [stop_words(language) for language in languages]
+    terms: list[str] = []
+    for word in WORD.findall(text.lower()):
+        if UNSPACED_RUN.match(word):
+            terms += [word[i:i + 2] for i in range(len(word) - 1)] if len(word) > 1 else [word]
+        elif not any(word in stop for stop in stops):
+            terms += dict.fromkeys(stem(word, language) for language in languages)
+    return terms
 
 
 # The date terms a memory's lexical document also holds (server/ranking/dates.py, `date_terms`): one for each
@@ -88,9 +84,9 @@ def words_only(terms: Sequence[str]) -> list[str]:
     return [t for t in terms if not is_date_term(t)]
 
 
-def analyzed_text(text: str) -> str:
+def analyzed_text(text: str, language: str | None = None) -> str:
     """The analysed terms joined by spaces: what goes in the FTS5 column (tokenizer `unicode61`)."""
-    return " ".join(analyze(text))
+    return " ".join(analyze(text, language))
 
 
 # Generic BM25 defaults (Lucene's). recall's ranking passes its own tuned values (server.ranking.fusion

@@ -24,7 +24,7 @@ from server.ranking.dates import as_of_end, date_boost, dated_inside, dated_span
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
 from server.ranking.landmarks import without_landmarks
-from server.ranking.lexical import analyze
+from server.ranking.lexical import analyze_query
 from server.ranking.periods import Period, query_periods
 from server.ranking.recency import as_of_first, asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
@@ -212,7 +212,7 @@ class Retrieval:
         if not candidates:
             return {}
         stems, vectors = self.words.pool(site_id, candidates)
-        return expansion_terms(query, analyze(query), self.words.for_query(site_id, query), stems, vectors)
+        return expansion_terms(query, analyze_query(query), self.words.for_query(site_id, query), stems, vectors)
 
     def _hits(self, scored: Sequence[tuple[int, float]], limit: int, scope: Scope | None = None, *,
               found: dict[int, StoredMemory] | None = None) -> list[dict[str, Any]]:

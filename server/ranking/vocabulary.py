@@ -22,7 +22,7 @@ from embeddings.base import Embedder
 from server.ranking.candidate_set import ID, TEXT, Candidate, CandidateSet
 from server.ranking.expansion import vocabulary_words
 from server.ranking.fusion import document_text
-from server.ranking.lexical import _stem
+from server.ranking.lexical import stem
 from server.storage.protocols import WordStore
 from server.storage.records import Words
 
@@ -51,7 +51,7 @@ class _SiteWords:
             grown[:n] = self.matrix[:n]
             self.matrix = grown
         self.matrix[n] = vector
-        self.stems.append(_stem(word))
+        self.stems.append(stem(word))
         self.rows[word] = n  # last: a row is visible only once written
 
 

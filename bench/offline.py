@@ -78,6 +78,10 @@ class CachedEmbedder:
     def max_seq_length(self) -> int:
         return int(self.inner.max_seq_length)
 
+    @property
+    def similarity(self) -> Any:
+        return self.inner.similarity
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         missing = list(dict.fromkeys(t for t in texts if t not in self.vectors))
         if missing:

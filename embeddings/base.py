@@ -7,11 +7,13 @@ from typing import Protocol
 
 import numpy as np
 
+from embeddings.similarity import Similarity
+
 
 class Embedder(Protocol):
     """Turns text into unit-length float32 vectors.
 
-    `name` identifies the model (recorded with the index so a different model is refused at start-up);
+    `name` identifies the model (recorded with the index and with each stored vector);
     `dimension` is the vector length. Both methods return L2-normalised vectors, so a dot product is the
     cosine similarity.
     """
@@ -21,6 +23,11 @@ class Embedder(Protocol):
 
     @property
     def dimension(self) -> int: ...
+
+    @property
+    def similarity(self) -> Similarity:
+        """How this model's cosines map onto the one scale every similarity threshold is stated on."""
+        ...
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Return an array of shape (len(texts), dimension), dtype float32."""

@@ -14,6 +14,7 @@ from embeddings.e5_tokenizer import E5Tokenizer
 from embeddings.encoder_graph import build_graph
 from embeddings.graph_embedder import GraphEmbedder, ModelParts
 from embeddings.model_files import ModelNotFoundError
+from embeddings.similarity import E5_SMALL
 
 # The name the index and the stored vectors record; the variant tuned on Portuguese is another model.
 VARIANTS = {"multilingual-e5-small": "e5-small-q4.bin", "multilingual-e5-small-enpt": "e5-small-enpt-q4.bin"}
@@ -40,7 +41,7 @@ def e5_parts(path: Path, *, name: str) -> ModelParts:
         name=name, dimension=image.encoder.hidden, max_tokens=image.encoder.max_positions,
         first=tokenizer.bos, last=tokenizer.eos, pad=tokenizer.pad,
         tokenize=tokenizer.ids_batch, word_vectors=image.word_vectors, graph=build_graph(image.encoder),
-        windows=True, query_prefix="query: ", document_prefix="passage: ",
+        windows=True, query_prefix="query: ", document_prefix="passage: ", similarity=E5_SMALL,
     )
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from embeddings.query_cache import QueryCache
+from embeddings.similarity import REFERENCE, Similarity
 
 if TYPE_CHECKING:  # imported when a session opens: importing this module stays cheap
     import onnxruntime
@@ -44,6 +45,7 @@ class ModelParts:
     windows: bool  # long texts: averaged windows (True) or cut (False)
     query_prefix: str = ""
     document_prefix: str = ""
+    similarity: Similarity = REFERENCE
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class GraphEmbedder:
         self._parts = parts
         self.name: str = parts.name
         self.dimension: int = parts.dimension
+        self.similarity: Similarity = parts.similarity
         self._session = open_session(parts.graph, threads=threads)
         self._batch_size = max(1, batch_size)
         self._cache = QueryCache(query_cache_size)

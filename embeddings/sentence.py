@@ -14,6 +14,7 @@ import numpy as np
 # callers import them from this module.
 from embeddings.model_files import ModelNotFoundError, check_model_dir, model_name
 from embeddings.query_cache import QueryCache
+from embeddings.similarity import REFERENCE, Similarity
 
 if TYPE_CHECKING:  # the real import costs 6-8 s, so it happens in the constructor only
     from sentence_transformers import SentenceTransformer
@@ -60,6 +61,8 @@ class SentenceEmbedder:
             raise ModelNotFoundError(model_dir, "the model does not report an embedding dimension")
         self.name: str = model_name(model_dir)
         self.dimension: int = int(dimension)
+        # The reference scale: a model of MiniLM's family unless measured otherwise.
+        self.similarity: Similarity = REFERENCE
         self.model_dir = model_dir
         self._batch_size = batch_size
         # One encode at a time: the torch module is shared and torch already uses `threads` threads per

@@ -1,4 +1,4 @@
-"""Token counting for budgets, with the embedding model's own tokenizer (no transformers import needed)."""
+"""Token counting for context budgets, with one tokenizer shipped in the package (no transformers import)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,18 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 _TOKENIZER_FILE = "tokenizer.json"
+# all-MiniLM-L6-v2's WordPiece tokenizer, whichever model embeds: a budget means the same everywhere.
+COUNTING_DIR = Path(__file__).resolve().parent / "counting"
 
 
 class TokenCounter:
-    """Counts and truncates text in the model's tokens, special tokens excluded.
+    """Counts and truncates text in tokens, special tokens excluded.
 
     Built from `<model_dir>/tokenizer.json` with the `tokenizers` library, which loads in milliseconds and
     is thread-safe for encoding.
     """
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path = COUNTING_DIR) -> None:
         path = Path(model_dir) / _TOKENIZER_FILE
         if not path.is_file():
             # Imported here so this module stays importable without loading torch/sentence-transformers.

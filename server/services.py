@@ -77,12 +77,12 @@ class Services:
         """Load the model and open the index. With `repair_index`, refuse an index built with another model
         and index the backlog; `reindex` passes False since it replaces the index anyway. Errors are kept
         for /readyz and the tools."""
-        from embeddings.factory import load_embedder, minilm_dir, resolve_model
+        from embeddings.factory import load_embedder, resolve_model
         from embeddings.tokens import TokenCounter
 
         settings = self.settings
         try:
-            tokens = TokenCounter(minilm_dir(PROJECT_ROOT))
+            tokens = TokenCounter()
             choice = resolve_model(settings.embedding_model, project_root=PROJECT_ROOT)
             embedder = embedder or load_embedder(choice, threads=settings.embedding_threads,
                                                  engine=settings.embedding_engine)

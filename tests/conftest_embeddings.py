@@ -1,4 +1,4 @@
-"""Pytest plugin: one real embedding model and tokenizer for the whole session (loading costs seconds)."""
+"""Pytest plugin: the real embedding models and tokenizer, loaded once for the session (loading costs seconds)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from embeddings.factory import load_embedder, resolve_model_dir
-from embeddings.onnx import OnnxEmbedder
+from embeddings.base import Embedder
+from embeddings.factory import ModelChoice, load_embedder, minilm_dir, resolve_model
+from embeddings.graph_embedder import GraphEmbedder
 from embeddings.sentence import SentenceEmbedder
 from embeddings.tokens import TokenCounter
 
@@ -16,22 +17,37 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def model_dir() -> Path:
-    return resolve_model_dir(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=REPO_ROOT)
+def model_choice() -> ModelChoice:
+    """The model the server loads in this test run (MEMORY_EMBEDDING_MODEL, else the default)."""
+    return resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=REPO_ROOT)
 
 
 @pytest.fixture(scope="session")
-def embedder(model_dir: Path) -> OnnxEmbedder | SentenceEmbedder:
-    """The engine the server uses by default (onnx; torch if the model has no ONNX export)."""
-    return load_embedder(model_dir, threads=1)
+def embedder(model_choice: ModelChoice) -> Embedder:
+    """The model and engine the server uses by default."""
+    return load_embedder(model_choice, threads=1)
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """all-MiniLM-L6-v2's sentence-transformers directory (the English-only choice)."""
+    return minilm_dir(REPO_ROOT)
+
+
+@pytest.fixture(scope="session")
+def minilm_embedder(model_dir: Path) -> GraphEmbedder:
+    embedder = load_embedder(ModelChoice("all-MiniLM-L6-v2", model_dir), threads=1)
+    assert isinstance(embedder, GraphEmbedder)
+    return embedder
 
 
 @pytest.fixture(scope="session")
 def torch_embedder(model_dir: Path) -> SentenceEmbedder:
     """The sentence-transformers engine, for parity checks only: loading it costs seconds and ~600 MB."""
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     return SentenceEmbedder(model_dir, threads=1)
 
 
 @pytest.fixture(scope="session")
-def token_counter(model_dir: Path) -> TokenCounter:
-    return TokenCounter(model_dir)
+def token_counter() -> TokenCounter:
+    return TokenCounter()

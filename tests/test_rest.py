@@ -876,6 +876,7 @@ class FailingQueries:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
+        self.similarity = inner.similarity
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.embed_documents(texts)

@@ -31,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from embeddings.base import Embedder
+from embeddings.similarity import Similarity
 from server.errors import AppError
 
 if TYPE_CHECKING:
@@ -225,6 +226,10 @@ class InstrumentedEmbedder:
     @property
     def dimension(self) -> int:
         return int(self._inner.dimension)
+
+    @property
+    def similarity(self) -> Similarity:
+        return self._inner.similarity
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         start = time.perf_counter()

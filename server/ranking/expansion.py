@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from embeddings.similarity import IDENTITY, Scale
 from server.ranking.languages import STOP_WORDS
 from server.ranking.lexical import stem
 
@@ -80,6 +81,7 @@ def expansion_terms(
     min_similarity: float = EXPANSION_MIN_SIMILARITY,
     neighbours: int = EXPANSION_NEIGHBOURS,
     weight: float = EXPANSION_WEIGHT,
+    scale: Scale = IDENTITY,
 ) -> dict[str, float]:
     """Stem -> weight of the terms to add to the lexical query (never one of `query_terms`).
 
@@ -88,12 +90,13 @@ def expansion_terms(
       a word without a vector does not expand.
     pool_stems / pool_vectors: the candidates' words (`vocabulary_words` of their texts) as their stems
       and the unit embeddings of the words alone, row for row: the only terms that can be added.
+    scale: the model's word cosines on the reference scale the thresholds and weights are stated on.
     """
     words = [w for w in vocabulary_words(query) if w in query_vectors]
     if weight <= 0 or neighbours <= 0 or not words or len(pool_stems) == 0:
         return {}
     queries = np.stack([np.asarray(query_vectors[w], dtype=np.float32) for w in words])
-    similarity = np.asarray(pool_vectors, dtype=np.float32) @ queries.T  # pool x query words
+    similarity = scale.of(np.asarray(pool_vectors, dtype=np.float32) @ queries.T)  # pool x query words
     count = min(neighbours, len(pool_stems))
     taken = set(query_terms)
     classes = unused_classes(query, pool_stems)

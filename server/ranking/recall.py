@@ -110,6 +110,7 @@ class Retrieval:
         until = None if recent or windowed or not asked else as_of_end(query)
         if not person and not kinds and not asked and not recent:
             return None
+        scale = self.embedder.similarity.text
 
         def adjust(fused: np.ndarray) -> np.ndarray:
             if person:
@@ -119,8 +120,8 @@ class Retrieval:
             if asked:
                 fused = date_boost(fused, asked, candidates)
             if until is not None:
-                return as_of_first(fused, vector, candidates, until, dated_inside(asked, candidates))
-            return newest_first(fused, vector, candidates) if recent else fused
+                return as_of_first(fused, vector, candidates, until, dated_inside(asked, candidates), scale)
+            return newest_first(fused, vector, candidates, scale) if recent else fused
         return adjust
 
     def _successors_first(self, scope: Scope, scored: Sequence[tuple[int, float]], limit: int) -> list[dict[str, Any]]:
@@ -196,7 +197,8 @@ class Retrieval:
         log.info("prepared the candidates of %d sites and buckets", prepared)
 
     def search(self, scope: Scope, query: str, limit: int, min_score: float) -> list[dict[str, Any]]:
-        """Strict: every filter matches exactly and the cosine similarity is at least min_score."""
+        """Strict: every filter matches exactly and the similarity (the model's cosine on the reference scale,
+        embeddings/similarity.py) is at least min_score."""
         if scope.empty:
             return []
         vector = self.embedder.embed_query(query)
@@ -205,14 +207,17 @@ class Retrieval:
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
         # The index's time window is whole seconds, widened: the exact one is checked on the rows read back.
-        return self._hits([(hit.id, hit.score) for hit in found if hit.score >= min_score], limit, scope)
+        scale = self.embedder.similarity.text
+        scored = [(hit.id, min(1.0, max(0.0, scale(hit.score)))) for hit in found]
+        return self._hits([(i, score) for i, score in scored if score >= min_score], limit, scope)
 
     def expansion(self, site_id: int, query: str, candidates: Sequence[Candidate]) -> dict[str, float]:
         """Near-synonyms of the query's words among the candidates' words (server/ranking/expansion.py)."""
         if not candidates:
             return {}
         stems, vectors = self.words.pool(site_id, candidates)
-        return expansion_terms(query, analyze_query(query), self.words.for_query(site_id, query), stems, vectors)
+        return expansion_terms(query, analyze_query(query), self.words.for_query(site_id, query), stems, vectors,
+                               scale=self.embedder.similarity.word)
 
     def _hits(self, scored: Sequence[tuple[int, float]], limit: int, scope: Scope | None = None, *,
               found: dict[int, StoredMemory] | None = None) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from embeddings.similarity import IDENTITY, Scale
 from server.ranking.candidate_set import Candidate, stacked_vectors
 from server.ranking.fusion import parse_rfc3339
 
@@ -70,17 +71,18 @@ def _seconds(candidate: Candidate) -> float:
     return moment.timestamp() if moment is not None else float("-inf")
 
 
-def newest_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate]) -> np.ndarray:
+def newest_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate],
+                 scale: Scale = IDENTITY) -> np.ndarray:
     """The fused scores with the relevant memories among the best RECENCY_TOP raised above the top, newest
-    first (see the module docstring)."""
-    relevant = _relevant(fused, query_vector, candidates)
+    first (see the module docstring). `scale`: the model's cosines on the reference scale."""
+    relevant = _relevant(fused, query_vector, candidates, scale)
     if len(relevant) < 2:
         return fused
     return _raised(fused, sorted(relevant, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
 
 
 def as_of_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], until: float,
-                naming: np.ndarray) -> np.ndarray:
+                naming: np.ndarray, scale: Scale = IDENTITY) -> np.ndarray:
     """The fused scores with the relevant memories among the best RECENCY_TOP written by `until` (seconds
     since the epoch) raised above the top, newest first: what was the case then. Unchanged when one of the
     best names the period asked about (`naming`, by candidate position: it tells what happened then, and the
@@ -89,7 +91,7 @@ def as_of_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequenc
     top = _best(fused)
     if naming[top].any():
         return fused
-    relevant = _relevant(fused, query_vector, candidates, top)
+    relevant = _relevant(fused, query_vector, candidates, scale, top)
     seconds = {i: _seconds(candidates[i]) for i in relevant}
     written = [i for i in relevant if seconds[i] <= until]
     if not written or (len(written) == len(relevant) and len(written) < 2):
@@ -102,7 +104,7 @@ def _best(fused: np.ndarray) -> np.ndarray:
     return np.argsort(-fused, kind="stable")[:RECENCY_TOP]
 
 
-def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate],
+def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], scale: Scale,
               top: np.ndarray | None = None) -> list[int]:
     """The positions among the best RECENCY_TOP (`top`, if worked out already) whose dense similarity to the
     query is within RECENCY_DENSE_MARGIN of the best of them and whose fused score is within
@@ -110,7 +112,7 @@ def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[
     if len(candidates) < 2:
         return []
     top = _best(fused) if top is None else top
-    dense = stacked_vectors([candidates[i].vector for i in top]) @ np.asarray(query_vector, dtype=np.float32)
+    dense = scale.of(stacked_vectors([candidates[i].vector for i in top]) @ np.asarray(query_vector, dtype=np.float32))
     best = float(fused[top[0]])
     return [int(i) for i, d in zip(top, dense, strict=True)
             if d >= float(dense.max()) - RECENCY_DENSE_MARGIN and fused[i] >= best - RECENCY_FUSED_MARGIN]

@@ -1,5 +1,5 @@
-"""The index is derived from SQLite: a crash between commit and index write is repaired at start-up,
-an index built with another model is refused, and `reindex` rebuilds it from SQLite alone."""
+"""The index is derived from SQLite: a crash between commit and index write is repaired at start-up, and
+`reindex` rebuilds it from SQLite alone (a model change: tests/test_model_change.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from server.index.base import IndexInfo
 from server.index.edge import EdgeIndex
-from server.memories.outbox import IndexMismatch
 from server.memories.validation import Filters, read_scope
 from server.services import open_services
 from server.storage.factory import open_storage
@@ -90,43 +86,6 @@ def test_crash_between_commit_and_index_write_is_repaired(tmp_path: Path, embedd
         assert strict_search(services, "where are the spare routers?", 5) == [content]
     finally:
         services.close()
-
-
-@pytest.mark.parametrize("recorded", [IndexInfo("some-other-model", 384), IndexInfo("all-MiniLM-L6-v2", 768)])
-def test_index_built_with_another_model_is_refused(tmp_path: Path, embedder: Any, recorded: IndexInfo) -> None:
-    settings = make_settings(tmp_path / "data")
-    index = EdgeIndex(settings.index_path)
-    index.reset(recorded)
-    index.close()
-    services = open_services(settings)
-    try:
-        with pytest.raises(IndexMismatch, match="memory-server reindex"):
-            services.load_memories(embedder=embedder)
-    finally:
-        services.close()
-
-
-def test_serve_refuses_a_mismatched_index_and_reindex_fixes_it(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    settings = make_settings(data)
-    services = open_services(settings)
-    services.close()
-    index = EdgeIndex(settings.index_path)
-    index.reset(IndexInfo("some-other-model", 384))
-    index.close()
-    cli = [sys.executable, "-m", "server"]
-    refused = subprocess.run([*cli, "serve", "--data-dir", str(data), "--port", "0"], cwd=REPO, env=ENV,
-                             capture_output=True, text=True, timeout=120)
-    assert refused.returncode != 0
-    assert "reindex" in refused.stderr and "some-other-model" in refused.stderr
-    fixed = subprocess.run([*cli, "reindex", "--data-dir", str(data)], cwd=REPO, env=ENV, capture_output=True,
-                           text=True, timeout=300)
-    assert fixed.returncode == 0, fixed.stderr
-    index = EdgeIndex(settings.index_path)
-    try:
-        assert index.info() == IndexInfo("all-MiniLM-L6-v2", 384)
-    finally:
-        index.close()
 
 
 async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embedder: Any) -> None:

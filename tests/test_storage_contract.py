@@ -671,9 +671,11 @@ def test_outbox(storage: Storage) -> None:
     assert index_payload(rows[0])["site"] == str(sid)
     outbox.mark_indexed([(a.row_id, rows[0].updated_at), (b.row_id, "an older version")])
     assert outbox.unindexed(10) == [b.row_id] and outbox.counts() == (1, 1, 0)
-    outbox.set_vector(b.row_id, np.ones(4, dtype=np.float32), "model-b")
-    again = outbox.index_rows([b.row_id])[0]
+    outbox.set_vectors([(b.row_id, rows[1].updated_at, np.ones(4, dtype=np.float32)),
+                        (a.row_id, "an older version", np.zeros(4, dtype=np.float32))], "model-b")
+    again, first = outbox.index_rows([b.row_id])[0], outbox.index_rows([a.row_id])[0]
     assert again.vector_model == "model-b" and again.vector is not None and again.vector.tolist() == [1.0] * 4
+    assert first.vector_model != "model-b", "a row changed since it was read keeps its own vector"
     storage.memories.delete(Scope(sid), a.reference)
     assert outbox.deletions() == [a.row_id] and outbox.backlog() == 2 and outbox.counts() == (0, 1, 1)
     assert outbox.present([a.row_id, b.row_id]) == {b.row_id} and outbox.present([]) == set()

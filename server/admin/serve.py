@@ -43,8 +43,8 @@ def _serve_http(settings: Settings) -> None:
     from server.auth.bootstrap import bootstrap_or_exit
 
     # The port first, then the index, then the database: a port in use, a second server on the same data
-    # directory, an index built with another model or a damaged database fail before anything is created,
-    # each with its own message.
+    # directory or a damaged database fail before anything is created, each with its own message. An index
+    # built with another model is filled again in the background (server/memories/reembedding.py).
     try:
         sock = serving.bind(settings.host, settings.port)
     except serving.PortInUse as exc:
@@ -66,30 +66,9 @@ def _open_index_for_serving(settings: Settings) -> VectorIndex:
     from server.services import open_configured_index
 
     try:
-        index = open_configured_index(settings)
+        return open_configured_index(settings)
     except Exception as exc:  # locked by another server, unreadable, unreachable: each says what to do
         fail(exc)
-    try:
-        _check_index_model(settings, index)
-    except Exception as exc:
-        index.close()
-        fail(exc)
-    return index
-
-
-def _check_index_model(settings: Settings, index: VectorIndex) -> None:
-    """Compare the index's recorded model with the configured one without loading the model."""
-    from embeddings.factory import resolve_model
-    from server.memories.outbox import IndexMismatch
-    from server.services import PROJECT_ROOT
-
-    info = index.info()
-    if info is None:
-        return
-    configured = resolve_model(settings.embedding_model, project_root=PROJECT_ROOT).name
-    if info.model != configured:
-        raise IndexMismatch(f"the vector index was built with {info.model} but the configured model is "
-                            f"{configured}; run `memory-server reindex` to rebuild the index with the configured model")
 
 
 def _open_services_for_serving(settings: Settings, index: VectorIndex | None) -> Services:

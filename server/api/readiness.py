@@ -29,6 +29,13 @@ def readiness(services: Services) -> list[str]:
     return reasons + memories.index.problems()
 
 
+def work_under_way(services: Services) -> dict[str, object]:
+    """Background work that changes how answers are made while it lasts: memories embedded again with a new
+    model (recall ranks by words alone meanwhile)."""
+    progress = services.memories.reembedding.progress() if services.memories is not None else None
+    return {"reembedding": progress.as_dict()} if progress is not None else {}
+
+
 def probes(services: Services) -> tuple[Endpoint, Endpoint]:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -37,6 +44,6 @@ def probes(services: Services) -> tuple[Endpoint, Endpoint]:
         reasons = await anyio.to_thread.run_sync(readiness, services)
         if reasons:
             return JSONResponse({"status": "unavailable", "reasons": reasons}, status_code=503)
-        return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "ready", **await anyio.to_thread.run_sync(work_under_way, services)})
 
     return healthz, readyz

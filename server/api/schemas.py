@@ -96,6 +96,9 @@ class Hit(MemoryFields, Lifecycle):
 
 class Results(BaseModel):
     results: list[Hit]
+    notice: str | None = Field(None, description=(
+        "Present only while the answer is made differently from usual: while the memories are embedded again "
+        "with a new model, recall ranks by words alone and search_memory sees only the memories done so far."))
 
 
 class Memory(MemoryFields, Lifecycle):

@@ -58,6 +58,7 @@ class IndexFollower:
         self.state_path = state_path
         self.mark = 0
         self.needs_rebuild = True
+        self.rebuilt = 0  # memories the rebuild under way has put in the index
         self._lock = threading.Lock()  # one catch-up at a time: request threads and the follow loop
         self._throttle = Throttle(log)
 
@@ -83,6 +84,8 @@ class IndexFollower:
         self._catch_up_after_commit()
 
     def _catch_up_after_commit(self) -> None:
+        if self.needs_rebuild:  # a rebuild under way (minutes, when the model changed) applies it afterwards
+            return
         try:
             self.catch_up()
         except Exception as exc:
@@ -119,12 +122,14 @@ class IndexFollower:
         mark = self.store.change_mark()
         self.outbox.index.reset(self.outbox.expected())
         done, after = 0, 0
+        self.rebuilt = 0
         while True:
             ids = self.store.ids_after(after, REBUILD_PAGE)
             if not ids:
                 break
             for chunk in batched(ids, CHANGES_PAGE):
                 self._apply(self.store.index_rows(chunk))
+                self.rebuilt += len(chunk)
             done += len(ids)
             after = ids[-1]
         self.needs_rebuild = False

@@ -63,6 +63,7 @@ def _keep_outbox(memories: Memories, stop: threading.Event) -> None:
     outbox = memories.outbox
     _once(lambda: outbox.sync() if outbox.backlog() else 0, "indexed %d memories in the background",
           "indexing the backlog failed; retrying later")
+    _once(lambda: int(memories.reembedding.check_done()), "", "checking the re-embedding failed")
     _once(outbox.reconcile, "removed %d index points with no stored memory", "index reconciliation failed")
     _once(memories.writes.purge_expired, "deleted %d expired memories", "deleting expired memories failed")
     _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
@@ -74,6 +75,7 @@ def _keep_outbox(memories: Memories, stop: threading.Event) -> None:
             _purge(memories)
             if outbox.backlog():
                 outbox.sync()
+            memories.reembedding.check_done()
             # Builds HNSW in a child process once enough points are unoptimised; a no-op otherwise.
             memories.index.optimize()
 
@@ -82,6 +84,7 @@ def _follow(memories: Memories, follower: IndexFollower, stop: threading.Event) 
     """This server's own index follows a shared authority: apply the others' changes every
     FOLLOW_INTERVAL_S; build HNSW and forget old changes every MAINTENANCE_INTERVAL_S."""
     _once(follower.catch_up, "applied %d changes of the authority to the index", "following the authority failed")
+    _once(lambda: int(memories.reembedding.check_done()), "", "checking the re-embedding failed")
     _once(memories.writes.purge_expired, "deleted %d expired memories", "deleting expired memories failed")
     _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
           "embedding the vocabulary of earlier memories failed")
@@ -92,6 +95,7 @@ def _follow(memories: Memories, follower: IndexFollower, stop: threading.Event) 
         tick += 1
         with _reported(throttle):
             follower.catch_up()
+            memories.reembedding.check_done()
             if tick % ticks_per_upkeep == 0:
                 _purge(memories)
                 memories.index.optimize()

@@ -2,7 +2,8 @@
 
 The authority is written first (the memory with its embedding, not yet indexed), then the index, then the
 row is marked indexed. `sync()` repairs what a crash or an index outage left behind: it runs at start-up
-and in the background. The index records the model it was built with; another model means `reindex`.
+and in the background. The index records the model it was built with; another model means a new index, filled
+by `sync()` too (server/memories/reembedding.py).
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ def index_payload(row: IndexRow) -> dict[str, object]:
     return payload
 
 
-class IndexMismatch(Exception):
-    """The index was built with another model; its vectors cannot be compared with this model's."""
-
-
 class IndexSync(Protocol):
     """What the write path tells the vector index after each commit: the outbox (an index of the authority's
     own) or an IndexFollower (an index of this server's own, following a shared authority)."""
@@ -66,21 +63,14 @@ class Outbox:
         return IndexInfo(model=self.embedder.name, dimension=self.embedder.dimension)
 
     def check_model(self, *, outbox: bool = True) -> bool:
-        """Refuse an index built with another model; initialise a new one (True: it was new; with `outbox`,
-        every row is then the backlog)."""
-        info = self.index.info()
-        if info is None:
-            self.index.reset(self.expected())
-            if outbox:
-                self.store.mark_all_unindexed()
-            return True
-        if info != self.expected():
-            expected = self.expected()
-            raise IndexMismatch(
-                f"the vector index was built with {info.model} ({info.dimension} dimensions) but the configured "
-                f"model is {expected.model} ({expected.dimension} dimensions); run `memory-server reindex` to "
-                "rebuild the index from SQLite with the configured model")
-        return False
+        """Start a new index when there is none or it was built with another model (True: it is new; with
+        `outbox`, every row is then the backlog, embedded again where its stored vector is another model's)."""
+        if self.index.info() == self.expected():
+            return False
+        self.index.reset(self.expected())
+        if outbox:
+            self.store.mark_all_unindexed()
+        return True
 
     def written(self, ids: Sequence[int]) -> None:
         self.index_ids(ids)
@@ -89,7 +79,8 @@ class Outbox:
         self.apply_deletions(ids)
 
     def points(self, rows: Sequence[IndexRow]) -> list[IndexPoint]:
-        return [IndexPoint(id=row.id, vector=self._vector(row), payload=index_payload(row)) for row in rows]
+        vectors = self._vectors(rows)
+        return [IndexPoint(id=row.id, vector=vectors[row.id], payload=index_payload(row)) for row in rows]
 
     def index_ids(self, ids: Sequence[int]) -> None:
         """Write committed rows to the index and mark them indexed; on failure they stay in the backlog."""
@@ -116,13 +107,18 @@ class Outbox:
         # Only rows still as they were read: one updated meanwhile stays in the backlog for its updater.
         self.store.mark_indexed([(row.id, row.updated_at) for row in rows])
 
-    def _vector(self, row: IndexRow) -> np.ndarray:
-        if row.vector_model == self.embedder.name and row.vector is not None:
-            return row.vector
-        # Stored with another model: the authority's text is what counts, embed it again.
-        vector: np.ndarray = self.embedder.embed_documents([document_text(row.content, row.occurred_at)])[0]
-        self.store.set_vector(row.id, vector, self.embedder.name)
-        return vector
+    def _vectors(self, rows: Sequence[IndexRow]) -> dict[int, np.ndarray]:
+        """Each row's vector: the stored one, or, when stored with another model (the model was changed), its
+        text embedded again, in one batch, and stored for the next index (another replica's) to reuse."""
+        vectors = {row.id: row.vector for row in rows if row.vector_model == self.embedder.name
+                   and row.vector is not None}
+        stale = [row for row in rows if row.id not in vectors]
+        if stale:
+            embedded = self.embedder.embed_documents([document_text(r.content, r.occurred_at) for r in stale])
+            self.store.set_vectors([(r.id, r.updated_at, v) for r, v in zip(stale, embedded, strict=True)],
+                                   self.embedder.name)
+            vectors |= {row.id: vector for row, vector in zip(stale, embedded, strict=True)}
+        return vectors
 
     def apply_deletions(self, ids: Sequence[int]) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from embeddings.base import Embedder
@@ -10,6 +11,7 @@ from embeddings.tokens import TokenCounter
 from server.index.base import PAYLOAD_VERSION, VectorIndex
 from server.memories.follower import FOLLOW_FILE, IndexFollower
 from server.memories.outbox import Outbox
+from server.memories.reembedding import Reembedding
 from server.memories.writes import TERMS_VERSION, MemoryWrites, document_terms
 from server.ranking.candidates import CandidateSource
 from server.ranking.recall import Retrieval
@@ -36,6 +38,7 @@ class Memories:
     writes: MemoryWrites
     source: CandidateSource
     retrieval: Retrieval
+    reembedding: Reembedding
     follower: IndexFollower | None = None  # this server's own index follows a shared authority
 
     def backfill_words(self) -> int:
@@ -45,6 +48,7 @@ class Memories:
     def reindex(self) -> int:
         rewrite_terms(self.storage, force=True)
         done = self.follower.rebuild() if self.follower is not None else self.outbox.reindex()
+        self.reembedding.finish()
         self.words.load(self.storage.words)
         self.backfill_words()
         return done
@@ -67,6 +71,7 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
         follower = IndexFollower(outbox, storage.outbox, words, storage.words, authority=storage.identity,
                                  state_path=settings.index_path / FOLLOW_FILE)
     source = CandidateSource(storage.candidates, index, model=embedder.name, change_mark=storage.outbox.change_mark)
+    reembedding = Reembedding(settings.index_path, _remaining(storage, follower))
     return Memories(
         storage=storage, index=index, embedder=embedder, tokens=tokens, words=words, outbox=outbox,
         writes=MemoryWrites(storage.memories, follower or outbox, embedder, words,
@@ -74,9 +79,28 @@ def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, 
         source=source,
         retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking,
                             recency=settings.recall_recency, dates=settings.recall_dates,
-                            speakers=settings.recall_speakers, answers=settings.recall_answers),
-        follower=follower,
+                            speakers=settings.recall_speakers, answers=settings.recall_answers,
+                            reembedding=reembedding),
+        reembedding=reembedding, follower=follower,
     )
+
+
+def _remaining(storage: Storage, follower: IndexFollower | None) -> Callable[[], int]:
+    """How many memories the index does not hold yet: the outbox's backlog, or what a follower's rebuild has
+    not reached (with its total counted once per rebuild)."""
+    if follower is None:
+        return storage.outbox.backlog
+    total: list[int] = []
+
+    def remaining() -> int:
+        if not follower.needs_rebuild:
+            total.clear()
+            return 0
+        if not total:
+            total.append(storage.memories.count())
+        return max(0, total[0] - follower.rebuilt)
+
+    return remaining
 
 
 def rewrite_terms(storage: Storage, *, force: bool = False) -> int:
@@ -91,11 +115,15 @@ def rewrite_terms(storage: Storage, *, force: bool = False) -> int:
 
 
 def repair(memories: Memories, *, startup_sync_limit: int = STARTUP_SYNC_LIMIT) -> None:
-    """At start-up: refuse an index built with another model, bring the stored lexical terms up to this
-    version's, load the words, index a small backlog now."""
+    """At start-up: bring the stored lexical terms up to this version's, begin embedding every memory again
+    when the index was built with another model, load the words, index a small backlog now."""
     rewrite_terms(memories.storage)
     follower = memories.follower
+    built_with = memories.index.info()
     new_index = memories.outbox.check_model(outbox=follower is None)
+    memories.reembedding.resume(memories.embedder.name)
+    if new_index and built_with is not None and built_with != memories.outbox.expected():
+        memories.reembedding.begin(built_with.model, memories.embedder.name, memories.storage.memories.count())
     outdated = not new_index and memories.index.payload_version() < PAYLOAD_VERSION
     if outdated:
         log.info("the vector index predates the payload fields this version filters on (version %d < %d): "

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,10 +52,20 @@ DEMOTION_WINDOW = 3
 QUERY_EMBEDDINGS = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="query-embedding")
 
 
+class Degraded(Protocol):
+    """Whether the stored vectors are another model's for now (server/memories/reembedding.py)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    def notice(self) -> str | None: ...
+
+
 class Retrieval:
     def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
                  words: WordVectors, *, ranking: str = "production", recency: bool = True,
-                 dates: bool = True, speakers: bool = True, answers: bool = True) -> None:
+                 dates: bool = True, speakers: bool = True, answers: bool = True,
+                 reembedding: Degraded | None = None) -> None:
         self.memories = memories
         self.source = source
         self.index = index
@@ -66,6 +76,11 @@ class Retrieval:
         self.dates = dates  # likewise
         self.speakers = speakers  # likewise
         self.answers = answers  # likewise
+        self.reembedding = reembedding  # while memories are embedded again with a new model
+
+    def notice(self) -> str | None:
+        """What an answer should say about how it was made (while memories are embedded again)."""
+        return self.reembedding.notice() if self.reembedding is not None else None
 
     def recall(self, scope: Scope, query: str, limit: int, *, demote: bool = True) -> list[dict[str, Any]]:
         """Best first, best effort: weak matches allowed, empty only if nothing visible exists. A query that
@@ -74,6 +89,8 @@ class Retrieval:
         scope sees, which is brought in when the ranking left it out."""
         if scope.empty:
             return []
+        if self.reembedding is not None and self.reembedding.active:
+            return self._by_words(scope, query, limit)
         # In the request's context, so that what it logs carries the request's id.
         embedding = QUERY_EMBEDDINGS.submit(contextvars.copy_context().run, self.embedder.embed_query, query)
         asked = query_periods(query) if self.dates and self.ranking == "production" else []
@@ -93,6 +110,12 @@ class Retrieval:
         if not demote:
             return self._hits(scored[:limit], limit)
         return self._successors_first(scope, scored, limit)
+
+    def _by_words(self, scope: Scope, query: str, limit: int) -> list[dict[str, Any]]:
+        """While the stored vectors are another model's: the lexical index's best for the query, which sees
+        every memory whatever its vector, scored by rank."""
+        ids = self.source.lexical_ids(scope, query)
+        return self._hits([(row_id, 1.0 / (1.0 + rank)) for rank, row_id in enumerate(ids)], limit, scope)
 
     def _adjustment(self, query: str, vector: np.ndarray, candidates: CandidateSet,
                     asked: Sequence[Period], scope: Scope) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -318,7 +318,10 @@ class OutboxStore(Protocol):
 
     def index_rows(self, ids: Sequence[int]) -> list[IndexRow]: ...
 
-    def set_vector(self, row_id: int, vector: np.ndarray, model: str) -> None: ...
+    def set_vectors(self, vectors: Sequence[tuple[int, str, np.ndarray]], model: str) -> None:
+        """Store (id, updated_at, vector) as embedded with `model`, in one transaction; a row changed since
+        `updated_at` keeps what its change gave it."""
+        ...
 
     def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
         """Mark rows indexed if they are still at the version that was written to the index."""

@@ -9,6 +9,7 @@ structured pack.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from fastmcp import FastMCP
 from fastmcp.tools.base import ToolResult
@@ -123,13 +124,18 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
     # The public profile answers with the SPEC's hit fields (no supersede links, no mark in the text).
     shown = (lambda hits: hits) if full else public_hits
 
+    def answered(hits: list[dict[str, Any]]) -> ToolResult:
+        answer = ops.answer(hits)
+        text = render_hits(hits)
+        if "notice" in answer:
+            text = f"Note: {answer['notice']}\n{text}"
+        return ok_result(answer if full else {"results": hits}, text)
+
     async def recall(params: RecallParams) -> ToolResult:
-        hits = shown(await ops.recall(current(), params))
-        return ok_result({"results": hits}, render_hits(hits))
+        return answered(shown(await ops.recall(current(), params)))
 
     async def search_memory(params: SearchParams) -> ToolResult:
-        hits = shown(await ops.search(current(), params))
-        return ok_result({"results": hits}, render_hits(hits))
+        return answered(shown(await ops.search(current(), params)))
 
     async def recall_context(params: ContextParams) -> ToolResult:
         pack = await ops.context(current(), params)

@@ -96,6 +96,15 @@ class MemoryOperations:
         return await anyio.to_thread.run_sync(lambda: memories.retrieval.recall(
             scope, params.query, params.limit, demote=not params.include_superseded))
 
+    def notice(self) -> str | None:
+        """What recall and search answers should say about how they were made right now, if anything."""
+        return self._memories().retrieval.notice()
+
+    def answer(self, hits: list[dict[str, Any]]) -> dict[str, Any]:
+        """The results of recall or search_memory, with the notice when there is one."""
+        notice = self.notice()
+        return {"results": hits, **({"notice": notice} if notice else {})}
+
     async def search(self, principal: Principal, params: SearchParams) -> list[dict[str, Any]]:
         memories = self._memories()
         scope = retrieval_scope(principal, params).only_current(not params.include_superseded)

@@ -84,14 +84,14 @@ def _add_retrieval_routes(router: APIRouter, ops: MemoryOperations) -> None:
     async def recall(body: RecallParams, principal: AnyCaller) -> JSONResponse:
         """Best-effort lookup: the most relevant visible memories, best first; weak matches are allowed, and
         the result is empty only if nothing visible exists. Same as the `recall` tool."""
-        return JSONResponse({"results": await ops.recall(principal, body)})
+        return JSONResponse(ops.answer(await ops.recall(principal, body)))
 
     @router.post("/search", response_model=Results, responses=documented(*COMMON),
                  summary="Strict search (memory:read)")
     async def search(body: SearchParams, principal: AnyCaller) -> JSONResponse:
         """Only memories matching every filter exactly and scoring at or above `min_score`; nothing rather
         than a weak match. Same as the `search_memory` tool."""
-        return JSONResponse({"results": await ops.search(principal, body)})
+        return JSONResponse(ops.answer(await ops.search(principal, body)))
 
     @router.post("/context", response_model=ContextPack, responses=documented(*COMMON),
                  summary="A bounded context pack (memory:read)")

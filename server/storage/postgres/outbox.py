@@ -45,10 +45,15 @@ class PostgresOutboxStore:
             [list(ids)]).fetchall())
         return [_index_row(row) for row in rows]
 
-    def set_vector(self, row_id: int, vector: np.ndarray, model: str) -> None:
+    def set_vectors(self, vectors: Sequence[tuple[int, str, np.ndarray]], model: str) -> None:
+        if not vectors:
+            return
         self._db.write(lambda conn: conn.execute(
-            "UPDATE memories SET vector = %s, vector_model = %s WHERE id = %s",
-            [np.asarray(vector, dtype=np.float32).tobytes(), model, row_id]), single=True, idempotent=True)
+            "UPDATE memories m SET vector = v.vector, vector_model = %s"
+            " FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS v (id, updated_at, vector)"
+            " WHERE m.id = v.id AND m.updated_at = v.updated_at",
+            [model, [i for i, _, _ in vectors], [u for _, u, _ in vectors],
+             [np.asarray(x, dtype=np.float32).tobytes() for _, _, x in vectors]]), single=True, idempotent=True)
 
     def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
         if not versions:

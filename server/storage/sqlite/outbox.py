@@ -44,10 +44,11 @@ class SqliteOutboxStore:
                 f" occurred_at, valid_to, expires_at FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()]
         return found
 
-    def set_vector(self, row_id: int, vector: np.ndarray, model: str) -> None:
-        self._writer.run_sync(lambda conn: conn.execute(
-            "UPDATE memories SET vector = ?, vector_model = ? WHERE id = ?",
-            (np.asarray(vector, dtype=np.float32).tobytes(), model, row_id)))
+    def set_vectors(self, vectors: Sequence[tuple[int, str, np.ndarray]], model: str) -> None:
+        rows = [(np.asarray(vector, dtype=np.float32).tobytes(), model, row_id, updated_at)
+                for row_id, updated_at, vector in vectors]
+        self._writer.run_sync(lambda conn: conn.executemany(
+            "UPDATE memories SET vector = ?, vector_model = ? WHERE id = ? AND updated_at = ?", rows))
 
     def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
         self._writer.run_sync(lambda conn: conn.executemany(

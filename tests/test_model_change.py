@@ -1,0 +1,139 @@
+"""Changing the embedding model of a deployment: every memory is embedded again in the background, recall and
+search_memory keep answering meanwhile and say so, nothing is lost, on SQLite and PostgreSQL, with an index of
+the authority's own (the outbox) and with a replica's own index (the follower)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import numpy as np
+import pytest
+
+from embeddings.base import Embedder
+from server.index.base import IndexInfo
+from server.memories.reembedding import MARKER_FILE, read_marker
+from server.memories.validation import Filters, read_scope
+from server.ranking.fusion import document_text
+from server.services import Services, open_services
+
+from procs import ServerProcess, parse_fields, run_cli
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.backends
+
+FACTS = [f"Fact {n}: the {colour} crate holds {thing}." for n, (colour, thing) in enumerate(
+    [(c, t) for c in ("red", "blue", "green", "grey", "white") for t in ("spare routers", "winter tyres",
+                                                                         "old invoices", "camping gear")])]
+
+
+def services_with(data: Path, embedder: Embedder) -> tuple[Services, Any]:
+    """The services with the model loaded: on SQLite the index is the authority's own (the outbox keeps it),
+    on PostgreSQL this replica's own (it follows the authority's change feed)."""
+    services = open_services(make_settings(data))
+    services.startup_sync_limit = 0  # everything re-embedded in the background, as for a large store
+    return services, services.load_memories(embedder=embedder)
+
+
+def catch_up(memories: Any) -> None:
+    (memories.follower.catch_up if memories.follower is not None else memories.outbox.sync)()
+
+
+def save_facts(data: Path, embedder: Embedder, *, facts: list[str] = FACTS) -> None:
+    services, memories = services_with(data, embedder)
+    try:
+        principal = services.local_principal("acme")
+        memories.writes.remember_many(principal.site_id, [memories.writes.validate(content=f) for f in facts])
+        catch_up(memories)
+        assert memories.index.info() == IndexInfo(embedder.name, embedder.dimension)
+    finally:
+        services.close()
+
+
+def recall(services: Services, query: str) -> tuple[list[str], str | None]:
+    memories = services.loaded_memories()
+    scope = read_scope(services.local_principal("acme"), Filters())
+    return [h["content"] for h in memories.retrieval.recall(scope, query, 5)], memories.retrieval.notice()
+
+
+def test_a_new_model_embeds_every_memory_again_while_recall_answers(
+        tmp_path: Path, embedder: Embedder, minilm_embedder: Embedder, storage_backend: str) -> None:
+    data = tmp_path / "data"
+    save_facts(data, minilm_embedder)
+
+    services, memories = services_with(data, embedder)
+    assert (memories.follower is not None) == (storage_backend == "postgres")
+    try:
+        marker = read_marker(services.settings.index_path / MARKER_FILE)
+        assert marker is not None and (marker.source, marker.target) == ("all-MiniLM-L6-v2", embedder.name)
+        assert marker.total == len(FACTS)
+        assert memories.index.info() == IndexInfo(embedder.name, embedder.dimension)
+        # Meanwhile: recall ranks by words alone over every memory, and says so.
+        found, notice = recall(services, "Which crate holds the winter tyres?")
+        assert found and "winter tyres" in found[0]
+        assert notice is not None and "embedded again" in notice and "0 of 20" in notice
+        # A memory saved meanwhile is embedded with the new model at once.
+        principal = services.local_principal("acme")
+        memories.writes.remember(principal, memories.writes.validate(content="The kayak hangs in the garage."))
+        catch_up(memories)
+        assert memories.reembedding.check_done()
+        assert not (services.settings.index_path / MARKER_FILE).exists()
+        found, notice = recall(services, "Where is the kayak kept?")
+        assert notice is None and found[0] == "The kayak hangs in the garage."
+        assert memories.index.count() == len(FACTS) + 1
+        rows = services.storage.outbox.index_rows(services.storage.outbox.ids_after(0, 100))
+        assert {row.vector_model for row in rows} == {embedder.name}
+        row = next(row for row in rows if row.content == FACTS[3])
+        expected = embedder.embed_documents([document_text(row.content, row.occurred_at)])[0]
+        assert row.vector is not None and float(np.dot(row.vector, expected)) > 0.999
+    finally:
+        services.close()
+
+
+def test_a_restart_in_between_carries_on(tmp_path: Path, embedder: Embedder, minilm_embedder: Embedder) -> None:
+    data = tmp_path / "data"
+    save_facts(data, minilm_embedder)
+    services, memories = services_with(data, embedder)
+    services.close()  # stopped before anything was embedded again
+    services, memories = services_with(data, embedder)
+    try:
+        assert memories.reembedding.active and recall(services, "winter tyres")[1] is not None
+        catch_up(memories)
+        assert memories.reembedding.check_done() and recall(services, "winter tyres")[1] is None
+    finally:
+        services.close()
+
+
+def test_through_a_server_process(tmp_path: Path, minilm_embedder: Embedder) -> None:
+    """`serve` with another model starts, answers recall with the notice through REST while it works, shows
+    its progress in /readyz, then answers as usual."""
+    data = tmp_path / "data"
+    # More than start-up indexes before it reports ready, so the work happens in the background.
+    save_facts(data, minilm_embedder, facts=[f"Note {n}: parcel {n} went to locker {n % 97}." for n in range(1200)]
+               + FACTS)
+    rotated = run_cli("site", "rotate", "acme", data_dir=data)
+    assert rotated.returncode == 0, rotated.stderr
+    secret = parse_fields(rotated.stdout)["secret"]
+    new = ServerProcess(data).start()
+    try:
+        seen_notice = False
+        while True:
+            ready = httpx2.get(f"{new.base}/readyz", timeout=10).json()
+            response = httpx2.post(f"{new.base}/v1/recall", auth=("acme", secret), timeout=60,
+                                   json={"query": "Which crate holds the winter tyres?"})
+            assert response.status_code in (200, 503), response.text
+            if response.status_code == 200:
+                body = response.json()
+                assert body["results"], body
+                if "notice" in body:
+                    seen_notice = True
+                    assert "reembedding" in ready, ready
+                elif ready.get("status") == "ready" and "reembedding" not in ready:
+                    assert "winter tyres" in body["results"][0]["content"]
+                    break
+            time.sleep(0.2)
+        assert seen_notice, "recall answered during the re-embedding, saying so"
+    finally:
+        new.stop()

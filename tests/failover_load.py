@@ -4,10 +4,12 @@ Used by tests/test_failover.py and bench/failover.py. Each replica gets `appende
 batches (with idempotency keys) to conversations shared by all of them, and `rememberers` clients
 remembering memories, all over REST. A client retries the same request after 50 ms while the answer is 503
 `unavailable`; anything else that is not a success is recorded as a fault: a 500, a 503 without Retry-After,
-with another code or as an unclassified "internal error", a dropped connection. `run_failover` crashes the
-primary mid-load, promotes the standby `promote_after_s` later, and goes on until every replica has
-acknowledged `after_promotion` writes on the new primary; `verify` then reads everything back through a
-replica.
+with another code or as an unclassified "internal error", a dropped connection.
+
+`run_failover` loads, optionally takes the standby away for a while (stopped, so it falls behind: what a
+disconnected or slow standby is), crashes the primary, brings the standby back and promotes it
+`promote_after_s` after the crash, and loads on until every replica has acknowledged `after_promotion`
+writes on the new primary. `verify` then reads everything back through a replica.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 
@@ -26,6 +28,15 @@ CONVERSATIONS = [f"failover-log-{n}" for n in range(4)]
 RETRY_S = 0.05
 REQUEST_TIMEOUT_S = 60.0
 PAGE = 1000
+
+
+class Pair(Protocol):
+    """A primary and its standby (tests/postgres.py ReplicatedPostgres)."""
+
+    def crash_primary(self) -> None: ...
+    def promote(self) -> None: ...
+    def stop_standby(self) -> None: ...
+    def start_standby(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,8 @@ class Replica:
 @dataclass
 class Ack:
     replica: str
-    at: float  # time.monotonic() when the acknowledgement arrived
+    sent: float  # time.monotonic() when the request that succeeded was sent (its commit came after)
+    at: float  # time.monotonic() when its acknowledgement arrived
     answer: dict[str, Any]
 
 
@@ -51,32 +63,34 @@ class Ledger:
     unavailable: Counter[str] = field(default_factory=Counter)  # replica -> 503 answers
     faults: list[str] = field(default_factory=list)
 
-    def acks(self) -> list[Ack]:
-        return [ack for _, _, ack in self.appends.values()] + [ack for _, ack in self.memories.values()]
-
-    def first_ack_after(self, at: float) -> dict[str, float]:
-        """Per replica: seconds from `at` to its first acknowledgement after `at`."""
-        first: dict[str, float] = {}
-        for ack in self.acks():
-            if ack.at > at:
-                first[ack.replica] = min(first.get(ack.replica, float("inf")), ack.at - at)
-        return first
+    def acks(self) -> dict[str, Ack]:
+        """Every acknowledged write by its name: an append's idempotency key, a memory's reference."""
+        return {**{key: ack for key, (_, _, ack) in self.appends.items()},
+                **{ref: ack for ref, (_, ack) in self.memories.items()}}
 
     def acked_after(self, replica: str, at: float) -> int:
-        return sum(1 for ack in self.acks() if ack.replica == replica and ack.at > at)
+        return sum(1 for ack in self.acks().values() if ack.replica == replica and ack.at > at)
+
+    def written_between(self, start: float, end: float) -> set[str]:
+        """Writes committed after `start` and acknowledged before `end`: sent after `start`, and not answered
+        as a duplicate of an earlier commit."""
+        return {name for name, ack in self.acks().items() if ack.sent > start and ack.at < end
+                and not ack.answer.get("duplicate") and ack.answer.get("created", True)}
 
 
-async def _send(http: httpx2.AsyncClient, replica: Replica, ledger: Ledger, method: str, path: str,
-                body: dict[str, Any], stop: asyncio.Event) -> dict[str, Any] | None:
-    """One write, retried while `unavailable`; its answer, or None when stopped first or on a fault."""
+async def _send(http: httpx2.AsyncClient, replica: Replica, ledger: Ledger, path: str, body: dict[str, Any],
+                stop: asyncio.Event) -> tuple[dict[str, Any], float] | None:
+    """POST one write, retried while `unavailable`: its answer and when the request that succeeded was
+    sent; None once stopped, or on a fault."""
     while not stop.is_set():
+        sent = time.monotonic()
         try:
-            response = await http.request(method, path, json=body)
+            response = await http.post(path, json=body)
         except httpx2.HTTPError as exc:
             ledger.faults.append(f"{replica.name} {path}: {type(exc).__name__}: {exc}")
             return None
         if response.status_code in (200, 201):
-            return dict(response.json())
+            return dict(response.json()), sent
         error = response.json().get("error", {}) if response.content else {}
         # A generic "internal error" is how an exception no one classified is answered: a fault here.
         if (response.status_code != 503 or error.get("code") != "unavailable" or "retry-after" not in response.headers
@@ -97,12 +111,16 @@ async def appender(replica: Replica, writer: int, ledger: Ledger, stop: asyncio.
             conversation = CONVERSATIONS[rng.randrange(len(CONVERSATIONS))]
             key, size = f"{replica.name}-w{writer}-b{batch}", rng.choice([1, 3, 5])
             items = [{"writer": writer, "batch": batch, "pos": pos, "size": size, "key": key} for pos in range(size)]
-            answer = await _send(http, replica, ledger, "POST", f"/v1/conversations/{conversation}/items",
-                                 {"items": items, "idempotency_key": key}, stop)
-            if answer is None:
+            done = await _send(http, replica, ledger, f"/v1/conversations/{conversation}/items",
+                               {"items": items, "idempotency_key": key}, stop)
+            if done is None:
                 return
-            ledger.appends[key] = (conversation, size, Ack(replica.name, time.monotonic(), answer))
+            ledger.appends[key] = (conversation, size, Ack(replica.name, done[1], time.monotonic(), done[0]))
             batch += 1
+
+
+def note(replica: str, writer: int, n: int) -> str:
+    return f"Failover note {replica}-{writer}-{n}: the spare router of rack {n} is on shelf {writer}."
 
 
 async def rememberer(replica: Replica, writer: int, ledger: Ledger, stop: asyncio.Event) -> None:
@@ -110,23 +128,29 @@ async def rememberer(replica: Replica, writer: int, ledger: Ledger, stop: asynci
         n = 0
         while not stop.is_set():
             # Retrying the same content is safe: an identical memory is answered with the existing one.
-            content = f"Failover note {replica.name}-{writer}-{n}: the spare router of rack {n} is on shelf {writer}."
-            answer = await _send(http, replica, ledger, "POST", "/v1/memories",
-                                 {"content": content, "bucket": "failover"}, stop)
-            if answer is None:
+            content = note(replica.name, writer, n)
+            done = await _send(http, replica, ledger, "/v1/memories", {"content": content, "bucket": "failover"},
+                               stop)
+            if done is None:
                 return
-            ledger.memories[str(answer["reference"])] = (content, Ack(replica.name, time.monotonic(), answer))
+            ledger.memories[str(done[0]["reference"])] = (content, Ack(replica.name, done[1], time.monotonic(),
+                                                                       done[0]))
             n += 1
 
 
 @dataclass
 class Failover:
-    """What one run measured (seconds are from the crash of the primary)."""
+    """What one run did and measured (times are time.monotonic(); durations are seconds from the crash)."""
 
-    crashed_at: float = 0.0  # time.monotonic() when the primary was crashed
+    standby_stopped_at: float | None = None  # when the standby had stopped, if it was taken away
+    crashed_at: float = 0.0  # when the primary was crashed
+    primary_gone_at: float = 0.0  # when its crash was over: nothing sent later can have committed there
     promoted_s: float = 0.0  # the standby accepts writes
-    first_ack_s: dict[str, float] = field(default_factory=dict)  # per replica, first acknowledgement after promotion
+    first_ack_s: dict[str, float] = field(default_factory=dict)  # per replica: its first acknowledgement after
     acknowledged_before_crash: int = 0
+
+    def first_ack_after_promotion_s(self) -> dict[str, float]:
+        return {name: seconds - self.promoted_s for name, seconds in self.first_ack_s.items()}
 
 
 async def _until(check: Callable[[], bool], within_s: float, what: str) -> None:
@@ -137,28 +161,38 @@ async def _until(check: Callable[[], bool], within_s: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def run_failover(replicas: list[Replica], crash: Callable[[], None], promote: Callable[[], None], *,
-                       appenders: int = 3, rememberers: int = 1, warm_up: int = 20, promote_after_s: float = 0.0,
+async def run_failover(replicas: list[Replica], pair: Pair, *, appenders: int = 3, rememberers: int = 1,
+                       warm_up: int = 20, standby_away_s: float = 0.0, promote_after_s: float = 0.0,
                        after_promotion: int = 20, within_s: float = 60.0) -> tuple[Ledger, Failover]:
-    """Load, crash the primary (`crash()`), promote the standby (`promote()`) `promote_after_s` later, and load
-    on until every replica acknowledged `after_promotion` writes after it; then stop every client."""
+    """Load; with `standby_away_s`, stop the standby for that long under load; crash the primary; start the
+    standby again if it was stopped; promote it `promote_after_s` after the crash; load on until every
+    replica acknowledged `after_promotion` writes after the promotion; then stop every client."""
     ledger, stop, result = Ledger(), asyncio.Event(), Failover()
     tasks = [asyncio.create_task(appender(r, n, ledger, stop)) for r in replicas for n in range(appenders)]
     tasks += [asyncio.create_task(rememberer(r, n, ledger, stop)) for r in replicas for n in range(rememberers)]
     try:
         await _until(lambda: all(ledger.acked_after(r.name, 0) >= warm_up for r in replicas) or bool(ledger.faults),
                      within_s, "the warm-up")
+        if standby_away_s:
+            await asyncio.to_thread(pair.stop_standby)
+            result.standby_stopped_at = time.monotonic()
+            await asyncio.sleep(standby_away_s)
         crashed = result.crashed_at = time.monotonic()
-        await asyncio.to_thread(crash)
-        result.acknowledged_before_crash = sum(1 for ack in ledger.acks() if ack.at <= crashed)
+        await asyncio.to_thread(pair.crash_primary)
+        result.primary_gone_at = time.monotonic()
+        result.acknowledged_before_crash = sum(1 for ack in ledger.acks().values() if ack.at <= crashed)
+        if standby_away_s:
+            await asyncio.to_thread(pair.start_standby)
         await asyncio.sleep(max(0.0, promote_after_s - (time.monotonic() - crashed)))
-        await asyncio.to_thread(promote)
+        await asyncio.to_thread(pair.promote)
         promoted = time.monotonic()
         result.promoted_s = promoted - crashed
         await _until(lambda: all(ledger.acked_after(r.name, promoted) >= after_promotion for r in replicas)
                      or bool(ledger.faults), within_s, "writes acknowledged on the new primary by every replica")
-        result.first_ack_s = {name: seconds + result.promoted_s
-                              for name, seconds in ledger.first_ack_after(promoted).items()}
+        for ack in ledger.acks().values():
+            if ack.at > promoted:
+                first = result.first_ack_s.get(ack.replica, float("inf"))
+                result.first_ack_s[ack.replica] = min(first, ack.at - crashed)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), REQUEST_TIMEOUT_S + 10)
@@ -167,18 +201,13 @@ async def run_failover(replicas: list[Replica], crash: Callable[[], None], promo
 
 @dataclass
 class Survival:
-    """Acknowledged writes found on the new primary, and those lost (with how long before the crash they
-    were acknowledged)."""
+    """Acknowledged writes found on the new primary, and those lost: appends by idempotency key, memories by
+    reference."""
 
     appends_kept: int = 0
-    appends_lost: list[str] = field(default_factory=list)
     memories_kept: int = 0
-    memories_lost: list[str] = field(default_factory=list)
-    lost_acked_before_crash_s: list[float] = field(default_factory=list)
-
-    @property
-    def lost(self) -> int:
-        return len(self.appends_lost) + len(self.memories_lost)
+    lost: set[str] = field(default_factory=set)
+    lost_memories: dict[str, str] = field(default_factory=dict)  # reference -> content
 
 
 async def read_log(http: httpx2.AsyncClient, conversation: str) -> list[dict[str, Any]]:
@@ -208,9 +237,9 @@ def check_log(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return batches
 
 
-async def verify(replica: Replica, ledger: Ledger, crashed_at: float) -> Survival:
-    """Read every conversation and every acknowledged memory back through `replica`: what was kept, what was
-    lost. A kept batch must be where its acknowledgement said."""
+async def verify(replica: Replica, ledger: Ledger) -> Survival:
+    """Read every conversation and every acknowledged memory back through `replica`. A kept batch must be
+    where its acknowledgement said, a kept memory must say what was remembered."""
     survival = Survival()
     async with httpx2.AsyncClient(base_url=replica.base, auth=replica.auth, timeout=REQUEST_TIMEOUT_S) as http:
         stored: dict[str, list[dict[str, Any]]] = {}
@@ -219,20 +248,27 @@ async def verify(replica: Replica, ledger: Ledger, crashed_at: float) -> Surviva
         for key, (_, size, ack) in ledger.appends.items():
             members = stored.get(key)
             if members is None:
-                survival.appends_lost.append(key)
-                survival.lost_acked_before_crash_s.append(crashed_at - ack.at)
+                survival.lost.add(key)
                 continue
             assert len(members) == size, key
             assert (members[0]["seq"], members[-1]["seq"]) == (ack.answer["first_seq"], ack.answer["last_seq"]), key
             assert members[0]["recorded_at"] == ack.answer["recorded_at"], key
             survival.appends_kept += 1
-        for reference, (content, ack) in ledger.memories.items():
+        for reference, (content, _) in ledger.memories.items():
             response = await http.get(f"/v1/memories/{reference}")
             if response.status_code == 404:
-                survival.memories_lost.append(reference)
-                survival.lost_acked_before_crash_s.append(crashed_at - ack.at)
+                survival.lost.add(reference)
+                survival.lost_memories[reference] = content
                 continue
             assert response.status_code == 200, response.text
             assert response.json()["content"] == content, reference
             survival.memories_kept += 1
     return survival
+
+
+async def searched(replica: Replica, query: str) -> list[str]:
+    """The references POST /v1/search returns for `query` through `replica` (every score)."""
+    async with httpx2.AsyncClient(base_url=replica.base, auth=replica.auth, timeout=REQUEST_TIMEOUT_S) as http:
+        response = await http.post("/v1/search", json={"query": query, "min_score": 0.0, "limit": 50})
+        assert response.status_code == 200, response.text
+        return [hit["reference"] for hit in response.json()["results"]]

@@ -361,6 +361,13 @@ class ReplicatedPostgres:
     def crash_primary(self) -> None:
         self.primary.stop("immediate")
 
+    def stop_standby(self) -> None:
+        """The standby goes away (as when disconnected): it holds what it received until then."""
+        self.standby.stop("fast")
+
+    def start_standby(self) -> None:
+        self.standby.start()
+
     def promote(self) -> None:
         self.standby.promote()
 

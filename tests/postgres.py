@@ -16,6 +16,10 @@ directory as soon as the pipe closes.
 `postgres_url` (function) creates an empty database `t_<random>` and returns its URL
 (`postgresql://postgres@/t_...?host=<socket dir>&port=<port>`); it is dropped afterwards with FORCE.
 `postgres_databases` (function) makes more of them: `postgres_databases.create()` returns another URL.
+
+`replicated_postgres` (function): `replicated_postgres(synchronous=...)` starts a primary and a streaming
+standby of its own (ReplicatedPostgres, below) for a failover test; both are removed after the test, and each
+has its watchdog.
 """
 
 from __future__ import annotations

@@ -11,13 +11,16 @@ themselves, answering 503 `unavailable` with Retry-After meanwhile and nothing e
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from pathlib import Path
+from urllib.parse import quote
 
-from failover_load import Ledger, Replica, Survival, note, run_failover, searched, verify
+from server.storage.postgres.database import Database
 
 from procs import ServerProcesses, parse_fields, run_cli, server_env, server_processes  # noqa: F401
-from tests.postgres import ReplicatedPostgres, ReplicatedPostgresFactory
+from tests.failover_load import Ledger, Replica, Survival, note, run_failover, searched, verify
+from tests.postgres import PostgresServer, ReplicatedPostgres, ReplicatedPostgresFactory
 
 SITE = "acme"
 STANDBY_AWAY_S = 1.0
@@ -108,3 +111,21 @@ async def test_with_an_asynchronous_standby_what_it_had_not_received_is_lost_and
           + ", ".join(f"{name} {s:.2f} s" for name, s in sorted(failover.first_ack_s.items()))
           + f"; lost {len(survival.lost)} of {len(acks)} acknowledged writes "
           f"({len(unseen)} committed while the standby was away, {len(survival.lost_memories)} memories)")
+
+
+def test_a_host_that_never_answers_is_passed_over_after_the_urls_connect_timeout(
+        postgres_server: PostgresServer) -> None:
+    """A primary whose machine hangs: TCP connects (the kernel's backlog) but nothing answers. The URL's
+    `connect_timeout=2` is how long each connection waits on it before trying the next host, well inside the
+    5 s a request waits for a connection (the server's own 10 s default would not be)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        host = quote(str(postgres_server.socket_dir), safe="/")
+        url = (f"postgresql://postgres@/postgres?host=127.0.0.1,{host}&port={silent.getsockname()[1]},"
+               f"{postgres_server.port}&target_session_attrs=read-write&connect_timeout=2")
+        db = Database(url, retry_budget_s=5.0)
+        try:
+            assert db.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
+        finally:
+            db.close()

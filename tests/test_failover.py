@@ -27,16 +27,17 @@ STANDBY_AWAY_S = 1.0
 FOLLOW_WITHIN_S = 10.0
 
 
-def start_replicas(tmp_path: Path, pair: ReplicatedPostgres, processes: ServerProcesses) -> list[Replica]:
+async def start_replicas(tmp_path: Path, pair: ReplicatedPostgres, processes: ServerProcesses) -> list[Replica]:
+    """Two replicas on the pair's multi-host URL, started side by side."""
     env = server_env(MEMORY_DATABASE_URL=pair.create_database())
     created = run_cli("site", "create", SITE, data_dir=tmp_path / "admin", env=env)
     assert created.returncode == 0, created.stderr
     auth = (SITE, parse_fields(created.stdout)["secret"])
-    replicas = []
-    for name in ("a", "b"):
-        server = processes.start(tmp_path / name, env=env).wait_ready()
-        replicas.append(Replica(name, server.base, auth))
-    return replicas
+
+    def start(name: str) -> Replica:
+        return Replica(name, processes.start(tmp_path / name, env=env).wait_ready().base, auth)
+
+    return list(await asyncio.gather(*(asyncio.to_thread(start, name) for name in ("a", "b"))))
 
 
 async def found_everywhere(replicas: list[Replica], memories: dict[str, str]) -> None:
@@ -69,7 +70,7 @@ async def indexes_follow(replicas: list[Replica], ledger: Ledger, survival: Surv
 async def test_with_a_synchronous_standby_no_acknowledged_write_is_lost_with_the_primary(
         tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses) -> None:
     pair = replicated_postgres(synchronous=True)
-    replicas = start_replicas(tmp_path, pair, server_processes)
+    replicas = await start_replicas(tmp_path, pair, server_processes)
     # Promoted after the server's 5 s of retries, so requests meet a database that is gone.
     ledger, failover = await run_failover(replicas, pair, standby_away_s=STANDBY_AWAY_S, promote_after_s=6.0)
     assert not ledger.faults, ledger.faults
@@ -91,7 +92,7 @@ async def test_with_a_synchronous_standby_no_acknowledged_write_is_lost_with_the
 async def test_with_an_asynchronous_standby_what_it_had_not_received_is_lost_and_nothing_else(
         tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses) -> None:
     pair = replicated_postgres(synchronous=False)
-    replicas = start_replicas(tmp_path, pair, server_processes)
+    replicas = await start_replicas(tmp_path, pair, server_processes)
     ledger, failover = await run_failover(replicas, pair, standby_away_s=STANDBY_AWAY_S)
     assert not ledger.faults, ledger.faults
     assert failover.standby_stopped_at is not None

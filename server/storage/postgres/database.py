@@ -63,7 +63,9 @@ FIRST_DELAY_S, MAX_DELAY_S = 0.02, 0.5
 # A pool retries a lost connection with doubling pauses (1 s, 2 s, 4 s, ...). Giving the slot up after this
 # long bounds the pause after an outage: the next request that waits grows the pool, connecting at once.
 RECONNECT_TIMEOUT_S = 2.0
-CONNECT_POLL_S = 0.1
+# While no server accepts writes, a pooled connection tries the hosts again this often: at most a pool's
+# 3 workers at once, so a standby is asked up to 15 times a second per pool until it is promoted.
+CONNECT_POLL_S = 0.2
 SESSION = "SET synchronous_commit = on"
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 

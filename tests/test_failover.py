@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx2
+
 from server.storage.postgres.database import Database
 
 from procs import ServerProcesses, parse_fields, run_cli, server_env, server_processes  # noqa: F401
@@ -54,13 +56,11 @@ async def found_everywhere(replicas: list[Replica], memories: dict[str, str]) ->
 async def indexes_follow(replicas: list[Replica], ledger: Ledger, survival: Survival) -> None:
     """Every memory kept is found through every replica, and so is one remembered now; none of the lost
     ones is found through any."""
-    import httpx2
-
     content = note("after", 0, 0)
     response = await asyncio.to_thread(httpx2.post, f"{replicas[0].base}/v1/memories", json={"content": content},
                                        auth=replicas[0].auth, timeout=60)
     assert response.status_code == 201, response.text
-    kept = {ref: content for ref, (content, _) in ledger.memories.items() if ref not in survival.lost}
+    kept = {ref: text for ref, (text, _) in ledger.memories.items() if ref not in survival.lost}
     await found_everywhere(replicas, {**kept, response.json()["reference"]: content})
     for reference, content in survival.lost_memories.items():
         for replica in replicas:
@@ -72,7 +72,8 @@ async def test_with_a_synchronous_standby_no_acknowledged_write_is_lost_with_the
     pair = replicated_postgres(synchronous=True)
     replicas = await start_replicas(tmp_path, pair, server_processes)
     # Promoted after the server's 5 s of retries, so requests meet a database that is gone.
-    ledger, failover = await run_failover(replicas, pair, standby_away_s=STANDBY_AWAY_S, promote_after_s=6.0)
+    ledger, failover = await run_failover(replicas, pair, warm_up=10, after_promotion=10,
+                                          standby_away_s=STANDBY_AWAY_S, promote_after_s=6.0)
     assert not ledger.faults, ledger.faults
     assert all(ledger.unavailable[replica.name] > 0 for replica in replicas), ledger.unavailable
     # While the standby was away, commits waited for it: nothing was acknowledged that it did not have.
@@ -93,7 +94,8 @@ async def test_with_an_asynchronous_standby_what_it_had_not_received_is_lost_and
         tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses) -> None:
     pair = replicated_postgres(synchronous=False)
     replicas = await start_replicas(tmp_path, pair, server_processes)
-    ledger, failover = await run_failover(replicas, pair, standby_away_s=STANDBY_AWAY_S)
+    ledger, failover = await run_failover(replicas, pair, warm_up=10, after_promotion=10,
+                                          standby_away_s=STANDBY_AWAY_S)
     assert not ledger.faults, ledger.faults
     assert failover.standby_stopped_at is not None
     unseen = ledger.written_between(failover.standby_stopped_at, failover.crashed_at)

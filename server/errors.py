@@ -8,7 +8,7 @@
     ├── NotFound                 not_found                 404
     ├── PayloadTooLarge          payload_too_large         413
     ├── RateLimited              rate_limited              429 (retryable after Retry-After seconds)
-    └── Unavailable              unavailable               503 (retryable)
+    └── Unavailable              unavailable               503 (retryable after Retry-After seconds)
 
 Only the edges (MCP tools, REST routes, the HTTP auth middleware) turn these into responses.
 """
@@ -78,3 +78,6 @@ class Unavailable(AppError):
     code = "unavailable"
     status = 503
     retryable = True
+    # Seconds a client is told to wait (Retry-After): storage failures were already retried for seconds
+    # inside the server, and a PostgreSQL failover or restart is over within a few.
+    retry_after = 1

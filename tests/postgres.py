@@ -16,6 +16,10 @@ directory as soon as the pipe closes.
 `postgres_url` (function) creates an empty database `t_<random>` and returns its URL
 (`postgresql://postgres@/t_...?host=<socket dir>&port=<port>`); it is dropped afterwards with FORCE.
 `postgres_databases` (function) makes more of them: `postgres_databases.create()` returns another URL.
+
+`replicated_postgres` (function): `replicated_postgres(synchronous=...)` starts a primary and a streaming
+standby of its own (ReplicatedPostgres, below) for a failover test; both are removed after the test, and each
+has its watchdog.
 """
 
 from __future__ import annotations
@@ -90,8 +94,10 @@ def _free_port() -> int:
 class PostgresServer:
     """One PostgreSQL server on a private data directory; see the module docstring."""
 
-    def __init__(self, bindir: Path, directory: Path, *, user: str | None) -> None:
+    def __init__(self, bindir: Path, directory: Path, *, user: str | None,
+                 settings: dict[str, str] | None = None) -> None:
         self.bindir = bindir
+        self.settings = {**_SETTINGS, **(settings or {})}  # passed with -c: above postgresql(.auto).conf
         self.socket_dir = directory  # DIR: sockets; DIR/data: the cluster; DIR/postgres.log: its log
         self.data_dir = directory / "data"
         self.log_path = directory / "postgres.log"
@@ -128,7 +134,7 @@ class PostgresServer:
 
     def _options(self) -> str:
         # pg_ctl hands these to the shell that starts the postmaster: quote every value.
-        settings = " ".join(f"-c {name}={shlex.quote(value)}" for name, value in _SETTINGS.items())
+        settings = " ".join(f"-c {name}={shlex.quote(value)}" for name, value in self.settings.items())
         return f"-p {self.port} -k {shlex.quote(str(self.socket_dir))} {settings}"
 
     def init(self) -> None:
@@ -148,6 +154,10 @@ class PostgresServer:
         """`pg_ctl restart -m MODE`: clients see their connections closed and must reconnect."""
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path), "-o", self._options(),
                   "-m", mode, "-w", "-t", str(_WAIT_S), "restart")
+
+    def promote(self) -> None:
+        """`pg_ctl promote`: a standby becomes a primary; returns once it accepts writes."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-t", str(_WAIT_S), "promote")
 
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.data_dir), "status", check=False).returncode == 0
@@ -274,3 +284,128 @@ def postgres_databases(postgres_server: PostgresServer) -> Iterator[PostgresData
 def postgres_url(postgres_databases: PostgresDatabases) -> str:
     """The URL of a new, empty database for this test (dropped afterwards)."""
     return postgres_databases.create()
+
+
+# --- a primary and a streaming standby: failover ------------------------------------------------------
+
+REPLICATION_ROLE = "replicator"
+STANDBY_NAME = "standby1"  # the standby's application_name, which synchronous_standby_names refers to
+_REPLICATION_HBA = f"local replication {REPLICATION_ROLE} trust\n"
+
+
+class ReplicatedPostgres:
+    """A primary and one streaming standby on this machine, each on a socket directory and port of its own.
+
+    The standby is a `pg_basebackup -R -X stream` copy of the primary, taken as the replication role over the
+    primary's Unix socket, with a replication slot, following the primary from then on. `synchronous`: the
+    primary's `synchronous_standby_names` names the standby, so a COMMIT (with `synchronous_commit = on`)
+    returns only once the standby has flushed it; otherwise the standby trails the primary asynchronously.
+    `crash_primary()` is `pg_ctl stop -m immediate` (no shutdown checkpoint, nothing more sent to the
+    standby); `promote()` is `pg_ctl promote` on the standby. `url()` names both servers, primary first, with
+    `target_session_attrs=read-write`: a client connects to whichever of them accepts writes.
+    """
+
+    def __init__(self, bindir: Path, user: str | None, *, synchronous: bool) -> None:
+        self.synchronous = synchronous
+        self.primary = PostgresServer(bindir, _make_directory(user), user=user)
+        # Passed with -c, so it holds over what pg_basebackup copied: once promoted, the standby has no
+        # standby of its own to wait for.
+        self.standby = PostgresServer(bindir, _make_directory(user), user=user,
+                                      settings={"synchronous_standby_names": ""})
+        self.startup_seconds = 0.0
+
+    def url(self, dbname: str = "postgres") -> str:
+        servers = (self.primary, self.standby)
+        hosts = ",".join(quote(str(server.socket_dir), safe="/") for server in servers)
+        ports = ",".join(str(server.port) for server in servers)
+        return f"postgresql://postgres@/{quote(dbname)}?host={hosts}&port={ports}&target_session_attrs=read-write"
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.primary.arm_watchdog()
+        self.standby.arm_watchdog()
+        self.primary.init()
+        hba = self.primary.data_dir / "pg_hba.conf"
+        hba.write_text(_REPLICATION_HBA + hba.read_text())  # first line that matches wins
+        self.primary.start()
+        _admin_execute(self.primary, f"CREATE ROLE {REPLICATION_ROLE} WITH REPLICATION LOGIN")
+        source = (f"host={self.primary.socket_dir} port={self.primary.port} user={REPLICATION_ROLE} "
+                  f"application_name={STANDBY_NAME}")
+        self.standby._run("pg_basebackup", "-D", str(self.standby.data_dir), "-R", "-X", "stream", "-c", "fast",
+                          "-C", "-S", STANDBY_NAME, "-d", source)
+        self.standby.start()
+        if self.synchronous:
+            _admin_execute(self.primary, f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+            _admin_execute(self.primary, "SELECT pg_reload_conf()")
+        self.wait_streaming()
+        self.startup_seconds = time.monotonic() - started
+
+    def wait_streaming(self) -> None:
+        """Until the primary streams to the standby (as a synchronous standby when `synchronous`)."""
+        import psycopg
+
+        wanted = ("streaming", "sync" if self.synchronous else "async")
+        deadline = time.monotonic() + _WAIT_S
+        with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=30) as conn:
+            while True:
+                row = conn.execute("SELECT state, sync_state FROM pg_stat_replication WHERE application_name = %s",
+                                   [STANDBY_NAME]).fetchone()
+                if row == wanted:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the standby is {row}, not {wanted}:\n{self.standby.log_tail()}")
+                time.sleep(0.05)
+
+    def create_database(self) -> str:
+        """A new, empty database (created on the primary, replicated to the standby); its multi-host URL."""
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        _admin_execute(self.primary, f'CREATE DATABASE "{name}" TEMPLATE template0')
+        return self.url(name)
+
+    def crash_primary(self) -> None:
+        self.primary.stop("immediate")
+
+    def stop_standby(self) -> None:
+        """The standby goes away (as when disconnected): it holds what it received until then."""
+        self.standby.stop("fast")
+
+    def start_standby(self) -> None:
+        self.standby.start()
+
+    def promote(self) -> None:
+        self.standby.promote()
+
+    def destroy(self) -> None:
+        try:
+            self.standby.destroy()
+        finally:
+            self.primary.destroy()
+
+
+class ReplicatedPostgresFactory:
+    def __init__(self) -> None:
+        self.made: list[ReplicatedPostgres] = []
+
+    def __call__(self, *, synchronous: bool) -> ReplicatedPostgres:
+        bindir = find_bindir()
+        if bindir is None:
+            pytest.skip("PostgreSQL server binaries not found: install Debian's postgresql package")
+        pair = ReplicatedPostgres(bindir, _server_user(), synchronous=synchronous)
+        self.made.append(pair)
+        pair.start()
+        return pair
+
+    def destroy_all(self) -> None:
+        while self.made:
+            self.made.pop().destroy()
+
+
+@pytest.fixture
+def replicated_postgres() -> Iterator[ReplicatedPostgresFactory]:
+    """`replicated_postgres(synchronous=...)` -> a started primary + standby, both removed after the test."""
+    pytest.importorskip("psycopg")
+    factory = ReplicatedPostgresFactory()
+    try:
+        yield factory
+    finally:
+        factory.destroy_all()

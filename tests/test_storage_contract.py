@@ -710,6 +710,11 @@ def test_change_feed(storage: Storage) -> None:
     assert outbox.changes(0, 10).deleted == [b.row_id]  # inserted, then deleted: deleted, once
     cut = outbox.changes(0, 1)
     assert cut.more and cut.mark == 1 and cut.changed == [a.row_id]
+    # When each change was made: a reader that applied change `mark` at `mark_at` finds it as it was.
+    assert cut.after_at is None and cut.mark_at is not None and outbox.changes(1, 10).after_at == cut.mark_at
+    assert page.after_at == outbox.changes(start - 1, 1).mark_at and page.mark_at is not None
+    # A feed whose numbering is behind what a reader applied (changes lost by a failover): rebuild.
+    assert outbox.changes(outbox.change_mark() + 3, 10).truncated
     assert outbox.prune_changes(3600.0) == 0 and outbox.prune_changes(-1.0) >= 4
     assert outbox.changes(0, 10).truncated and not outbox.changes(outbox.change_mark(), 10).truncated
     remember(storage, sid, "third memory")

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.auth.authenticator import Authenticator
 from server.auth.principal import Principal
-from server.errors import AppError, Forbidden, PayloadTooLarge, RateLimited, Unauthorized
+from server.errors import AppError, Forbidden, PayloadTooLarge, RateLimited, Unauthorized, Unavailable
 
 log = logging.getLogger("memory_server.http")
 
@@ -64,7 +64,7 @@ async def send_error(send: Send, error: AppError, *, www_authenticate: str = CHA
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if isinstance(error, Unauthorized):
         headers.append((b"www-authenticate", www_authenticate.encode()))
-    if isinstance(error, RateLimited):
+    if isinstance(error, (RateLimited, Unavailable)):
         headers.append((b"retry-after", str(error.retry_after).encode()))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -7,9 +7,11 @@ applies the changes after the last one its index holds — after each of its own
 writes at once) and every FOLLOW_INTERVAL_S (so it sees the others' within about that long).
 
 How far the index got is kept beside it (`follow.json`: the authority's identity, the model, the last change
-applied), written only after the index is flushed, so it never claims more than the index holds; applying a
-change twice is harmless. A missing or foreign state file, a new index, or a feed pruned past that point
-means a rebuild from the whole authority.
+applied and when it was made), written only after the index is flushed, so it never claims more than the index
+holds; applying a change twice is harmless. A missing or foreign state file, a new index, a feed pruned past
+that point, or an authority that no longer has that change as it was (a PostgreSQL failover to a standby
+that had not received it: the number is behind, or was given to a later change) means a rebuild from the
+whole authority.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class FollowState:
     authority: str
     model: str
     mark: int
+    mark_at: float | None = None  # when change `mark` was made (None: not known, after a rebuild)
 
 
 class IndexFollower:
@@ -57,6 +60,7 @@ class IndexFollower:
         self.authority = authority
         self.state_path = state_path
         self.mark = 0
+        self.mark_at: float | None = None
         self.needs_rebuild = True
         self.rebuilt = 0  # memories the rebuild under way has put in the index
         self._lock = threading.Lock()  # one catch-up at a time: request threads and the follow loop
@@ -69,6 +73,7 @@ class IndexFollower:
                   and state.model == self.outbox.embedder.name)
         self.needs_rebuild = not usable
         self.mark = state.mark if usable and state is not None else 0
+        self.mark_at = state.mark_at if usable and state is not None else None
 
     def lag(self) -> int:
         """Changes of the authority this index does not hold yet (all of them before a rebuild)."""
@@ -103,13 +108,17 @@ class IndexFollower:
                 if page.truncated:
                     log.warning("the change feed no longer reaches change %d: rebuilding the index", self.mark)
                     return done + self._rebuild()
+                if self.mark_at is not None and page.after_at is not None and page.after_at != self.mark_at:
+                    log.warning("the authority's change %d is not the one this index applied (a failover lost "
+                                "changes): rebuilding the index", self.mark)
+                    return done + self._rebuild()
                 if page.deleted:
                     self.outbox.index.delete(page.deleted)
                 rows = self.store.index_rows(page.changed) if page.changed else []
                 self._apply(rows)
                 done += len(page.changed) + len(page.deleted)
                 if page.mark != self.mark:
-                    self._advance(page.mark)
+                    self._advance(page.mark, page.mark_at)
                 if not page.more:
                     return done
 
@@ -133,7 +142,7 @@ class IndexFollower:
             done += len(ids)
             after = ids[-1]
         self.needs_rebuild = False
-        self._advance(mark)
+        self._advance(mark, None)
         if done:
             log.info("built the index from the authority: %d memories", done)
         return done
@@ -154,18 +163,20 @@ class IndexFollower:
             if unseen:
                 self.words.add(site_id, self.word_store.vectors(site_id, unseen, self.outbox.embedder.name))
 
-    def _advance(self, mark: int) -> None:
+    def _advance(self, mark: int, mark_at: float | None) -> None:
         self.outbox.index.flush()  # the state may claim only what the index holds on disk
-        self.mark = mark
-        _write(self.state_path, FollowState(self.authority, self.outbox.embedder.name, mark))
+        self.mark, self.mark_at = mark, mark_at
+        _write(self.state_path, FollowState(self.authority, self.outbox.embedder.name, mark, mark_at))
 
 
 def read_state(path: Path) -> FollowState | None:
     """The state beside an index, or None when missing or unreadable."""
     try:
         raw = json.loads(path.read_text())
-        return FollowState(authority=str(raw["authority"]), model=str(raw["model"]), mark=int(raw["mark"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        at = raw.get("mark_at")
+        return FollowState(authority=str(raw["authority"]), model=str(raw["model"]), mark=int(raw["mark"]),
+                           mark_at=None if at is None else float(at))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing, or torn by a power cut: a rebuild puts it right
 
 

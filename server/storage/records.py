@@ -280,18 +280,27 @@ class ChangePage:
     deleted: list[int]
     mark: int  # the last change read: `after` for the next page
     more: bool  # cut at the limit: more changes follow
-    truncated: bool  # changes after `after` were pruned: only a rebuild from the whole store catches up
+    # Only a rebuild from the whole store catches up: changes after `after` were pruned, or the store's
+    # numbering is behind `after` (it lost changes a reader had seen: a failover to a lagging standby).
+    truncated: bool
+    # When change `after` and change `mark` were made, as the store has them (None: not kept). A reader
+    # that finds `after` made at another time than the change it applied under that number knows the
+    # store lost that change and numbered a later one the same.
+    after_at: float | None = None
+    mark_at: float | None = None
 
 
-def collapse_changes(rows: Sequence[tuple[int, int, bool]], after: int, limit: int, truncated: bool) -> ChangePage:
-    """(seq, id, deleted) rows in seq order -> each id once, as its last change left it."""
+def collapse_changes(rows: Sequence[tuple[int, int, bool, float]], after: int, limit: int, truncated: bool,
+                     after_at: float | None) -> ChangePage:
+    """(seq, id, deleted, changed_at) rows in seq order -> each id once, as its last change left it."""
     last: dict[int, bool] = {}
-    for _, row_id, deleted in rows:
+    for _, row_id, deleted, _ in rows:
         last.pop(row_id, None)  # re-inserted last, so the order follows each id's final change
         last[row_id] = deleted
     return ChangePage(changed=[i for i, gone in last.items() if not gone],
                       deleted=[i for i, gone in last.items() if gone],
-                      mark=rows[-1][0] if rows else after, more=len(rows) >= limit, truncated=truncated)
+                      mark=rows[-1][0] if rows else after, more=len(rows) >= limit, truncated=truncated,
+                      after_at=after_at, mark_at=rows[-1][3] if rows else after_at)
 
 
 

@@ -42,8 +42,9 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
     if 401 in out:
         out[401]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "The challenge."}}
-    if 429 in out:
-        out[429]["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}
+    for status in (429, 503):
+        if status in out:
+            out[status]["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}
     return out
 
 
@@ -55,7 +56,7 @@ def error_response(error: AppError, *, status: int | None = None, headers: dict[
     headers = dict(headers or {})
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = CHALLENGE
-    if isinstance(error, RateLimited):
+    if isinstance(error, (RateLimited, Unavailable)):
         headers["Retry-After"] = str(error.retry_after)
     return JSONResponse(error.to_dict(), status_code=status or error.status, headers=headers)
 

@@ -11,6 +11,12 @@ Retries (see errors.py): a statement the server rolled back is run again; work w
 again if COMMIT had not been sent yet, or if it is idempotent; no connection at all is waited for. All of it
 within `retry_budget_s`, then `unavailable`. A connection the server closed while it sat in the pool is
 noticed before use (the socket is readable: the server's goodbye or EOF) and replaced, costing no round trip.
+
+Failover: with a multi-host URL (`host=A,B&port=P,Q&target_session_attrs=read-write`) every new connection
+tries the hosts in order and keeps the first that accepts writes. While none does (the primary is gone, the
+standby not promoted yet), a pooled connection's opening is tried again every CONNECT_POLL_S for up to
+RECONNECT_TIMEOUT_S, so the pools reach a promoted standby within about that poll, not after the pool's own
+back-off (a second, then two).
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
@@ -56,15 +63,55 @@ FIRST_DELAY_S, MAX_DELAY_S = 0.02, 0.5
 # A pool retries a lost connection with doubling pauses (1 s, 2 s, 4 s, ...). Giving the slot up after this
 # long bounds the pause after an outage: the next request that waits grows the pool, connecting at once.
 RECONNECT_TIMEOUT_S = 2.0
+# While no server accepts writes, a pooled connection tries the hosts again this often: at most a pool's
+# 3 workers at once, so a standby is asked up to 15 times a second per pool until it is promoted.
+CONNECT_POLL_S = 0.2
 SESSION = "SET synchronous_commit = on"
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
+def connect_options(url: str) -> dict[str, Any]:
+    """Autocommit, and CONNECT_TIMEOUT_S unless the URL sets `connect_timeout` itself: with several hosts it
+    is how long a connection waits on one that is gone from the network before trying the next."""
+    timeout = {} if "connect_timeout" in conninfo_to_dict(url) else {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {"autocommit": True, **timeout}
+
+
 def connect(url: str) -> Conn:
     """One connection outside the pools (migrations, snapshots, doctor), configured like the pooled ones."""
-    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    conn = psycopg.connect(url, **connect_options(url))
     conn.execute(SESSION)
     return conn
+
+
+class PooledConnection(psycopg.Connection[TupleRow]):
+    """Opened by the blocking pool; retried every CONNECT_POLL_S for up to RECONNECT_TIMEOUT_S (see above)."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        deadline = time.monotonic() + RECONNECT_TIMEOUT_S
+        while True:
+            try:
+                return super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError:
+                if time.monotonic() + CONNECT_POLL_S > deadline:
+                    raise
+            time.sleep(CONNECT_POLL_S)
+
+
+class PooledAsyncConnection(psycopg.AsyncConnection[TupleRow]):
+    """Opened by the append pool; retried as PooledConnection."""
+
+    @classmethod
+    async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        deadline = time.monotonic() + RECONNECT_TIMEOUT_S
+        while True:
+            try:
+                return await super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError:
+                if time.monotonic() + CONNECT_POLL_S > deadline:
+                    raise
+            await asyncio.sleep(CONNECT_POLL_S)
 
 
 def _configure(conn: Conn) -> None:
@@ -137,9 +184,9 @@ class Database:
         self.health = StorageHealth("postgres")
         self._throttle = Throttle(log)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
-            url, min_size=SYNC_POOL[0], max_size=SYNC_POOL[1], open=False, name="memory-server",
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, configure=_configure,
-            timeout=retry_budget_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
+            url, connection_class=PooledConnection, min_size=SYNC_POOL[0], max_size=SYNC_POOL[1], open=False,
+            name="memory-server", kwargs=connect_options(url), configure=_configure, timeout=retry_budget_s,
+            reconnect_timeout=RECONNECT_TIMEOUT_S)
         self._pool.open(wait=False)
         self._loop = LoopThread("postgres-appends")
         self._apool: asyncio.Task[AsyncConnectionPool[AsyncConn]] | None = None
@@ -245,9 +292,9 @@ class Database:
 
     async def _open_async_pool(self) -> AsyncConnectionPool[AsyncConn]:
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-            self.url, min_size=ASYNC_POOL[0], max_size=ASYNC_POOL[1], open=False, name="memory-server-appends",
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S}, configure=_configure_async,
-            timeout=self.retry_budget_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
+            self.url, connection_class=PooledAsyncConnection, min_size=ASYNC_POOL[0], max_size=ASYNC_POOL[1],
+            open=False, name="memory-server-appends", kwargs=connect_options(self.url),
+            configure=_configure_async, timeout=self.retry_budget_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
         await pool.open(wait=False)
         return pool
 

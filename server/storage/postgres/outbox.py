@@ -93,17 +93,20 @@ class PostgresOutboxStore:
         return [int(r[0]) for r in rows]
 
     def changes(self, after: int, limit: int) -> ChangePage:
-        def read(conn: Conn) -> tuple[list[tuple[Any, ...]], Any, Any]:
-            rows = conn.execute("SELECT seq, id, deleted FROM memory_changes WHERE seq > %s ORDER BY seq LIMIT %s",
-                                [after, limit]).fetchall()
+        def read(conn: Conn) -> tuple[list[tuple[Any, ...]], Any, Any, Any]:
+            rows = conn.execute("SELECT seq, id, deleted, changed_at FROM memory_changes WHERE seq > %s ORDER BY seq"
+                                " LIMIT %s", [after, limit]).fetchall()
             first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()
             newest = conn.execute("SELECT seq FROM memory_change_counter").fetchone()
-            return rows, first[0] if first else None, newest[0] if newest else 0
+            at = conn.execute("SELECT changed_at FROM memory_changes WHERE seq = %s", [after]).fetchone()
+            return rows, first[0] if first else None, newest[0] if newest else 0, at[0] if at else None
 
-        # One snapshot: the rows, and whether the ones before them are still kept.
-        rows, first, newest = self._db.read(read, snapshot=True)
-        truncated = after < int(newest) and (first is None or int(first) > after + 1)
-        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2])) for r in rows], after, limit, truncated)
+        # One snapshot: the rows, whether the ones before them are still kept, and when `after` was made.
+        rows, first, newest, at = self._db.read(read, snapshot=True)
+        # A counter behind `after`: a failover to a standby that had not received the changes after it.
+        truncated = (after < int(newest) and (first is None or int(first) > after + 1)) or after > int(newest)
+        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2]), float(r[3])) for r in rows], after, limit,
+                                truncated, None if at is None else float(at))
 
     def prune_changes(self, older_than_s: float) -> int:
         cut = time.time() - older_than_s

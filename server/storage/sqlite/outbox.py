@@ -85,15 +85,17 @@ class SqliteOutboxStore:
         conn = self._readers.get()
         conn.execute("BEGIN")  # one snapshot: the rows, and whether the ones before them are still kept
         try:
-            rows = conn.execute("SELECT seq, id, deleted FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
-                                (after, limit)).fetchall()
+            rows = conn.execute("SELECT seq, id, deleted, changed_at FROM memory_changes WHERE seq > ? ORDER BY seq"
+                                " LIMIT ?", (after, limit)).fetchall()
             first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()[0]
             newest = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memory_changes'").fetchone()
+            at = conn.execute("SELECT changed_at FROM memory_changes WHERE seq = ?", (after,)).fetchone()
         finally:
             conn.execute("COMMIT")
         mark = int(newest[0]) if newest is not None else 0
-        truncated = after < mark and (first is None or int(first) > after + 1)
-        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2])) for r in rows], after, limit, truncated)
+        truncated = (after < mark and (first is None or int(first) > after + 1)) or after > mark
+        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2]), float(r[3])) for r in rows], after, limit,
+                                truncated, float(at[0]) if at else None)
 
     def prune_changes(self, older_than_s: float) -> int:
         cut = time.time() - older_than_s

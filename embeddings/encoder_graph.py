@@ -208,9 +208,9 @@ class _GraphBuilder:
                                                self._const("zp128", np.uint8(128))])
         scaled = self._node("Mul", [self._node("Mul", [self._node("Cast", [product], to=onnx_proto.FLOAT), column]),
                                     self._const(f"{prefix}.s", weight.scales)])
-        out_shape = self._node("Concat", [self._node("Slice", [self._node("Shape", [x]), self._const("zero", np.array([0])),
-                                                               self._const("minus1", np.array([-1]))]),
-                                          self._const(f"{prefix}.n", np.array([len(weight.scales)]))], axis=0)
+        leading = self._node("Slice", [self._node("Shape", [x]), self._const("zero", np.array([0])),
+                                        self._const("minus1", np.array([-1]))])
+        out_shape = self._node("Concat", [leading, self._const(f"{prefix}.n", np.array([len(weight.scales)]))], axis=0)
         return self._node("Add", [self._node("Reshape", [scaled, out_shape]), bias])
 
     def encoder_width(self, x: str) -> int:

@@ -174,6 +174,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._idle_since = None
         self._arm(self.limits.body_timeout)
+        self._end_body()  # a previous (pipelined) request's, if it never completed
         self._body_since, self._body_bytes, self._excused = time.monotonic(), 0, 0.0
         if self.limits.body_min_rate > 0:
             self._rate_check = self.loop.call_later(RATE_CHECK_S, self._check_rate)

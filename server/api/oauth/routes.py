@@ -6,7 +6,7 @@
     GET  /authorize                                   authorization code + PKCE S256           SDK handler
     GET|POST /oauth/consent                           the site owner signs in and grants       ours
     POST /token                                       authorization_code, refresh_token        SDK handler
-    POST /revoke                                      RFC 7009                                  SDK handler
+    POST /revoke                                      RFC 7009                                  ours
 
 Assembled here rather than with the SDK's `create_auth_routes` for these reasons: the token and revocation
 endpoints get our client authenticator (digests, see `clients`); revocation is ours (the SDK's demands a

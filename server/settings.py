@@ -51,9 +51,16 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(10.0, gt=0, description="Seconds a connection may take to send a request "
                                     "head (from connecting, or from the previous response).")
     body_timeout_s: float = Field(60.0, gt=0, description="Seconds a request may take to send its body.")
+    body_min_rate: int = Field(1024, ge=0, description=(
+        "Bytes per second a request body must arrive at, on average, once its first 5 s are past (time the "
+        "server itself is not reading does not count); a slower body's connection is closed. 0: no minimum."))
     keep_alive_s: int = Field(5, ge=1, description="Seconds an idle keep-alive connection stays open.")
     sign_in_failures_per_minute: int = Field(
         10, ge=1, description="Failed sign-ins per client address per minute before 429 with Retry-After.")
+    trusted_proxies: str = Field("", description=(
+        "Comma-separated addresses or networks (127.0.0.1, 10.0.0.0/8) of reverse proxies whose X-Forwarded-For "
+        "and X-Forwarded-Proto are believed, or * for every peer. Empty: none; the peer's own address is the "
+        "client's (for the sign-in and registration limits, and the logs)."))
 
     public_url: str | None = Field(None, description=(
         "The externally visible base URL (https://memory.example.com behind a reverse proxy): the OAuth "
@@ -63,6 +70,18 @@ class Settings(BaseSettings):
     oauth_refresh_token_s: int = Field(30 * 86400, ge=60, description=(
         "Lifetime of an OAuth refresh token; each refresh issues a new one (an unused grant ends after it)."))
     oauth_code_s: int = Field(60, ge=1, le=60, description="Lifetime of an OAuth authorization code (at most 60 s).")
+    oauth_requests_per_minute: int = Field(10, ge=1, description=(
+        "Per client address per minute: client registrations (POST /register) accepted, and as many "
+        "authorization requests (/authorize), counted apart; more get 429 with Retry-After."))
+    oauth_unused_client_s: int = Field(86400, ge=1, description=(
+        "Seconds a registered OAuth client that has never completed a sign-in is kept; then it is removed "
+        "(it registers again). A client that signed in once is kept."))
+    oauth_max_unused_clients: int = Field(10_000, ge=1, description=(
+        "Registered OAuth clients that have never completed a sign-in, at most; beyond, registrations get 503 "
+        "until some expire or sign in."))
+    oauth_max_pending: int = Field(1000, ge=1, description=(
+        "Authorization requests waiting on the consent page, at most (all clients); beyond, /authorize "
+        "answers temporarily_unavailable."))
 
     index_backend: Literal["embedded", "server"] = Field("embedded", description="Vector index backend.")
     qdrant_url: str | None = Field(None, description="Qdrant server URL for the server backend.")
@@ -125,6 +144,24 @@ class Settings(BaseSettings):
     def mcp_resource(self) -> str:
         """The MCP endpoint as an OAuth protected resource (RFC 8707): what access tokens are bound to."""
         return f"{self.public_base}/mcp"
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies(cls, value: str) -> str:
+        for entry in (part.strip() for part in value.split(",")):
+            if entry and entry != "*":
+                try:
+                    ipaddress.ip_network(entry)  # strict: 10.0.0.0/8, not 10.0.0.1/8
+                except ValueError:
+                    raise ValueError(f"{entry!r} is not an IP address or network (127.0.0.1, 10.0.0.0/8) "
+                                     "nor *") from None
+        return value
+
+    @property
+    def proxies(self) -> list[str]:
+        """The trusted proxies, as uvicorn's `forwarded_allow_ips` takes them; empty: trust no one."""
+        entries = [part.strip() for part in self.trusted_proxies.split(",") if part.strip()]
+        return ["*"] if "*" in entries else entries
 
     @property
     def origins(self) -> frozenset[str]:

@@ -332,7 +332,7 @@ def test_nginx_conf_balances_over_the_compose_replicas(compose: dict[str, Any]) 
     assert _size(body_limit) > defaults.max_request_bytes, "the replicas, not nginx, refuse oversized requests"
     [idle] = _directive(body, "keepalive_timeout")
     assert float(idle.rstrip("s")) < defaults.keep_alive_s, "nginx closes idle upstream connections first"
-    assert compose["services"][REPLICAS[0]]["environment"]["FORWARDED_ALLOW_IPS"] == "*"
+    assert compose["services"][REPLICAS[0]]["environment"]["MEMORY_TRUSTED_PROXIES"] == "*"
 
 
 def _local_nginx_conf(tmp_path: Path, replica_ports: list[int], port: int) -> Path:

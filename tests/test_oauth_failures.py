@@ -32,7 +32,8 @@ class Site:
         data = root / "data"
         created = run_cli("site", "create", "acme", data_dir=data)
         self.secret = parse_fields(created.stdout)["secret"]
-        env = server_env(MEMORY_SIGN_IN_FAILURES_PER_MINUTE=str(failures_per_minute))
+        env = server_env(MEMORY_SIGN_IN_FAILURES_PER_MINUTE=str(failures_per_minute),
+                         MEMORY_OAUTH_REQUESTS_PER_MINUTE="100000")
         self.process = ServerProcess(data, env=env).start()
         self.base = self.process.base
 
@@ -42,8 +43,8 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """One server for the checks below; they send bad credentials on purpose, so its sign-in limit is out of
-    their way (one test has a server with the limit of its own)."""
+    """One server for the checks below; they send bad credentials on purpose and register many clients from
+    one address, so its limits are out of their way (one test has a server with the limit of its own)."""
     server = Site(tmp_path_factory.mktemp("oauth-failures"))
     try:
         wait_ready(server.base)

@@ -31,7 +31,8 @@ class Fresh:
     """A server started on an empty data directory: it created the site `default` and printed its secret."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.process = ServerProcess(data_dir, env=server_env(MEMORY_LOG_LEVEL="DEBUG"))
+        self.process = ServerProcess(data_dir, env=server_env(MEMORY_LOG_LEVEL="DEBUG",
+                                                              MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000"))
         self.process.start()
         self.secret = parse_fields(self.process.log())["secret"]
         self.url, self.base, self.data_dir = self.process.url, self.process.base, data_dir

@@ -481,7 +481,7 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
         ACCESS, (READ,), NOW + 3600, False)
     listed = OAuthGrant(id="oa_1", site_id=sid, site="acme", client_id="client-1", client_name="Claude",
                         bounds=Bounds((READ, WRITE), teams=("t",)), resource="http://127.0.0.1:8765/mcp",
-                        created_at=WHEN, expires_at=NOW + 3600, revoked_at=None)
+                        created_at=WHEN, expires_at=NOW + 3600, revoked_at=None, last_used_at=NOW)
     assert record.grant == listed and oauth.token("unknown") is None
     try:
         assert oauth.token("access-1", nowait=True) == record

@@ -28,7 +28,7 @@ from server.api.mcp.server import build_mcp
 from server.api.metrics import Metrics
 from server.api.middleware import AuthMiddleware, BrowserGuard, SignInGuard, is_loopback
 from server.api.oauth.consent import ConsentPage
-from server.api.oauth.provider import Lifetimes, SiteAuthorizationServer
+from server.api.oauth.provider import Capacity, Lifetimes, SiteAuthorizationServer
 from server.api.oauth.routes import oauth_routes, resource_metadata_url
 from server.api.observability import RequestObservabilityMiddleware, metrics_endpoint
 from server.api.readiness import probes
@@ -99,12 +99,14 @@ def oauth(settings: Settings, services: Services, sign_in: SignInGuard) -> list[
     """The authorization server: issuer MEMORY_PUBLIC_URL, tokens bound to its /mcp; failed sign-ins on
     the consent page count with those on /mcp and /v1 (one SignInGuard)."""
     lifetimes = Lifetimes(access_s=settings.oauth_access_token_s, refresh_s=settings.oauth_refresh_token_s,
-                          code_s=settings.oauth_code_s)
+                          code_s=settings.oauth_code_s, unused_client_s=settings.oauth_unused_client_s)
+    capacity = Capacity(max_unused_clients=settings.oauth_max_unused_clients, max_pending=settings.oauth_max_pending)
     provider = SiteAuthorizationServer(services.storage.oauth, issuer=settings.public_base,
-                                       resource=settings.mcp_resource, lifetimes=lifetimes)
+                                       resource=settings.mcp_resource, lifetimes=lifetimes, capacity=capacity)
     consent = ConsentPage(provider, authenticator=services.authenticator, sign_in=sign_in,
                           secure_cookie=settings.public_base.startswith("https://"))
-    return list(oauth_routes(provider, consent, health=services.storage.health))
+    return list(oauth_routes(provider, consent, health=services.storage.health,
+                             requests_per_minute=settings.oauth_requests_per_minute))
 
 
 def lift_sdk_body_limit(mcp_app: Any, limit: int) -> None:

@@ -1,4 +1,5 @@
-"""Serving HTTP: the listening socket, bound before anything else happens, and the uvicorn server around it.
+"""Serving HTTP: the listening socket, bound before anything else happens, and the uvicorn server around it
+(with the connection guards of server.api.connections, and proxy headers believed from trusted proxies only).
 
 The socket is bound first so that a port already in use fails `serve` before it creates a site or prints a
 first-start secret, with a message that says which process holds the port.
@@ -72,12 +73,19 @@ def port_holder(port: int) -> str | None:
 def run(app: Any, settings: Settings, sock: socket.socket) -> None:
     """Serve `app` on the bound socket until stopped, with the connection guards of server.api.connections."""
     limits = ConnectionLimits(max_connections=connection_budget(settings.max_connections),
-                              header_timeout=settings.header_timeout_s, body_timeout=settings.body_timeout_s)
+                              header_timeout=settings.header_timeout_s, body_timeout=settings.body_timeout_s,
+                              body_min_rate=settings.body_min_rate)
+    proxies = settings.proxies
     config = uvicorn.Config(
         app, log_level="warning", lifespan="on", http=guarded_protocol(limits),
         timeout_keep_alive=settings.keep_alive_s,
-        # uvicorn compares this with open connections too; the protocol keeps those at max_connections, so
-        # one more leaves uvicorn's 503 for requests in flight beyond the cap only.
-        limit_concurrency=limits.max_connections + 1,
+        # X-Forwarded-For/-Proto only from MEMORY_TRUSTED_PROXIES: uvicorn's own default believes any
+        # loopback peer (and FORWARDED_ALLOW_IPS), so a local client could claim any address it liked.
+        proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None,
+        # uvicorn answers 503 once open connections or running requests reach this. The protocol keeps
+        # connections at max_connections; a request whose connection was just shed runs a moment longer (until
+        # it sees the disconnect), so requests get room for as many again: only requests in flight beyond
+        # that are refused.
+        limit_concurrency=2 * limits.max_connections + 1,
     )
     uvicorn.Server(config).run(sockets=[sock])

@@ -5,6 +5,8 @@ Verified Basic credentials are cached by (site, stored hash, digest of the prese
 deletion changes or removes the stored hash, so CLI changes take effect on the next request. Every request
 still reads its site (or token), since the CLI changes credentials from another process; an OAuth access
 token's row and grant are read on every request too, so a revocation through any replica counts at once.
+A token that was issued but no longer holds (revoked, expired) is refused as `StaleCredential`, which the
+sign-in limit does not count as a failure.
 
 `authenticate_nowait` settles a credential verified before on the event loop (the store reads without
 waiting); whatever it cannot settle at once goes to `authenticate` in a thread, so failures (and their
@@ -21,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from server.auth.oauth import ACCESS_PREFIX, MAX_SECRET_LENGTH, access_principal, digest
+from server.auth.oauth import ACCESS_PREFIX, MAX_SECRET_LENGTH, StaleCredential, access_principal, digest
 from server.auth.principal import Principal, site_principal
 from server.auth.secrets import TOKEN_PREFIX, dummy_hash, token_hash, verify_secret
 from server.errors import AppError, Unauthorized
@@ -44,7 +46,7 @@ class Authenticator:
 
     def authenticate(self, header: str | None) -> Principal:
         """Blocking (a store read, maybe one scrypt): call it from a worker thread."""
-        principal = self._authenticate(header, settle=True)
+        principal = self._authenticate(header, settle=True, nowait=False)
         if principal is None:  # settle=True always decides; here for the type checker
             raise Unauthorized("invalid credentials")
         return principal
@@ -55,22 +57,31 @@ class Authenticator:
         if not self.nowait:
             return None
         try:
-            return self._authenticate(header, settle=False)
+            return self._authenticate(header, settle=False, nowait=True)
         except (AppError, WouldBlock):
             return None
 
-    def _authenticate(self, header: str | None, *, settle: bool) -> Principal | None:
+    def authenticate_known(self, header: str | None) -> Principal | None:
+        """The Principal for a credential verified before, or None; never a scrypt, but the store is read as
+        `authenticate` reads it (blocking: from a worker thread). What `authenticate_nowait` decides on the
+        event loop where the store answers at once (SQLite), for a store that never does (PostgreSQL)."""
+        try:
+            return self._authenticate(header, settle=False, nowait=False)
+        except AppError:
+            return None
+
+    def _authenticate(self, header: str | None, *, settle: bool, nowait: bool) -> Principal | None:
         if not header:
             raise Unauthorized("credentials required (Basic or Bearer)")
         scheme, _, value = header.strip().partition(" ")
         scheme, value = scheme.lower(), value.strip()
         if scheme == "basic":
-            return self._basic(value, settle=settle)
+            return self._basic(value, settle=settle, nowait=nowait)
         if scheme == "bearer":
-            return self._bearer(value, settle=settle)
+            return self._bearer(value, nowait=nowait)
         raise Unauthorized("unsupported authorization scheme; use Basic or Bearer")
 
-    def _basic(self, value: str, *, settle: bool) -> Principal | None:
+    def _basic(self, value: str, *, settle: bool, nowait: bool) -> Principal | None:
         """settle=False: decide only a credential verified before (no scrypt); else None."""
         try:
             decoded = base64.b64decode(value, validate=True).decode("utf-8")
@@ -79,7 +90,7 @@ class Authenticator:
         username, sep, secret = decoded.partition(":")
         if not sep or not username or not secret:
             raise Unauthorized("malformed Basic credentials")
-        credential = self._sites.credential(username, nowait=not settle)
+        credential = self._sites.credential(username, nowait=nowait)
         if credential is None:
             if not settle:
                 return None
@@ -100,19 +111,21 @@ class Authenticator:
                 self._verified.add(key)
         return site_principal(credential.site_id, credential.name)
 
-    def _bearer(self, value: str, *, settle: bool) -> Principal:
+    def _bearer(self, value: str, *, nowait: bool) -> Principal:
         if len(value) > MAX_SECRET_LENGTH:
             raise Unauthorized("invalid token")
         if value.startswith(ACCESS_PREFIX) and self._oauth is not None:
-            record = self._oauth.token(digest(value), nowait=not settle)
+            record = self._oauth.token(digest(value), nowait=nowait)
             if record is None:
                 raise Unauthorized("invalid or revoked token")
             return access_principal(record, resource=self._resource, now=self._clock())
         if not value.startswith(TOKEN_PREFIX):
             raise Unauthorized("invalid token")
-        token = self._sites.token(token_hash(value), nowait=not settle)
-        if token is None or token.revoked_at:
+        token = self._sites.token(token_hash(value), nowait=nowait)
+        if token is None:
             raise Unauthorized("invalid or revoked token")
+        if token.revoked_at:
+            raise StaleCredential("invalid or revoked token")  # same words: a probe learns nothing more
         return token_principal(token)
 
     # --- sessions signed in with a credential (the console) -----------------------------------------

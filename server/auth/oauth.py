@@ -25,6 +25,11 @@ GRANT_PREFIX = "oa_"  # grant ids, as `token list` shows them and `token revoke`
 MAX_SECRET_LENGTH = 200  # anything longer is not one of ours: refused before it is hashed or looked up
 
 
+class StaleCredential(Unauthorized):
+    """A credential this server did issue, refused because it no longer holds (revoked, expired, issued for
+    another resource): whoever presents it knows a real secret, so it counts as no failed sign-in."""
+
+
 def new_secret(prefix: str = "") -> str:
     return f"{prefix}{secrets.token_urlsafe(32)}"
 
@@ -50,11 +55,11 @@ def access_principal(record: OAuthTokenRecord, *, resource: str, now: float) -> 
     if record.kind != ACCESS:
         raise Unauthorized("invalid token (a refresh token goes to the token endpoint, not here)")
     if grant.revoked_at:
-        raise Unauthorized("this token's grant was revoked; sign in again")
+        raise StaleCredential("this token's grant was revoked; sign in again")
     if record.expires_at <= now:
-        raise Unauthorized("the access token expired; refresh it or sign in again")
+        raise StaleCredential("the access token expired; refresh it or sign in again")
     if canonical_resource(grant.resource) != canonical_resource(resource):
-        raise Unauthorized(f"this token was issued for another resource, not {resource}")
+        raise StaleCredential(f"this token was issued for another resource, not {resource}")
     bounds = grant.bounds
     return Principal(site_id=grant.site_id, site=grant.site, kind="oauth",
                      scopes=frozenset(record.scopes) & frozenset(bounds.scopes), teams=_bound(bounds.teams),

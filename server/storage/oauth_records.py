@@ -35,6 +35,7 @@ class OAuthClient:
     client_name: str | None
     metadata: str  # JSON: the registered metadata, without the secret
     created_at: float
+    granted_at: float | None = None  # when a code of it was last exchanged; None: it never signed in
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class OAuthGrant:
     created_at: str
     expires_at: float
     revoked_at: str | None
+    last_used_at: float | None = None  # its code exchanged or a refresh (so within an access token's life)
 
 
 @dataclass(frozen=True, slots=True)

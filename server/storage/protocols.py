@@ -166,12 +166,21 @@ class OAuthStore(Protocol):
     read goes to the authority (no caching), so a revocation is seen by every replica on its next request.
     Deleting a site deletes its codes, grants and tokens (not the clients: they belong to no site)."""
 
-    def add_client(self, client: OAuthClient) -> None: ...
+    def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
+        """Store a registered client; False, storing nothing, if `max_unused` clients that never signed in
+        (granted_at None) are stored already."""
+        ...
 
     def client(self, client_id: str) -> OAuthClient | None: ...
 
-    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float) -> None:
-        """Store a pending authorization request (and forget the expired ones)."""
+    def forget_unused_clients(self, *, registered_before: float) -> int:
+        """Delete the clients registered before `registered_before` that never signed in; how many."""
+        ...
+
+    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float,
+                    max_pending: int | None = None) -> bool:
+        """Store a pending authorization request (and forget the expired ones); False, storing nothing, if
+        `max_pending` unexpired ones are stored already."""
         ...
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
@@ -198,7 +207,8 @@ class OAuthStore(Protocol):
 
     def redeem_code(self, code_hash: str, grant: NewGrant, tokens: Sequence[IssuedToken], *, now: float) -> bool:
         """Atomically: if the code exists, is unused, has not expired and its site exists, mark it used by
-        `grant`, store the grant and its tokens, and return True. Otherwise store nothing: False."""
+        `grant`, store the grant (last used `now`) and its tokens, mark its client as signed in (granted_at
+        `now`), and return True. Otherwise store nothing: False."""
         ...
 
     def token(self, token_hash: str, *, nowait: bool = False) -> OAuthTokenRecord | None:
@@ -209,7 +219,8 @@ class OAuthStore(Protocol):
                        grant_expires_at: float) -> bool:
         """Atomically: if this refresh token exists, was never rotated, has not expired and its grant is
         not revoked, mark it rotated, store `tokens` for the same grant, move the grant's expiry to
-        `grant_expires_at` (and forget the grant's expired tokens); True. Otherwise store nothing: False."""
+        `grant_expires_at` and its last use to `now` (and forget the grant's expired tokens); True.
+        Otherwise store nothing: False."""
         ...
 
     def grants(self, site_id: int) -> list[OAuthGrant]:

@@ -6,7 +6,8 @@ GET shows the form for a pending authorization request (the SDK's /authorize han
 fresh CSRF token, in a hidden field and in a SameSite=Strict cookie of the page's own path; its digest is
 stored with the request, so a POST must come from a page this server rendered for this very request, in
 this browser. The secret is checked like a Basic credential through the same `SignInGuard` as /mcp and
-/v1, so failed sign-ins here count, and are rate-limited, together with theirs. Allow issues a code and
+/v1, so failed sign-ins here count, and are rate-limited, together with theirs; as there, a credential this
+server verified before is settled at once, even from an address being rate-limited. Allow issues a code and
 deny an `access_denied`, both by a 303 to the client's redirect URI with its `state`.
 """
 
@@ -88,8 +89,10 @@ class ConsentPage:
         header = "Basic " + base64.b64encode(f"{site}:{secret}".encode()).decode()
         client = request.client
         try:
-            principal = await self._sign_in.check(client.host if client else "unknown", header,
-                                                  self._authenticator.authenticate)
+            authenticator = self._authenticator
+            principal = authenticator.authenticate_nowait(header) or await self._sign_in.check(
+                client.host if client else "unknown", header, authenticator.authenticate,
+                known=authenticator.authenticate_known)
         except RateLimited as exc:
             return consent_page(shown, error=f"Too many failed sign-ins from this address; try again in "
                                 f"{exc.retry_after} s.", status=429, headers={"Retry-After": str(exc.retry_after)})

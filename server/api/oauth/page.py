@@ -67,8 +67,13 @@ def _source(uri: str) -> str:
     """The CSP source naming where a redirect URI points: its origin, or its scheme for an app's own."""
     parts = urlsplit(uri)
     if parts.scheme in ("http", "https"):
-        return f"{parts.scheme}://{parts.netloc}"
+        return f"{parts.scheme}://{_host(uri)}"
     return f"{parts.scheme}:"
+
+
+def _host(uri: str) -> str:
+    """Host and port, never a user name before them (`https://claude.ai@evil.example` goes to evil.example)."""
+    return urlsplit(uri).netloc.rpartition("@")[2]
 
 
 def consent_page(form: Form, *, error: str | None = None, status: int = 200,
@@ -128,4 +133,4 @@ def _error(error: str | None) -> str:
 
 def _where(uri: str) -> str:
     parts = urlsplit(uri)
-    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else f"{parts.scheme}:"
+    return f"{parts.scheme}://{_host(uri)}" if parts.netloc else f"{parts.scheme}:"

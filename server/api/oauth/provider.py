@@ -9,6 +9,11 @@ used once, refresh tokens rotated with replay detection, and revocation of whole
 Presenting a used code, or a refresh token that was rotated away, means a copy of it is in other hands:
 the grant it belongs to is revoked (RFC 6749 §10.5, OAuth 2.1 §4.3.1), so whoever holds its tokens loses
 them, the legitimate client signs in again.
+
+Registration and authorization need no credential, so what they store is bounded (`Capacity`): a
+registration's size (see `clients`), a `state` of at most MAX_STATE characters, at most
+`max_unused_clients` registrations that never signed in (each forgotten after `unused_client_s`) and at
+most `max_pending` requests waiting on the consent page (each forgotten after `request_s`).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from server.auth.oauth import (
     new_secret,
 )
 from server.auth.principal import SCOPES
-from server.errors import InvalidParameters
+from server.errors import InvalidParameters, Unavailable
 from server.storage.oauth_records import (
     ACCESS,
     REFRESH,
@@ -67,6 +72,7 @@ log = logging.getLogger("memory_server.oauth")
 T = TypeVar("T")
 CONSENT_PATH = "/oauth/consent"
 S256_CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")  # BASE64URL(SHA-256(verifier)), unpadded (RFC 7636 §4.2)
+MAX_STATE = 1024  # clients send 20-100 characters; the whole request is stored until the owner answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,15 @@ class Lifetimes:
     refresh_s: int = 30 * 86400
     code_s: int = 60
     request_s: int = 600  # how long the consent page waits for the owner to sign in
+    unused_client_s: int = 86400  # how long a registration that never signed in is kept
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What callers without a credential can make the store hold, at most."""
+
+    max_unused_clients: int = 10_000
+    max_pending: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,19 +118,20 @@ class GrantAccessToken(AccessToken):
 
 class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, GrantRefreshToken, GrantAccessToken]):
     def __init__(self, store: OAuthStore, *, issuer: str, resource: str, lifetimes: Lifetimes | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 capacity: Capacity | None = None, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self.issuer = issuer  # exactly as the metadata's `issuer` (RFC 9207 compares strings)
         self.resource = resource
         self.lifetimes = lifetimes or Lifetimes()
+        self.capacity = capacity or Capacity()
         self._clock = clock
 
     # --- clients ----------------------------------------------------------------------------------
 
     async def get_client(self, client_id: str) -> RegisteredClient | None:
         stored = await _run(self._store.client, client_id)
-        if stored is None:
-            return None
+        if stored is None or (stored.granted_at is None and stored.created_at < self._unused_since()):
+            return None  # never signed in, and expired (removed at the next registration)
         try:
             return RegisteredClient.model_validate_json(stored.metadata).model_copy(
                 update={"secret_hash": stored.secret_hash})
@@ -124,16 +140,27 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             return None
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
-        check_registration(client_info)
+        metadata = check_registration(client_info)
         secret = client_info.client_secret
-        metadata = client_info.model_dump_json(exclude={"client_secret"}, exclude_none=True)
         try:
             RegisteredClient.model_validate_json(metadata)
         except ValidationError as exc:
             raise RegistrationError("invalid_client_metadata", str(exc.errors()[0]["msg"])) from None
-        await _run(self._store.add_client, OAuthClient(
-            client_id=client_info.client_id, secret_hash=digest(secret) if secret else None,
-            client_name=client_info.client_name, metadata=metadata, created_at=self._clock()))
+        client = OAuthClient(client_id=client_info.client_id, secret_hash=digest(secret) if secret else None,
+                             client_name=client_info.client_name, metadata=metadata, created_at=self._clock())
+
+        def add() -> bool:
+            self._store.forget_unused_clients(registered_before=self._unused_since())
+            return self._store.add_client(client, max_unused=self.capacity.max_unused_clients)
+
+        if not await _run(add):
+            log.warning("a client registration was refused: %d registered clients have not signed in yet",
+                        self.capacity.max_unused_clients)
+            raise Unavailable("too many registered clients have not signed in yet; retry later")
+
+    def _unused_since(self) -> float:
+        """Registrations older than this that never signed in are expired."""
+        return self._clock() - self.lifetimes.unused_client_s
 
     # --- authorization: the request waits for the owner on the consent page -----------------------
 
@@ -142,11 +169,17 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             raise AuthorizeError("invalid_target", f"this server issues tokens for {self.resource} only")
         if not S256_CHALLENGE.fullmatch(params.code_challenge):
             raise AuthorizeError("invalid_request", "code_challenge must be S256: 43 base64url characters")
+        if params.state is not None and len(params.state) > MAX_STATE:
+            raise AuthorizeError("invalid_request", f"state is longer than {MAX_STATE} characters")
         request_id = new_secret()
         now = self._clock()
         pending = PendingAuthorization(client_id=client.client_id, params=params.model_dump_json(),
                                        expires_at=now + self.lifetimes.request_s)
-        await _run(lambda: self._store.add_request(digest(request_id), pending, now=now))
+        limit = self.capacity.max_pending
+        if not await _run(lambda: self._store.add_request(digest(request_id), pending, now=now, max_pending=limit)):
+            log.warning("an authorization request was refused: %d are waiting on the consent page", limit)
+            raise AuthorizeError("temporarily_unavailable", "too many sign-ins are waiting for their site's owner; "
+                                 "retry in a few minutes")
         return f"{self.issuer}{CONSENT_PATH}?{urlencode({'request': request_id})}"
 
     async def consent_view(self, request_id: str) -> ConsentView | None:

@@ -6,13 +6,15 @@
     GET  /authorize                                   authorization code + PKCE S256           SDK handler
     GET|POST /oauth/consent                           the site owner signs in and grants       ours
     POST /token                                       authorization_code, refresh_token        SDK handler
-    POST /revoke                                      RFC 7009                                  SDK handler
+    POST /revoke                                      RFC 7009                                  ours
 
-Assembled here rather than with the SDK's `create_auth_routes` for three reasons: the token and revocation
-handlers get our client authenticator (digests, see `clients`), the token endpoint refuses a `resource`
-other than ours (RFC 8707: the SDK passes it on to no one), and every route sits behind `OAuthEdge`, which
-bounds the body and turns a failure below (a busy or full store) into a 503 with an OAuth error body,
-never a 500.
+Assembled here rather than with the SDK's `create_auth_routes` for these reasons: the token and revocation
+endpoints get our client authenticator (digests, see `clients`); revocation is ours (the SDK's demands a
+`client_secret` even of a public client, which has none); the token endpoint refuses a `resource` other
+than ours (RFC 8707: the SDK passes it on to no one); `/register` and `/authorize`, which store something
+for anyone who asks, are limited per client address (`PerAddress`: 429 with Retry-After before the body is
+read); and every route sits behind `OAuthEdge`, which bounds the body and turns a failure below (a busy or
+full store) into a 503 with an OAuth error body, never a 500.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from fastmcp.server.auth.redirect_validation import build_client_redirect
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.metadata import MetadataHandler, ProtectedResourceMetadataHandler
 from mcp.server.auth.handlers.register import RegistrationHandler
-from mcp.server.auth.handlers.revoke import RevocationHandler
 from mcp.server.auth.handlers.token import TokenHandler
+from mcp.server.auth.middleware.client_auth import AuthenticationError
 from mcp.server.auth.routes import build_metadata
 from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
 from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
@@ -39,13 +42,13 @@ from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.api.failures import unexpected
-from server.api.middleware import read_body, replay_body
+from server.api.middleware import AddressWindow, ClientGone, read_body, replay_body
 from server.api.oauth.clients import DigestClientAuthenticator
 from server.api.oauth.consent import ConsentPage
-from server.api.oauth.provider import CONSENT_PATH, SiteAuthorizationServer
+from server.api.oauth.provider import CONSENT_PATH, GrantAccessToken, GrantRefreshToken, SiteAuthorizationServer
 from server.auth.oauth import canonical_resource
 from server.auth.principal import SCOPES
-from server.errors import AppError
+from server.errors import AppError, RateLimited
 from server.storage.health import StorageHealth
 
 log = logging.getLogger("memory_server.oauth")
@@ -78,14 +81,19 @@ def resource_metadata(issuer: str, resource: str) -> ProtectedResourceMetadata:
         "resource_name": "memory-server"})
 
 
-def oauth_routes(provider: SiteAuthorizationServer, consent: ConsentPage, *, health: StorageHealth) -> list[Route]:
+def oauth_routes(provider: SiteAuthorizationServer, consent: ConsentPage, *, health: StorageHealth,
+                 requests_per_minute: int) -> list[Route]:
     registration = ClientRegistrationOptions(enabled=True, default_scopes=list(SCOPES))
     clients = DigestClientAuthenticator(provider)
     token = TokenHandler(provider, clients)
     resource = resource_metadata(provider.issuer, provider.resource)
+    registrations = AddressWindow(requests_per_minute, "too many client registrations from this address")
+    authorizations = AddressWindow(requests_per_minute, "too many authorization requests from this address")
 
-    def edge(handler: Handler, methods: list[str] | None = None) -> ASGIApp:
+    def edge(handler: Handler, methods: list[str] | None = None, *, limit: AddressWindow | None = None) -> ASGIApp:
         app: ASGIApp = OAuthEdge(request_response(handler), health=health)
+        if limit is not None:
+            app = PerAddress(app, limit)
         if methods is None:  # the browser navigates to these: no cross-origin access
             return app
         return CORSMiddleware(app, allow_origins=["*"], allow_methods=methods,
@@ -97,13 +105,39 @@ def oauth_routes(provider: SiteAuthorizationServer, consent: ConsentPage, *, hea
     return routes + [
         Route("/.well-known/oauth-authorization-server",
               edge(MetadataHandler(authorization_metadata(provider.issuer)).handle, get), methods=get),
-        Route("/register", edge(RegistrationHandler(provider, registration).handle, post), methods=post),
-        Route("/authorize", edge(with_issuer(provider.issuer, AuthorizationHandler(provider).handle)),
-              methods=["GET", "POST"]),
+        Route("/register", edge(RegistrationHandler(provider, registration).handle, post, limit=registrations),
+              methods=post),
+        Route("/authorize", edge(with_issuer(provider.issuer, AuthorizationHandler(provider).handle),
+                                 limit=authorizations), methods=["GET", "POST"]),
         Route(CONSENT_PATH, edge(consent.handle), methods=["GET", "POST"]),
         Route("/token", edge(only_for(provider.resource, token.handle), post), methods=post),
-        Route("/revoke", edge(RevocationHandler(provider, clients).handle, post), methods=post),
+        Route("/revoke", edge(partial(revoke, provider, clients), post), methods=post),
     ]
+
+
+async def revoke(provider: SiteAuthorizationServer, clients: DigestClientAuthenticator, request: Request) -> Response:
+    """RFC 7009: the client authenticates as at the token endpoint (a public client by its `client_id`
+    alone); a token of its own ends its grant; any other token, or none we know, is answered 200 all the
+    same (the RFC: an invalid token is no error, and a client learns nothing of others' tokens)."""
+    try:
+        client = await clients.authenticate_request(request)
+    except AuthenticationError as exc:
+        return oauth_error(401, "invalid_client", exc.message)
+    form = await request.form()
+    presented, hint = form.get("token"), form.get("token_type_hint")
+    if not isinstance(presented, str) or not presented:
+        return oauth_error(400, "invalid_request", "token is required")
+    loaders: list[Callable[[str], Awaitable[GrantAccessToken | GrantRefreshToken | None]]] = [
+        provider.load_access_token, partial(provider.load_refresh_token, client)]
+    if hint == "refresh_token":
+        loaders.reverse()
+    for load in loaders:
+        found = await load(presented)
+        if found is not None:
+            if found.client_id == client.client_id:
+                await provider.revoke_token(found)
+            break
+    return Response(status_code=200, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
 
 
 def with_issuer(issuer: str, handler: Handler) -> Handler:
@@ -135,6 +169,25 @@ def oauth_error(status: int, error: str, description: str) -> JSONResponse:
                         headers={"Cache-Control": "no-store"})
 
 
+class PerAddress:
+    """At most so many requests per client address per minute; beyond, 429 with Retry-After, before the
+    body is read or anything is stored."""
+
+    def __init__(self, app: ASGIApp, window: AddressWindow) -> None:
+        self.app = app
+        self._window = window
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") != "OPTIONS":  # a CORS preflight stores nothing
+            client = scope.get("client")
+            try:
+                self._window.take(client[0] if client else "unknown")
+            except RateLimited as exc:
+                await _send(send, 429, "rate_limited", exc.message, retry_after=exc.retry_after)
+                return
+        await self.app(scope, receive, send)
+
+
 class OAuthEdge:
     """Bounds the request body, and answers whatever goes wrong below with an OAuth error body."""
 
@@ -146,7 +199,11 @@ class OAuthEdge:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        body = await read_body(receive, MAX_OAUTH_BODY)
+        try:
+            body = await read_body(receive, MAX_OAUTH_BODY)
+        except ClientGone:
+            log.debug("%s: the client went away before its request body was complete", scope["path"])
+            return
         if body is None:
             await _send(send, 413, "invalid_request", f"request body over {MAX_OAUTH_BODY} bytes")
             return
@@ -169,9 +226,11 @@ class OAuthEdge:
             await _send(send, status, error, failure.message)
 
 
-async def _send(send: Send, status: int, error: str, description: str) -> None:
+async def _send(send: Send, status: int, error: str, description: str, *, retry_after: int | None = None) -> None:
     body = json.dumps({"error": error, "error_description": description}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store")]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"cache-control", b"no-store")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -54,30 +54,48 @@ class PostgresOAuthStore:
 
     # --- clients ----------------------------------------------------------------------------------
 
-    def add_client(self, client: OAuthClient) -> None:
-        self._db.write(lambda conn: conn.execute(
-            "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at)"
-            " VALUES (%s, %s, %s, %s, %s)",
-            [client.client_id, client.secret_hash, client.client_name, client.metadata, client.created_at]),
-            single=True)
+    def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
+        # The count and the insert in one statement: replicas registering at once may pass `max_unused` by
+        # the few rows they insert together, never by more.
+        return self._db.write(lambda conn: conn.execute(
+            "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
+            " SELECT %s, %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
+            " OR (SELECT count(*) FROM oauth_clients WHERE granted_at IS NULL) < %s::bigint",
+            [client.client_id, client.secret_hash, client.client_name, client.metadata, client.created_at,
+             client.granted_at, max_unused, max_unused]).rowcount > 0, single=True)
 
     def client(self, client_id: str) -> OAuthClient | None:
         row = self._one("SELECT * FROM oauth_clients WHERE client_id = %s", [client_id])
         if row is None:
             return None
         return OAuthClient(client_id=row["client_id"], secret_hash=row["secret_hash"], client_name=row["client_name"],
-                           metadata=row["metadata"], created_at=float(row["created_at"]))
+                           metadata=row["metadata"], created_at=float(row["created_at"]),
+                           granted_at=_float(row["granted_at"]))
+
+    def forget_unused_clients(self, *, registered_before: float) -> int:
+        return self._db.write(lambda conn: conn.execute(
+            "DELETE FROM oauth_clients WHERE granted_at IS NULL AND created_at < %s", [registered_before]).rowcount,
+            single=True, idempotent=True)
 
     # --- authorization requests -------------------------------------------------------------------
 
-    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float) -> None:
-        # One statement; a retry after a lost COMMIT finds its row and adds nothing.
-        self._db.write(lambda conn: conn.execute(
-            "WITH expired AS (DELETE FROM oauth_requests WHERE expires_at <= %s)"
-            " INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (request_hash) DO NOTHING",
-            [now, request_hash, request.client_id, request.params, request.csrf_hash, request.expires_at]),
-            single=True, idempotent=True)
+    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float,
+                    max_pending: int | None = None) -> bool:
+        def add(conn: Conn) -> bool:
+            # The count is of unexpired rows, so the expired ones the same statement deletes never count.
+            added = conn.execute(
+                "WITH expired AS (DELETE FROM oauth_requests WHERE expires_at <= %s)"
+                " INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
+                " SELECT %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
+                " OR (SELECT count(*) FROM oauth_requests WHERE expires_at > %s) < %s::bigint"
+                " ON CONFLICT (request_hash) DO NOTHING RETURNING request_hash",
+                [now, request_hash, request.client_id, request.params, request.csrf_hash, request.expires_at,
+                 max_pending, now, max_pending]).fetchone()
+            # A retry after a lost COMMIT finds its own row: added all the same.
+            return added is not None or conn.execute(
+                "SELECT 1 FROM oauth_requests WHERE request_hash = %s", [request_hash]).fetchone() is not None
+
+        return self._db.write(add, idempotent=True)
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         row = self._one("SELECT * FROM oauth_requests WHERE request_hash = %s AND expires_at > %s",
@@ -143,10 +161,13 @@ class PostgresOAuthStore:
             b = grant.bounds
             conn.execute(
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
-                " created_at, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                " created_at, expires_at, last_used_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 [grant.id, grant.site_id, grant.client_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at])
+                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, now])
             _insert_tokens(conn, grant.id, tokens)
+            # Last: a client's row is locked after the site, code and grant (forget_unused_clients locks no
+            # other row, so the order holds).
+            conn.execute("UPDATE oauth_clients SET granted_at = %s WHERE client_id = %s", [now, grant.client_id])
             return True
 
         return self._db.write(redeem)
@@ -181,7 +202,8 @@ class PostgresOAuthStore:
                 return False
             grant_id = str(claimed[0])
             conn.execute("DELETE FROM oauth_tokens WHERE grant_id = %s AND expires_at <= %s", [grant_id, now])
-            conn.execute("UPDATE oauth_grants SET expires_at = %s WHERE id = %s", [grant_expires_at, grant_id])
+            conn.execute("UPDATE oauth_grants SET expires_at = %s, last_used_at = %s WHERE id = %s",
+                         [grant_expires_at, now, grant_id])
             _insert_tokens(conn, grant_id, tokens)
             return True
 
@@ -232,6 +254,10 @@ def _json(values: tuple[str, ...] | None) -> str | None:
     return json.dumps(list(values)) if values is not None else None
 
 
+def _float(raw: float | None) -> float | None:
+    return float(raw) if raw is not None else None
+
+
 def _tuple(raw: str | None) -> tuple[str, ...] | None:
     return tuple(json.loads(raw)) if raw is not None else None
 
@@ -249,4 +275,5 @@ def _pending(row: Row) -> PendingAuthorization:
 def _grant(row: Row) -> OAuthGrant:
     return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
                       client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"])
+                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
+                      last_used_at=_float(row["last_used_at"]))

@@ -45,29 +45,47 @@ class SqliteOAuthStore:
 
     # --- clients ----------------------------------------------------------------------------------
 
-    def add_client(self, client: OAuthClient) -> None:
-        self._writer.run_sync(lambda conn: conn.execute(
-            "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (client.client_id, client.secret_hash, client.client_name, client.metadata, client.created_at)))
+    def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
+        def add(conn: sqlite3.Connection) -> bool:
+            if max_unused is not None:
+                unused = conn.execute("SELECT count(*) FROM oauth_clients WHERE granted_at IS NULL").fetchone()[0]
+                if unused >= max_unused:
+                    return False
+            conn.execute(
+                "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)", (client.client_id, client.secret_hash, client.client_name,
+                                               client.metadata, client.created_at, client.granted_at))
+            return True
+
+        return self._writer.run_sync(add)
 
     def client(self, client_id: str) -> OAuthClient | None:
         row = self._readers.get().execute("SELECT * FROM oauth_clients WHERE client_id = ?", (client_id,)).fetchone()
         if row is None:
             return None
         return OAuthClient(client_id=row["client_id"], secret_hash=row["secret_hash"], client_name=row["client_name"],
-                           metadata=row["metadata"], created_at=float(row["created_at"]))
+                           metadata=row["metadata"], created_at=float(row["created_at"]),
+                           granted_at=_float(row["granted_at"]))
+
+    def forget_unused_clients(self, *, registered_before: float) -> int:
+        return self._writer.run_sync(lambda conn: conn.execute(
+            "DELETE FROM oauth_clients WHERE granted_at IS NULL AND created_at < ?", (registered_before,)).rowcount)
 
     # --- authorization requests -------------------------------------------------------------------
 
-    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float) -> None:
-        def add(conn: sqlite3.Connection) -> None:
+    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float,
+                    max_pending: int | None = None) -> bool:
+        def add(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM oauth_requests WHERE expires_at <= ?", (now,))
+            if max_pending is not None:
+                if conn.execute("SELECT count(*) FROM oauth_requests").fetchone()[0] >= max_pending:
+                    return False
             conn.execute("INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
                          " VALUES (?, ?, ?, ?, ?)", (request_hash, request.client_id, request.params,
                                                      request.csrf_hash, request.expires_at))
+            return True
 
-        self._writer.run_sync(add)
+        return self._writer.run_sync(add)
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         row = self._readers.get().execute(
@@ -125,10 +143,11 @@ class SqliteOAuthStore:
             b = grant.bounds
             conn.execute(
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
-                " created_at, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " created_at, expires_at, last_used_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (grant.id, grant.site_id, grant.client_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at))
+                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, now))
             _insert_tokens(conn, grant.id, tokens)
+            conn.execute("UPDATE oauth_clients SET granted_at = ? WHERE client_id = ?", (now, grant.client_id))
             return True
 
         return self._writer.run_sync(redeem)
@@ -154,7 +173,8 @@ class SqliteOAuthStore:
             grant_id = row["grant_id"]
             conn.execute("UPDATE oauth_tokens SET rotated = 1 WHERE token_hash = ?", (token_hash,))
             conn.execute("DELETE FROM oauth_tokens WHERE grant_id = ? AND expires_at <= ?", (grant_id, now))
-            conn.execute("UPDATE oauth_grants SET expires_at = ? WHERE id = ?", (grant_expires_at, grant_id))
+            conn.execute("UPDATE oauth_grants SET expires_at = ?, last_used_at = ? WHERE id = ?",
+                         (grant_expires_at, now, grant_id))
             _insert_tokens(conn, grant_id, tokens)
             return True
 
@@ -194,6 +214,10 @@ def _json(values: tuple[str, ...] | None) -> str | None:
     return json.dumps(list(values)) if values is not None else None
 
 
+def _float(raw: float | None) -> float | None:
+    return float(raw) if raw is not None else None
+
+
 def _tuple(raw: str | None) -> tuple[str, ...] | None:
     return tuple(json.loads(raw)) if raw is not None else None
 
@@ -211,4 +235,5 @@ def _pending(row: sqlite3.Row) -> PendingAuthorization:
 def _grant(row: sqlite3.Row) -> OAuthGrant:
     return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
                       client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"])
+                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
+                      last_used_at=_float(row["last_used_at"]))

@@ -263,6 +263,15 @@ SCHEMA = [
     CREATE INDEX memories_scope_by_id ON memories (id, site_id, bucket, vector_model, team, project, type,
         expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
     """,
+    # 13: OAuth clients that never signed in expire (server/api/oauth/provider.py): when a client last had a
+    # code exchanged (those with a grant already count as signed in at their registration); when a grant was
+    # last used (its code exchanged, or a refresh), for the grants' list.
+    """
+    ALTER TABLE oauth_clients ADD COLUMN granted_at REAL;     -- NULL: never signed in
+    UPDATE oauth_clients SET granted_at = created_at WHERE client_id IN (SELECT client_id FROM oauth_grants);
+    CREATE INDEX oauth_clients_unused ON oauth_clients (created_at) WHERE granted_at IS NULL;
+    ALTER TABLE oauth_grants ADD COLUMN last_used_at REAL;    -- NULL: not known (granted before this step)
+    """,
 ]
 
 

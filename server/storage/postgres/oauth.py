@@ -197,6 +197,11 @@ class PostgresOAuthStore:
             "UPDATE oauth_grants SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
             [now_rfc3339(), grant_id]).rowcount > 0, single=True)
 
+    def mark_grant_used(self, grant_id: str, at: str) -> None:
+        self._db.write(lambda conn: conn.execute(
+            "UPDATE oauth_grants SET last_used_at = %s WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
+            [at, grant_id, at]), single=True, idempotent=True)
+
     def _one(self, sql: str, args: list[Any]) -> Row | None:
         return self._db.read(lambda conn: _cursor(conn).execute(sql, args).fetchone())
 
@@ -249,4 +254,5 @@ def _pending(row: Row) -> PendingAuthorization:
 def _grant(row: Row) -> OAuthGrant:
     return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
                       client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"])
+                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
+                      last_used_at=row["last_used_at"])

@@ -333,6 +333,12 @@ SCHEMA = [
     CREATE INDEX memories_candidates ON memories (site_id, bucket, vector_model) INCLUDE (team, project, type,
         expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
     """,
+    # 12: what a token is for (a label given when it is created), and when a token or an OAuth grant was last
+    # used (RFC3339, written at most once a minute per credential and server: server/auth/usage.py)
+    """
+    ALTER TABLE tokens ADD COLUMN label TEXT, ADD COLUMN last_used_at TEXT COLLATE "C";
+    ALTER TABLE oauth_grants ADD COLUMN last_used_at TEXT COLLATE "C";
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

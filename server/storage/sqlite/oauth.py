@@ -170,6 +170,11 @@ class SqliteOAuthStore:
             "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (now_rfc3339(), grant_id)).rowcount > 0)
 
+    def mark_grant_used(self, grant_id: str, at: str) -> None:
+        self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE oauth_grants SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
+            (at, grant_id, at)))
+
     def _read(self, nowait: bool, sql: str, args: tuple[object, ...]) -> sqlite3.Row | None:
         if not nowait:
             row: sqlite3.Row | None = self._readers.get().execute(sql, args).fetchone()
@@ -211,4 +216,5 @@ def _pending(row: sqlite3.Row) -> PendingAuthorization:
 def _grant(row: sqlite3.Row) -> OAuthGrant:
     return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
                       client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"])
+                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
+                      last_used_at=row["last_used_at"])

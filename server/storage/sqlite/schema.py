@@ -263,6 +263,13 @@ SCHEMA = [
     CREATE INDEX memories_scope_by_id ON memories (id, site_id, bucket, vector_model, team, project, type,
         expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
     """,
+    # 13: what a token is for (a label given when it is created), and when a token or an OAuth grant was last
+    # used (RFC3339, written at most once a minute per credential and server: server/auth/usage.py)
+    """
+    ALTER TABLE tokens ADD COLUMN label TEXT;
+    ALTER TABLE tokens ADD COLUMN last_used_at TEXT;
+    ALTER TABLE oauth_grants ADD COLUMN last_used_at TEXT;
+    """,
 ]
 
 

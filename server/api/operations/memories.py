@@ -41,6 +41,9 @@ from server.storage.scope import Scope
 
 # A count of visible memories stops here: past it a status page says "more than" (a full count walks rows).
 COUNT_CAP = 1_000_000
+# A listing's count stops sooner, since every page of the list shows it: counting reads each matching row
+# (~3 µs on SQLite: 10,000 in ~30 ms, 100,000 in ~320 ms).
+LIST_COUNT_CAP = 10_000
 
 
 def filters_of(params: FilterParams) -> Filters:
@@ -155,14 +158,14 @@ class MemoryOperations:
                 "next_cursor": encode_list_cursor(following, params.order) if following is not None else None}
 
     async def count_listed(self, principal: Principal, params: ListMemoriesParams) -> dict[str, Any]:
-        """How many memories `list` gives with these filters in all (counted up to COUNT_CAP)."""
+        """How many memories `list` gives with these filters in all (counted up to LIST_COUNT_CAP)."""
         memories = self._memories()
         scope, provenance = listing(principal, params)
         total = 0 if scope.empty else await anyio.to_thread.run_sync(
             lambda: memories.storage.memories.count_listed(scope, location=params.location, provenance=provenance,
-                                                           up_to=COUNT_CAP, occurred_after=params.occurred_after,
+                                                           up_to=LIST_COUNT_CAP, occurred_after=params.occurred_after,
                                                            occurred_before=params.occurred_before))
-        return {"total": min(total, COUNT_CAP), "capped": total > COUNT_CAP}
+        return {"total": min(total, LIST_COUNT_CAP), "capped": total > LIST_COUNT_CAP}
 
     async def activity(self, principal: Principal, params: ActivityParams) -> dict[str, Any]:
         """How many memories the caller sees (counted up to COUNT_CAP), and how many of them occurred on each

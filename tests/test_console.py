@@ -465,6 +465,21 @@ def test_oauth_grants_are_listed_with_their_client_and_revoked(page: Any, consol
     shot(page, "access")
     listed = run_cli("token", "list", "--site", SITE, data_dir=console.process.data_dir).stdout
     assert re.search(rf"{grant_id}\t.*\toauth client: Claude Desktop\tlast used: \d{{4}}-", listed)
+    # Another site's owner cannot revoke it: to them it does not exist.
+    other = parse_fields(run_cli("site", "create", "globex", data_dir=console.process.data_dir).stdout)["secret"]
+    elsewhere = page.context.browser.new_context(base_url=console.base)
+    try:
+        tab = elsewhere.new_page()
+        tab.goto("/ui/sign-in")
+        tab.get_by_label("Site", exact=True).fill("globex")
+        tab.get_by_label("Secret").fill(other)
+        tab.get_by_role("button", name="Sign in with the site credential").click()
+        tab.wait_for_url("**/ui/memories")
+        assert tab.request.post(f"/ui/access/grants/{grant_id}/revoke", form={"csrf": csrf_of(tab)}).status == 404
+    finally:
+        elsewhere.close()
+    page.reload()
+    assert "active" in page.locator(f"#grant-{grant_id}").inner_text()
     page.get_by_role("button", name=f"Revoke OAuth grant of Claude Desktop ({grant_id})").click()
     page.wait_for_url("**revoked=oa_**")
     assert "OAuth grant" in page.get_by_role("status").inner_text()
@@ -586,7 +601,10 @@ def test_every_page_fits_375_px(page: Any, console: Console) -> None:
     console.oauth_grant("A connector with a rather long name, to wrap", buckets="eng")
     console.token("--scope", "memory:read", "--team", "platform", "--label", "a long label for the narrow table")
     page.set_viewport_size({"width": NARROW, "height": 780})
+    page.goto("/ui/sign-in")
+    assert fits(page)
     sign_in(page, console)
+    assert page.goto("/ui/nowhere").status == 404 and fits(page)  # the error page
     reference = console.reference_of("Alice prefers dark mode in every editor. (note 2)")
     pages = {"memories": "/ui/memories", "memory": "/ui/memories/mem_deploy_window_1",
              "search": "/ui/search?q=deploy+window", "conversations": "/ui/conversations",

@@ -46,7 +46,7 @@ class UsageLog:
             if len(self._recorded) >= TRACKED:
                 self._recorded.clear()
             self._recorded[key] = now
-        self._writer.submit(self._write, key, now_rfc3339())
+            self._writer.submit(self._write, key, now_rfc3339())  # under the lock: never after close()
 
     def _write(self, key: tuple[str, str], at: str) -> None:
         kind, credential = key

@@ -20,6 +20,7 @@ from server.api.operations.memories import MemoryOperations, unavailable_until_l
 from server.auth.admin import ensure_site
 from server.auth.authenticator import Authenticator
 from server.auth.principal import Principal, site_principal
+from server.auth.usage import UsageLog
 from server.index.base import VectorIndex
 from server.logs.deletion import LogRetention
 from server.logs.validation import LogLimits
@@ -133,11 +134,13 @@ def open_services(settings: Settings, *, integrity_budget_s: float | None = None
     on its event loop (see server.auth.authenticator). `storage`: an already open store to serve (it is
     closed with the services), instead of the one the settings name."""
     storage = storage or open_storage(settings, integrity_budget_s=integrity_budget_s)
+    usage = UsageLog(storage.sites, storage.oauth)
     services = Services(
         settings=settings, storage=storage,
         authenticator=Authenticator(storage.sites, nowait=nowait_sign_in, oauth=storage.oauth,
-                                    resource=settings.mcp_resource),
+                                    resource=settings.mcp_resource, usage=usage),
         logs=LogOperations(storage.logs, LogLimits(settings.max_payload_bytes, settings.max_batch_bytes)),
     )
     services.closers.append(storage.close)
+    services.closers.append(usage.close)  # closers run last first: its pending writes go before the store closes
     return services

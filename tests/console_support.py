@@ -3,12 +3,19 @@ its REST and CLI, what a browser context recorded, screenshots and sign-in."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
 
+from server.auth.principal import READ
+
+from oauth_support import Owner, RawClient
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli
 from tests import backends
 
@@ -19,6 +26,11 @@ SITE = "acme"
 CONVERSATION = "conv-console-0001"
 LOG_ITEMS = 120  # three pages of 50
 RELEASE = "The release train leaves every second Thursday at 10:00 UTC, after the go/no-go call."
+BIKE = "My bike is in the shed behind the office."
+DEPLOY_OLD = "The deploy window is Tuesdays from 14:00 to 16:00 UTC."
+DEPLOY_NEW = "The deploy window moved to Thursdays from 10:00 to 12:00 UTC."
+WIFI = "The guest Wi-Fi password is rotated every Friday; ask the front desk."
+NOTES = 36
 TOPICS = ["Deploys are frozen during the last week of December.", "The staging database is rebuilt every Monday.",
           "Alice prefers dark mode in every editor.", "On-call hand-over happens on Mondays at 09:00.",
           "We authenticate MCP clients with a Basic credential per site.", "Backups are kept for 35 days.",
@@ -27,30 +39,51 @@ TOPICS = ["Deploys are frozen during the last week of December.", "The staging d
           "Customer data never leaves the EU region.", "The API is versioned in the path: /v1, /v2."]
 
 
+def rfc3339(when: datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
+
+
 def seed_lines(now: datetime) -> list[dict[str, Any]]:
-    """Memories saved over the last 90 days (the status chart), one of them taken from a log entry, and a
-    conversation of LOG_ITEMS items plus two short ones."""
+    """A back-dated import: NOTES memories saved together yesterday, each of which occurred on a day of the
+    last 90 (the list's two orders and the status chart tell them apart), one of them taken from a log entry;
+    a decision superseded by a newer one (imported with its links), a memory that expires; a conversation of
+    LOG_ITEMS chat messages plus two short ones, one with a message of content parts and an item that is no
+    message."""
+    imported = rfc3339(now - timedelta(days=1))
     lines: list[dict[str, Any]] = [{"kind": "header", "version": 1}]
-    for n in range(36):
-        saved = (now - timedelta(days=(n * n * 11 + 3 * n) % 90, hours=n % 5)).isoformat().replace("+00:00", "Z")
+    for n in range(NOTES):
+        occurred = rfc3339(now - timedelta(days=(n * n * 11 + 3 * n) % 90 + 1, hours=n % 5))
         lines.append({"kind": "memory", "site": SITE, "content": f"{TOPICS[n % len(TOPICS)]} (note {n})",
                       "type": ["fact", "decision", "note", "preference"][n % 4], "bucket": "eng" if n % 3 else "ops",
-                      "project": "memory-os", "tags": ["team-notes"], "occurred_at": saved, "created_at": saved,
-                      "updated_at": saved})
+                      "project": "memory-os", "tags": ["team-notes"], "occurred_at": occurred,
+                      "created_at": imported, "updated_at": imported})
     lines.append({"kind": "memory", "site": SITE, "content": RELEASE, "type": "decision", "bucket": "eng",
                   "project": "memory-os", "team": "platform", "tags": ["release"],
                   "provenance": {"source": "chat", "agent": "planner", "conversation_id": CONVERSATION, "seq": 73}})
-    lines.append({"kind": "memory", "site": SITE, "content": "My bike is in the shed behind the office.",
-                  "bucket": "personal", "type": "note"})
-    recorded = (now - timedelta(hours=3)).isoformat().replace("+00:00", "Z")
+    lines.append({"kind": "memory", "site": SITE, "content": BIKE, "bucket": "personal", "type": "note"})
+    old_at, new_at = rfc3339(now - timedelta(days=40)), rfc3339(now - timedelta(days=6))
+    lines.append({"kind": "memory", "site": SITE, "reference": "mem_deploy_window_1", "content": DEPLOY_OLD,
+                  "type": "decision", "bucket": "ops", "team": "platform", "occurred_at": old_at,
+                  "superseded_by": "mem_deploy_window_2", "valid_to": new_at})
+    lines.append({"kind": "memory", "site": SITE, "reference": "mem_deploy_window_2", "content": DEPLOY_NEW,
+                  "type": "decision", "bucket": "ops", "team": "platform", "occurred_at": new_at,
+                  "supersedes": "mem_deploy_window_1"})
+    lines.append({"kind": "memory", "site": SITE, "content": WIFI, "type": "fact", "bucket": "ops",
+                  "expires_at": rfc3339(now + timedelta(days=30))})
+    recorded = rfc3339(now - timedelta(hours=3))
     for seq in range(LOG_ITEMS):
         payload = {"role": "user" if seq % 2 == 0 else "assistant", "text": f"turn {seq} of the planning chat",
                    "meta": {"seq": seq, "tokens": 12 + seq % 7}}
         lines.append({"kind": "log_item", "site": SITE, "conversation_id": CONVERSATION, "seq": seq,
                       "recorded_at": recorded, "payload": payload})
-    for other in ("conv-console-0002", "conv-console-0003"):
-        lines.append({"kind": "log_item", "site": SITE, "conversation_id": other, "seq": 0, "recorded_at": recorded,
-                      "payload": {"role": "user", "text": "hello"}})
+    others = {"conv-console-0002": [{"speaker": "Alice", "content": [{"type": "text", "text": "Shall we ship?"},
+                                                                      {"type": "text", "text": "Tests are green."}]},
+                                    {"event": "deploy", "status": "started"}],
+              "conv-console-0003": [{"role": "user", "text": "hello"}]}
+    for other, payloads in others.items():
+        for seq, payload in enumerate(payloads):
+            lines.append({"kind": "log_item", "site": SITE, "conversation_id": other, "seq": seq,
+                          "recorded_at": recorded, "payload": payload})
     return lines
 
 
@@ -71,10 +104,37 @@ class Console:
         fields = parse_fields(done.stdout)
         return fields.get("id", ""), fields["token"]
 
-    def reference_of(self, content: str) -> str:
+    def oauth_grant(self, client_name: str, *, buckets: str = "") -> str:
+        """A connector signed in through the real OAuth flow (registration, the consent page answered by the
+        site's owner, PKCE): its access token."""
+        owner = Owner(SITE, self.secret, scopes=[READ], buckets=buckets)
+
+        async def flow() -> str:
+            async with httpx2.AsyncClient(timeout=60) as http:
+                client = await RawClient.register(http, self.base, client_name=client_name)
+                return str((await client.tokens(http, owner))["access_token"])
+
+        found: list[str] = []
+        worker = threading.Thread(target=lambda: found.append(asyncio.run(flow())))  # off the browser's loop
+        worker.start()
+        worker.join()
+        assert found, "the OAuth flow did not finish"
+        return found[0]
+
+    def memories(self) -> list[dict[str, Any]]:
+        """Every memory the site credential sees, over REST."""
+        found: list[dict[str, Any]] = []
+        cursor = None
         with self.rest() as http:
-            memories = http.get("/v1/memories", params={"limit": 100}).json()["memories"]
-        found = [m["reference"] for m in memories if m["content"] == content]
+            while True:
+                page = http.get("/v1/memories", params={"limit": 100, **({"cursor": cursor} if cursor else {})}).json()
+                found += page["memories"]
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    return found
+
+    def reference_of(self, content: str) -> str:
+        found = [m["reference"] for m in self.memories() if m["content"] == content]
         assert found, content
         return str(found[0])
 
@@ -122,6 +182,23 @@ def sign_in(page: Any, console: Console, *, token: str | None = None, to: str = 
         page.get_by_label("Token (mst_…)").fill(token)
         page.get_by_role("button", name="Sign in with a token").click()
     page.wait_for_url(f"**{to}**")
+
+
+def eventually(page: Any, path: str, holds: Callable[[Any], bool], *, timeout: float = 30.0) -> None:
+    """Load `path` again until `holds(page)`: for what the server records off the request path (a credential's
+    last use), never a fixed wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page.goto(path)
+        if holds(page):
+            return
+        assert time.monotonic() < deadline, f"{path}: still not as expected after {timeout} s"
+        page.wait_for_timeout(200)
+
+
+def fits(page: Any) -> bool:
+    """Nothing on the page is wider than the window (no sideways scrolling)."""
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
 def csrf_of(page: Any) -> str:

@@ -1,7 +1,7 @@
 """Console sessions and CSRF, and the store reads the console added, on a real store (SQLite, then
 PostgreSQL where its backend exists): a session is found by its hash only, ends on sign-out, idleness, age,
 a rotated secret, a deleted site or a revoked token; CSRF tokens belong to one session; the listing's
-occurred_after/occurred_before range and the per-day counts are scoped like every read."""
+occurred_after/occurred_before range and the per-day counts (by occurred day) are scoped like every read."""
 
 from __future__ import annotations
 
@@ -172,14 +172,17 @@ def test_per_day_counts_and_conversation_counts_are_scoped(shared: LiveServer) -
         from server.storage.scope import Scope
 
         today = time.strftime("%Y-%m-%d", time.gmtime())
-        counts = dict(storage.memories.saved_per_day(Scope(site_id=site_id), f"{today}T00:00:00Z"))
-        stored = query(shared.settings, "SELECT count(*) FROM memories WHERE site_id = ? AND created_at >= ?",
-                       site_id, f"{today}T00:00:00Z")[0][0]
+        tomorrow = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 86400))
+        since, before = f"{today}T00:00:00.000000Z", f"{tomorrow}T00:00:00.000000Z"
+        counts = dict(storage.memories.occurred_per_day(Scope(site_id=site_id), since, before))
+        stored = query(shared.settings, "SELECT count(*) FROM memories WHERE site_id = ? AND occurred_at >= ?"
+                       " AND occurred_at < ?", site_id, since, before)[0][0]
         assert counts == {today: stored}
-        bounded = dict(storage.memories.saved_per_day(Scope(site_id=site_id, buckets=frozenset({"daily1"})),
-                                                      "2000-01-01T00:00:00Z"))
+        bounded = dict(storage.memories.occurred_per_day(Scope(site_id=site_id, buckets=frozenset({"daily1"})),
+                                                         "2000-01-01T00:00:00.000000Z", "9999-01-01T00:00:00.000000Z"))
         assert bounded == {today: 1}
-        assert storage.memories.saved_per_day(Scope(site_id=other), "2000-01-01T00:00:00Z") == []
+        assert storage.memories.occurred_per_day(Scope(site_id=other), "2000-01-01T00:00:00.000000Z",
+                                                 "9999-01-01T00:00:00.000000Z") == []
         assert storage.logs.count_conversations(site_id) >= 1 and storage.logs.count_conversations(other) == 0
     finally:
         storage.close()

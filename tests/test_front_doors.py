@@ -30,6 +30,7 @@ from server.settings import Settings
 from server.storage.factory import open_storage
 from server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthClient, OAuthCode
 from server.storage.oauth_records import PendingAuthorization as Pending
+from server.storage.records import rfc3339_at
 
 from conftest import make_settings, query
 from oauth_support import Owner, RawClient, parse_form, pkce
@@ -381,10 +382,10 @@ def test_the_oauth_store_caps_what_it_keeps_and_dates_use(tmp_path: Path) -> Non
         assert client is not None and client.granted_at == NOW + 5
         [listed] = oauth.grants(sid)
         assert (listed.client_name, listed.bounds.scopes, listed.created_at, listed.last_used_at) == (
-            "Claude", (READ,), "2030-03-17T17:46:40.000000Z", NOW + 5)
+            "Claude", (READ,), "2030-03-17T17:46:40.000000Z", rfc3339_at(NOW + 5))
         assert oauth.rotate_refresh("ref", [IssuedToken("ref-2", REFRESH, (READ,), NOW + 9000)], now=NOW + 50,
                                     grant_expires_at=NOW + 9000)
-        assert oauth.grants(sid)[0].last_used_at == NOW + 50
+        assert oauth.grants(sid)[0].last_used_at == rfc3339_at(NOW + 50)
 
         # Forgetting: only clients that never signed in, registered before the given time.
         assert oauth.add_client(OAuthClient("c-3", None, None, "{}", NOW + 20), max_unused=2)  # c-1 is used now

@@ -53,6 +53,8 @@ from server.storage.postgres.storage import PostgresStorage
 from server.storage.protocols import Storage
 from server.storage.records import (
     APPENDED,
+    BY_CREATED,
+    BY_OCCURRED,
     CONFLICT,
     CREATED,
     DUPLICATE,
@@ -66,6 +68,7 @@ from server.storage.records import (
     Words,
     WouldBlock,
     now_rfc3339,
+    rfc3339_at,
 )
 from server.storage.scope import Scope
 
@@ -356,6 +359,21 @@ def test_sites_and_tokens(storage: Storage) -> None:
     assert sites.token("hash-unknown") is None
 
 
+def test_token_labels_and_last_use(storage: Storage) -> None:
+    sites = storage.sites
+    sid = site(storage)
+    sites.add_token(replace(token_record("tok-1", sid), label="ci: nightly import"), "hash-1")
+    sites.add_token(token_record("tok-2", sid), "hash-2")
+    assert [(t.label, t.last_used_at) for t in sites.tokens(sid)] == [("ci: nightly import", None), (None, None)]
+    sites.mark_token_used("tok-1", "2026-05-01T10:00:00.000000Z")
+    sites.mark_token_used("tok-1", "2026-05-01T09:00:00.000000Z")  # an earlier use (another server): kept later
+    sites.mark_token_used("tok-none", "2026-05-01T10:00:00.000000Z")  # no such token: nothing happens
+    used = sites.token("hash-1")
+    assert used is not None and (used.label, used.last_used_at) == ("ci: nightly import", "2026-05-01T10:00:00.000000Z")
+    sites.mark_token_used("tok-1", "2026-05-01T10:01:00.000000Z")
+    assert [t.last_used_at for t in sites.tokens(sid)] == ["2026-05-01T10:01:00.000000Z", None]
+
+
 def session_record(id_hash: str, site_id: int, *, created_at: float, seen_at: float) -> SessionRecord:
     return SessionRecord(id_hash=id_hash, site_id=site_id, site="acme", kind="basic", credential=f"digest-{id_hash}",
                          created_at=created_at, seen_at=seen_at)
@@ -481,7 +499,7 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
         ACCESS, (READ,), NOW + 3600, False)
     listed = OAuthGrant(id="oa_1", site_id=sid, site="acme", client_id="client-1", client_name="Claude",
                         bounds=Bounds((READ, WRITE), teams=("t",)), resource="http://127.0.0.1:8765/mcp",
-                        created_at=WHEN, expires_at=NOW + 3600, revoked_at=None, last_used_at=NOW)
+                        created_at=WHEN, expires_at=NOW + 3600, revoked_at=None, last_used_at=rfc3339_at(NOW))
     assert record.grant == listed and oauth.token("unknown") is None
     try:
         assert oauth.token("access-1", nowait=True) == record
@@ -510,6 +528,13 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
     assert not oauth.rotate_refresh("refresh-2", [], now=NOW + 3600, grant_expires_at=NOW + 9999)
     record = oauth.token("access-2")
     assert record is not None and record.grant.revoked_at == revoked.revoked_at
+
+    # When a grant was last used (its code exchanged, a refresh, one of its tokens): only ever later.
+    assert [g.last_used_at for g in oauth.grants(sid)] == [rfc3339_at(NOW), rfc3339_at(NOW + 3600)]
+    oauth.mark_grant_used("oa_0", "2030-03-17T18:00:00.000000Z")
+    oauth.mark_grant_used("oa_0", "2030-03-17T17:59:00.000000Z")
+    oauth.mark_grant_used("oa_none", "2030-03-17T18:00:00.000000Z")
+    assert [g.last_used_at for g in oauth.grants(sid)] == ["2030-03-17T18:00:00.000000Z", rfc3339_at(NOW + 3600)]
 
     # A site's deletion takes its codes, grants and tokens (not the clients: they belong to no site).
     other = site(storage, "other")
@@ -637,24 +662,65 @@ def test_page_on_an_occurred_range(storage: Storage) -> None:
     assert listed(scope)[0] == [m.reference for m in reversed(made)]  # no range: every one
 
 
-def test_saved_per_day(storage: Storage) -> None:
+def test_page_by_occurred_and_the_count_of_a_listing(storage: Storage) -> None:
+    """A back-dated import: created in one order, occurred in another. The listing is keyed on either, and
+    counted with the same filters."""
+    sid, other = site(storage), site(storage, "other")
+    occurred = ["2026-03-05T00:00:00.000000Z", "2025-01-01T00:00:00.000000Z", "2026-03-05T00:00:00.000000Z",
+                "2024-06-30T12:00:00.000000Z", "2026-01-15T08:00:00.000000Z"]
+    made = [remember(storage, sid, f"imported {n}", occurred_at=when, bucket="b" if n % 2 else "default",
+                     kept=Kept(created_at=f"2026-04-0{n + 1}T00:00:00.000000Z")) for n, when in enumerate(occurred)]
+    remember(storage, other, "elsewhere", occurred_at=occurred[0])
+    scope = Scope(sid)
+
+    def listed(order: str, limit: int = 10, after: tuple[str, int] | None = None,
+               **bounds: Any) -> tuple[list[int], tuple[str, int] | None]:
+        page, following = storage.memories.page(scope, location=None, provenance={}, limit=limit, after=after,
+                                                order=order, **bounds)
+        return [made.index(next(m for m in made if m.reference == p.reference)) for p in page], following
+
+    assert listed(BY_CREATED)[0] == [4, 3, 2, 1, 0]
+    assert listed(BY_OCCURRED)[0] == [2, 0, 4, 1, 3]  # equal occurred_at: the later id first
+    first, following = listed(BY_OCCURRED, limit=2)
+    assert following == (occurred[0], made[0].row_id)
+    second, following = listed(BY_OCCURRED, limit=2, after=following)
+    rest, end = listed(BY_OCCURRED, limit=2, after=following)
+    assert first + second + rest == [2, 0, 4, 1, 3] and end is None
+    assert listed(BY_OCCURRED, occurred_after="2025-01-01T00:00:00.000000Z",
+                  occurred_before="2026-03-05T00:00:00.000000Z")[0] == [4, 1]
+    with pytest.raises(ValueError):
+        listed("alphabetical")
+
+    def counted(scope: Scope, up_to: int = 100, **filters: Any) -> int:
+        return storage.memories.count_listed(scope, location=None, provenance={}, up_to=up_to, **filters)
+
+    assert counted(scope) == 5 and counted(Scope(other)) == 1 and counted(scope, up_to=2) == 3
+    assert counted(scope.narrowed(bucket="b")) == 2
+    assert counted(scope, occurred_after="2026-01-01T00:00:00.000000Z") == 3
+    assert counted(scope, occurred_before="2025-01-01T00:00:00.000000Z") == 1
+    assert storage.memories.count_listed(scope, location="nowhere", provenance={}, up_to=100) == 0
+    with pytest.raises(InvalidParameters):
+        storage.memories.count_listed(scope, location=None, provenance={"secret": "x"}, up_to=100)
+
+
+def test_occurred_per_day(storage: Storage) -> None:
     sid, other = site(storage), site(storage, "other")
     days = {"2026-03-01T23:59:59.999999Z": "a", "2026-03-02T00:00:00.000000Z": "a", "2026-03-02T12:00:00.000000Z": "b",
             "2026-03-02T23:00:00.000000Z": "a", "2026-03-05T08:00:00.000000Z": "b", "2026-02-28T10:00:00.000000Z": "a"}
-    for n, (created, bucket) in enumerate(days.items()):
-        remember(storage, sid, f"saved {n}", bucket=bucket, tags=["t"] if n % 2 else [],
-                 kept=Kept(created_at=created))
-    remember(storage, other, "saved elsewhere", kept=Kept(created_at="2026-03-02T10:00:00.000000Z"))
-    since = "2026-03-01T00:00:00.000000Z"
-    assert storage.memories.saved_per_day(Scope(sid), since) == [("2026-03-01", 1), ("2026-03-02", 3),
-                                                                 ("2026-03-05", 1)]
-    assert storage.memories.saved_per_day(Scope(sid), "2026-03-02T12:00:00.000000Z") == [("2026-03-02", 2),
-                                                                                         ("2026-03-05", 1)]
-    assert storage.memories.saved_per_day(Scope(sid, buckets=frozenset({"b"})), since) == [("2026-03-02", 1),
-                                                                                           ("2026-03-05", 1)]
-    assert storage.memories.saved_per_day(Scope(sid).narrowed(tags=["t"]), since) == [("2026-03-02", 2)]
-    assert storage.memories.saved_per_day(Scope(other), since) == [("2026-03-02", 1)]
-    assert storage.memories.saved_per_day(Scope(sid), "2026-04-01T00:00:00.000000Z") == []
+    for n, (occurred, bucket) in enumerate(days.items()):
+        # Saved on one day (an import), occurred on six: the days counted are the occurred ones.
+        remember(storage, sid, f"saved {n}", bucket=bucket, tags=["t"] if n % 2 else [], occurred_at=occurred,
+                 kept=Kept(created_at="2026-04-01T00:00:00.000000Z"))
+    remember(storage, other, "saved elsewhere", occurred_at="2026-03-02T10:00:00.000000Z")
+    since, before = "2026-03-01T00:00:00.000000Z", "2026-04-01T00:00:00.000000Z"
+    per_day = storage.memories.occurred_per_day
+    assert per_day(Scope(sid), since, before) == [("2026-03-01", 1), ("2026-03-02", 3), ("2026-03-05", 1)]
+    assert per_day(Scope(sid), "2026-03-02T12:00:00.000000Z", before) == [("2026-03-02", 2), ("2026-03-05", 1)]
+    assert per_day(Scope(sid), since, "2026-03-05T00:00:00.000000Z") == [("2026-03-01", 1), ("2026-03-02", 3)]
+    assert per_day(Scope(sid, buckets=frozenset({"b"})), since, before) == [("2026-03-02", 1), ("2026-03-05", 1)]
+    assert per_day(Scope(sid).narrowed(tags=["t"]), since, before) == [("2026-03-02", 2)]
+    assert per_day(Scope(other), since, before) == [("2026-03-02", 1)]
+    assert per_day(Scope(sid), before, "2026-05-01T00:00:00.000000Z") == []
 
 
 # --- the outbox and the words -----------------------------------------------------------------------------

@@ -109,11 +109,14 @@ def token_create(
     team: Annotated[list[str] | None, typer.Option("--team", help="Bound to these teams.")] = None,
     project: Annotated[list[str] | None, typer.Option("--project", help="Bound to these projects.")] = None,
     bucket: Annotated[list[str] | None, typer.Option("--bucket", help="Bound to these buckets.")] = None,
+    label: Annotated[str | None, typer.Option(
+        "--label", help="What the token is for (e.g. 'laptop: Claude Code'), shown wherever tokens are listed.",
+    )] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Mint a Bearer token; prints it once."""
     token_id, token = with_sites(data_dir, lambda sites: admin.create_token(
-        sites, site, scopes=scope, teams=team, projects=project, buckets=bucket))
+        sites, site, scopes=scope, teams=team, projects=project, buckets=bucket, label=label))
     typer.echo(f"id: {token_id}\ntoken: {token}")
 
 
@@ -121,7 +124,8 @@ def token_create(
 def token_list(
     site: Annotated[str, typer.Option("--site", help="The site whose tokens to list.")], data_dir: DataDir = None
 ) -> None:
-    """List a site's tokens, then the OAuth grants of its connectors with their client's name (never a secret)."""
+    """List a site's tokens (with their labels and last use), then the OAuth grants of its connectors with their
+    client's name and last use (never a secret)."""
     def listed(_: Settings, storage: Storage) -> tuple[list[str], list[OAuthGrant]]:
         tokens = admin.list_tokens(storage.sites, site)
         return _lines(tokens), oauth.list_grants(storage.oauth, admin.require_site(storage.sites, site))
@@ -134,12 +138,14 @@ def token_list(
         state = f"revoked {g.revoked_at}" if g.revoked_at else "active" if g.expires_at > now else "expired"
         b = g.bounds
         typer.echo(f"{g.id}\t{','.join(b.scopes)}\t{_bounds(b.teams, b.projects, b.buckets)}\t{state}"
-                   f"\toauth client: {_printable(g.client_name or g.client_id)}")
+                   f"\toauth client: {_printable(g.client_name or g.client_id)}"
+                   f"\tlast used: {g.last_used_at or 'never'}")
 
 
 def _lines(tokens: list[TokenRecord]) -> list[str]:
     return [f"{t.id}\t{','.join(t.scopes)}\t{_bounds(t.teams, t.projects, t.buckets)}\t"
-            f"{f'revoked {t.revoked_at}' if t.revoked_at else 'active'}" for t in tokens]
+            f"{f'revoked {t.revoked_at}' if t.revoked_at else 'active'}\tlabel: {t.label or '-'}"
+            f"\tlast used: {t.last_used_at or 'never'}" for t in tokens]
 
 
 def _bounds(teams: tuple[str, ...] | None, projects: tuple[str, ...] | None, buckets: tuple[str, ...] | None) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from server.auth import oauth as grants
 from server.auth.principal import SCOPES
 from server.auth.secrets import check_site_name, hash_secret, new_secret, new_token, token_hash
 from server.errors import InvalidParameters, NotFound
-from server.storage.protocols import SiteStore
+from server.storage.oauth_records import OAuthGrant
+from server.storage.protocols import OAuthStore, SiteStore
 from server.storage.records import SiteRecord, TokenRecord, now_rfc3339
 
 
@@ -74,9 +76,27 @@ def require_site(sites: SiteStore, name: str) -> int:
     return site_id
 
 
+MAX_LABEL = 100  # characters of a token's label
+
+
+def check_label(label: str | None) -> str | None:
+    """A token's label: what it is for, printable text of 1-MAX_LABEL characters (blank: none)."""
+    label = (label or "").strip()
+    if not label:
+        return None
+    if len(label) > MAX_LABEL:
+        raise InvalidParameters(f"label: at most {MAX_LABEL} characters (got {len(label)})")
+    if not label.isprintable():
+        raise InvalidParameters("label: printable text only (no control characters or line breaks)")
+    return label
+
+
 def create_token(sites: SiteStore, site: str, *, scopes: Sequence[str], teams: Sequence[str] | None = None,
-                 projects: Sequence[str] | None = None, buckets: Sequence[str] | None = None) -> tuple[str, str]:
-    """Mint a Bearer token; return (id, token). The token is shown once and stored hashed."""
+                 projects: Sequence[str] | None = None, buckets: Sequence[str] | None = None,
+                 label: str | None = None) -> tuple[str, str]:
+    """Mint a Bearer token; return (id, token). The token is shown once and stored hashed; `label` says what
+    it is for (shown beside it wherever tokens are listed)."""
+    label = check_label(label)
     if not scopes:
         raise InvalidParameters("a token needs at least one scope")
     for scope in scopes:
@@ -86,7 +106,7 @@ def create_token(sites: SiteStore, site: str, *, scopes: Sequence[str], teams: S
     token_id, token = new_token()
     sites.add_token(TokenRecord(id=token_id, site_id=site_id, site=site, scopes=tuple(sorted(set(scopes))),
                                 teams=_bound(teams), projects=_bound(projects), buckets=_bound(buckets),
-                                created_at=now_rfc3339(), revoked_at=None), token_hash(token))
+                                created_at=now_rfc3339(), revoked_at=None, label=label), token_hash(token))
     return token_id, token
 
 
@@ -109,3 +129,16 @@ def revoke_site_token(sites: SiteStore, site: str, token_id: str) -> None:
     if not any(token.id == token_id and not token.revoked_at for token in list_tokens(sites, site)):
         raise NotFound(f"no active token with id {token_id!r}")
     revoke_token(sites, token_id)
+
+
+def list_site_grants(sites: SiteStore, oauth: OAuthStore, site: str) -> list[OAuthGrant]:
+    """The OAuth grants of `site`'s connectors, oldest first, revoked ones included."""
+    return grants.list_grants(oauth, require_site(sites, site))
+
+
+def revoke_site_grant(sites: SiteStore, oauth: OAuthStore, site: str, grant_id: str) -> None:
+    """Revoke one of `site`'s own OAuth grants: a grant of another site is not found (the console, as
+    `revoke_site_token`)."""
+    if not any(grant.id == grant_id and not grant.revoked_at for grant in list_site_grants(sites, oauth, site)):
+        raise NotFound(f"no active OAuth grant with id {grant_id!r}")
+    grants.revoke_grant(oauth, grant_id)

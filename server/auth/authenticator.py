@@ -26,6 +26,7 @@ from collections.abc import Callable
 from server.auth.oauth import ACCESS_PREFIX, MAX_SECRET_LENGTH, StaleCredential, access_principal, digest
 from server.auth.principal import Principal, site_principal
 from server.auth.secrets import TOKEN_PREFIX, dummy_hash, token_hash, verify_secret
+from server.auth.usage import UsageLog
 from server.errors import AppError, Unauthorized
 from server.storage.protocols import OAuthStore, SiteStore
 from server.storage.records import TokenRecord, WouldBlock
@@ -35,8 +36,9 @@ VERIFIED_CACHE = 10_000
 
 class Authenticator:
     def __init__(self, sites: SiteStore, *, nowait: bool = False, oauth: OAuthStore | None = None,
-                 resource: str = "", clock: Callable[[], float] = time.time) -> None:
+                 resource: str = "", clock: Callable[[], float] = time.time, usage: UsageLog | None = None) -> None:
         self._sites = sites
+        self._usage = usage  # records when each token and grant was last used (None: not recorded)
         self._oauth = oauth  # None: OAuth access tokens are not accepted (e.g. a CLI's authenticator)
         self._resource = resource  # the audience OAuth access tokens must have been issued for
         self._clock = clock
@@ -118,7 +120,10 @@ class Authenticator:
             record = self._oauth.token(digest(value), nowait=nowait)
             if record is None:
                 raise Unauthorized("invalid or revoked token")
-            return access_principal(record, resource=self._resource, now=self._clock())
+            principal = access_principal(record, resource=self._resource, now=self._clock())
+            if self._usage is not None:
+                self._usage.grant_used(record.grant.id)
+            return principal
         if not value.startswith(TOKEN_PREFIX):
             raise Unauthorized("invalid token")
         token = self._sites.token(token_hash(value), nowait=nowait)
@@ -126,6 +131,8 @@ class Authenticator:
             raise Unauthorized("invalid or revoked token")
         if token.revoked_at:
             raise StaleCredential("invalid or revoked token")  # same words: a probe learns nothing more
+        if self._usage is not None:
+            self._usage.token_used(token.id)
         return token_principal(token)
 
     # --- sessions signed in with a credential (the console) -----------------------------------------
@@ -165,6 +172,8 @@ class Authenticator:
             token = self._sites.token(bound_to)
             if token is None or token.revoked_at or token.site_id != site_id:
                 return None
+            if self._usage is not None:
+                self._usage.token_used(token.id)  # a console session signed in with it uses it too
             return token_principal(token)
         return None
 

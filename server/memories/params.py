@@ -7,7 +7,7 @@ same field with the same message.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo
 from pydantic.json_schema import SkipJsonSchema
@@ -195,6 +195,9 @@ class ListMemoriesParams(Params):
     limit: Annotated[int, bounded_field(1, MAX_LIST, LIST_LIMIT, "Page size"), WHOLE_NUMBER,
                      NULL_IS_DEFAULT] = LIST_LIMIT
     cursor: Annotated[str | None, Field(description="Opaque: the previous page's next_cursor.")] = None
+    order: Annotated[Literal["created", "occurred"], Field(description=(
+        "Newest first by created_at (when it was saved; the default) or by occurred_at (when it happened).")),
+        NULL_IS_DEFAULT] = "created"
 
 
 class ActivityParams(Params):

@@ -15,7 +15,7 @@ from typing import Any
 from server.auth.principal import READ, Principal
 from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.storage import cursors
-from server.storage.records import NewMemory, now_rfc3339
+from server.storage.records import BY_CREATED, BY_OCCURRED, NewMemory, now_rfc3339
 from server.storage.scope import Scope
 from server.values import MAX_DEPTH, check_json_unicode, check_unicode, within_depth
 
@@ -194,13 +194,17 @@ def validate_new(*, content: object, type: object = None, location: object = Non
     )
 
 
-def encode_list_cursor(key: tuple[str, int]) -> str:
-    return cursors.encode(["m", key[0], key[1]])
+# A listing's cursor names its order, so that a page of one order never continues another.
+LIST_CURSOR_TAGS = {BY_CREATED: "m", BY_OCCURRED: "o"}
 
 
-def decode_list_cursor(cursor: object) -> tuple[str, int]:
-    tag, created_at, row_id = cursors.decode(cursor, max_length=300, count=3)
-    if (tag != "m" or not isinstance(created_at, str) or not isinstance(row_id, int) or isinstance(row_id, bool)
-            or not 0 <= row_id < 2**63):
+def encode_list_cursor(key: tuple[str, int], order: str = BY_CREATED) -> str:
+    return cursors.encode([LIST_CURSOR_TAGS[order], key[0], key[1]])
+
+
+def decode_list_cursor(cursor: object, order: str = BY_CREATED) -> tuple[str, int]:
+    tag, at, row_id = cursors.decode(cursor, max_length=300, count=3)
+    if (tag != LIST_CURSOR_TAGS[order] or not isinstance(at, str) or not isinstance(row_id, int)
+            or isinstance(row_id, bool) or not 0 <= row_id < 2**63):
         raise cursors.invalid()
-    return created_at, row_id
+    return at, row_id

@@ -89,7 +89,7 @@ class OAuthGrant:
     created_at: str
     expires_at: float
     revoked_at: str | None
-    last_used_at: float | None = None  # its code exchanged or a refresh (so within an access token's life)
+    last_used_at: str | None = None  # RFC3339, to the minute (server/auth/usage.py); None: never used
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from server.storage.oauth_records import (
     PendingAuthorization,
 )
 from server.storage.records import (
+    BY_CREATED,
     AppendAck,
     CandidateRow,
     ChangePage,
@@ -134,6 +135,10 @@ class SiteStore(Protocol):
         """False if there is no such active token."""
         ...
 
+    def mark_token_used(self, token_id: str, at: str) -> None:
+        """Record a use of the token: last_used_at becomes the later of the stored one and `at` (RFC3339)."""
+        ...
+
     def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
         """The token with this hash, for sign-in (revoked ones included: the caller refuses them)."""
         ...
@@ -231,6 +236,11 @@ class OAuthStore(Protocol):
         """Revoke a grant (every token of it stops working); False if there is no such unrevoked grant."""
         ...
 
+    def mark_grant_used(self, grant_id: str, at: str) -> None:
+        """Record a use of one of the grant's access tokens: last_used_at becomes the later of the stored one
+        and `at` (RFC3339)."""
+        ...
+
 
 class MemoryStore(Protocol):
     """Saved memories: the write path and the reads REST and hits need."""
@@ -269,15 +279,22 @@ class MemoryStore(Protocol):
 
     def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
              after: tuple[str, int] | None, occurred_after: str | None = None,
-             occurred_before: str | None = None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
-        """Visible memories newest first (created_at, id), and the key after the page if there are more.
-        `occurred_after` / `occurred_before` (normalised RFC3339, as stored): only memories whose occurred_at
-        is at or after the one, and strictly before the other (a half-open range)."""
+             occurred_before: str | None = None, order: str = BY_CREATED,
+             ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Visible memories newest first, and the key after the page if there are more: by (created_at, id),
+        or with `order` BY_OCCURRED by (occurred_at, id). `occurred_after` / `occurred_before` (normalised
+        RFC3339, as stored): only memories whose occurred_at is at or after the one, and strictly before the
+        other (a half-open range)."""
         ...
 
-    def saved_per_day(self, scope: Scope, since: str) -> list[tuple[str, int]]:
-        """(UTC day "YYYY-MM-DD", count) of the visible memories created at or after `since` (normalised
-        RFC3339), ascending by day; days with none are left out."""
+    def count_listed(self, scope: Scope, *, location: str | None, provenance: dict[str, str], up_to: int,
+                     occurred_after: str | None = None, occurred_before: str | None = None) -> int:
+        """How many memories `page` lists with these filters in all, counted up to `up_to` + 1 at most."""
+        ...
+
+    def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
+        """(UTC day "YYYY-MM-DD", count) of the visible memories whose occurred_at is at or after `since` and
+        before `before` (normalised RFC3339), ascending by day; days with none are left out."""
         ...
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]: ...

@@ -24,6 +24,11 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def rfc3339_at(seconds: float) -> str:
+    """Epoch seconds as now_rfc3339 writes a time."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -116,6 +121,8 @@ class TokenRecord:
     buckets: tuple[str, ...] | None
     created_at: str
     revoked_at: str | None
+    label: str | None = None  # what it is for, as named when it was created
+    last_used_at: str | None = None  # RFC3339, to the minute (server/auth/usage.py); None: never used
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +191,8 @@ class Kept:
 
 CREATED, DUPLICATE, PRESENT, CONFLICT = "created", "duplicate", "present", "conflict"
 APPENDED = "appended"  # an imported log item that was new (PRESENT: the same item was there already)
+# The orders of a listing of memories, newest first: by occurred_at or by created_at (then id, descending).
+BY_OCCURRED, BY_CREATED = "occurred", "created"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,17 @@
-"""Signing in and out, and the site's tokens (Basic sign-in only).
+"""Signing in and out, and who has access to the site: its tokens and its connectors' OAuth grants (Basic
+sign-in only).
 
 Sign-in takes the site's Basic credential or a token, checked by the same Authenticator as every request
-to /mcp and /v1 and limited by the same SignInGuard (failures per address, 429 with Retry-After). Token
-administration is server.auth.admin, as the CLI's; a token is shown once, on the page that created it.
+to /mcp and /v1 and limited by the same SignInGuard (failures per address, 429 with Retry-After). Token and
+grant administration is server.auth.admin, as the CLI's; a token is shown once, on the page that created it.
 """
 
 from __future__ import annotations
 
 import base64
+import time
 from functools import partial
+from urllib.parse import urlencode
 
 import anyio
 from starlette.requests import Request
@@ -30,6 +33,8 @@ from server.api.console.sessions import (
 from server.auth import admin
 from server.auth.principal import Principal
 from server.errors import AppError, Forbidden, InvalidParameters, RateLimited, Unauthorized
+from server.storage.oauth_records import OAuthGrant
+from server.storage.records import TokenRecord
 
 SIGN_IN = f"{ROOT}/sign-in"
 BASIC_ONLY = ("managing tokens needs the site's Basic sign-in (site name and secret): a token cannot list, "
@@ -44,6 +49,7 @@ def routes(console: Console) -> list[Route]:
         Route("/access", signed_in(console, access_page), methods=["GET"]),
         Route("/access/tokens", signed_in(console, create_token), methods=["POST"]),
         Route("/access/tokens/{token_id}/revoke", signed_in(console, revoke_token), methods=["POST"]),
+        Route("/access/grants/{grant_id}/revoke", signed_in(console, revoke_grant), methods=["POST"]),
     ]
 
 
@@ -140,16 +146,21 @@ def require_site_credential(principal: Principal) -> None:
 
 async def tokens_page(visit: Visit, *, status: int = 200, new_token: tuple[str, str] | None = None,
                       error: AppError | None = None) -> Response:
-    sites = visit.console.services.storage.sites
-    tokens = await anyio.to_thread.run_sync(admin.list_tokens, sites, visit.principal.site)
-    return visit.page("access.html", status=status, tokens=list(reversed(tokens)), new_token=new_token,
-                      error=error, revoked=visit.form.given("revoked"), form=visit.form)
+    storage, site = visit.console.services.storage, visit.principal.site
+
+    def read() -> tuple[list[TokenRecord], list[OAuthGrant]]:
+        return admin.list_tokens(storage.sites, site), admin.list_site_grants(storage.sites, storage.oauth, site)
+
+    tokens, grants = await anyio.to_thread.run_sync(read)
+    return visit.page("access.html", status=status, tokens=list(reversed(tokens)), grants=list(reversed(grants)),
+                      now=time.time(), new_token=new_token, error=error, form=visit.form,
+                      revoked=visit.form.given("revoked"))
 
 
 async def access_page(visit: Visit) -> Response:
     if visit.principal.kind != "basic":
-        return visit.page("access.html", status=403, tokens=[], new_token=None, revoked=None, form=visit.form,
-                          error=Forbidden(BASIC_ONLY))
+        return visit.page("access.html", status=403, tokens=[], grants=[], now=time.time(), new_token=None,
+                          revoked=None, form=visit.form, error=Forbidden(BASIC_ONLY))
     return await tokens_page(visit)
 
 
@@ -157,9 +168,10 @@ async def create_token(visit: Visit) -> Response:
     require_site_credential(visit.principal)
     form = visit.form
     try:
-        bounds = {name: bound_words(name, form.get(name)) for name in ("teams", "projects", "buckets")}
+        teams, projects, buckets = (bound_words(name, form.get(name)) for name in ("teams", "projects", "buckets"))
         created = await anyio.to_thread.run_sync(lambda: admin.create_token(
-            visit.console.services.storage.sites, visit.principal.site, scopes=form.all("scope"), **bounds))
+            visit.console.services.storage.sites, visit.principal.site, scopes=form.all("scope"), teams=teams,
+            projects=projects, buckets=buckets, label=form.get("label")))
     except AppError as exc:
         return await tokens_page(visit, status=exc.status, error=exc)
     return await tokens_page(visit, status=201, new_token=created)
@@ -170,4 +182,13 @@ async def revoke_token(visit: Visit) -> Response:
     token_id = visit.request.path_params["token_id"]
     await anyio.to_thread.run_sync(admin.revoke_site_token, visit.console.services.storage.sites,
                                    visit.principal.site, token_id)
-    return RedirectResponse(f"{ROOT}/access?revoked={token_id}", status_code=303)
+    return RedirectResponse(f"{ROOT}/access?{urlencode({'revoked': token_id})}", status_code=303)
+
+
+async def revoke_grant(visit: Visit) -> Response:
+    require_site_credential(visit.principal)
+    grant_id = visit.request.path_params["grant_id"]
+    storage = visit.console.services.storage
+    await anyio.to_thread.run_sync(admin.revoke_site_grant, storage.sites, storage.oauth, visit.principal.site,
+                                   grant_id)
+    return RedirectResponse(f"{ROOT}/access?{urlencode({'revoked': grant_id})}", status_code=303)

@@ -16,19 +16,10 @@ from server.errors import AppError, RateLimited
 from server.version import __version__
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-MAX_SHOWN_PAYLOAD = 20_000  # characters of one pretty-printed payload a log page shows
 
 
 def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
-
-
-def pretty_payload(text: str) -> str:
-    """A stored payload (JSON text) indented for reading, cut at MAX_SHOWN_PAYLOAD characters."""
-    shown = pretty(json.loads(text))
-    if len(shown) > MAX_SHOWN_PAYLOAD:
-        return f"{shown[:MAX_SHOWN_PAYLOAD]}\n… ({len(text)} characters in all; read the whole item over REST)"
-    return shown
 
 
 def when(value: str | None) -> str:
@@ -42,7 +33,7 @@ class Renderer:
     def __init__(self) -> None:
         self.env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        self.env.filters.update(pretty=pretty, pretty_payload=pretty_payload, when=when)
+        self.env.filters.update(pretty=pretty, when=when)
         self.env.globals["version"] = __version__
 
     def page(self, request: Request, template: str, *, session: Session | None = None, status: int = 200,

@@ -1,5 +1,5 @@
-"""The status page: what the signed-in credential sees (memories, conversations, memories saved per day) and
-how the server is set up (model, storage and index backends, index backlog)."""
+"""The status page: what the signed-in credential sees (memories, conversations, memories per day they
+occurred) and how the server is set up (model, storage and index backends, index backlog)."""
 
 from __future__ import annotations
 
@@ -52,4 +52,4 @@ async def status_page(visit: Visit) -> Response:
                       setup=await anyio.to_thread.run_sync(setup, services), per_day=per_day,
                       days_json=json.dumps([d["day"] for d in per_day]),
                       counts_json=json.dumps([d["count"] for d in per_day]),
-                      saved_total=sum(d["count"] for d in per_day))
+                      occurred_total=sum(d["count"] for d in per_day))

@@ -8,7 +8,7 @@ content limit) here. Blocking work runs in worker threads.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -41,6 +41,9 @@ from server.storage.scope import Scope
 
 # A count of visible memories stops here: past it a status page says "more than" (a full count walks rows).
 COUNT_CAP = 1_000_000
+# A listing's count stops sooner, since every page of the list shows it: counting reads each matching row
+# (~3 µs on SQLite: 10,000 in ~30 ms, 100,000 in ~320 ms).
+LIST_COUNT_CAP = 10_000
 
 
 def filters_of(params: FilterParams) -> Filters:
@@ -148,30 +151,34 @@ class MemoryOperations:
         return updated.fields()
 
     async def list(self, principal: Principal, params: ListMemoriesParams) -> dict[str, Any]:
-        """A page of visible memories, newest first, and the cursor of the next page (or None)."""
+        """A page of visible memories, newest first (by created_at, or by occurred_at), and the cursor of the
+        next page (or None)."""
         memories = self._memories()
-        after = decode_list_cursor(params.cursor) if params.cursor is not None else None
-        check_window(params.occurred_after, params.occurred_before)
-        scope = read_scope(principal, filters(project=params.project, team=params.team, bucket=params.bucket,
-                                              type=params.type, tags=params.tag))
+        after = decode_list_cursor(params.cursor, params.order) if params.cursor is not None else None
+        scope, provenance = listing(principal, params)
         if scope.empty:
             return {"memories": [], "next_cursor": None}
-        provenance = {key: value for key, value in (("source", params.provenance_source),
-                                                    ("agent", params.provenance_agent),
-                                                    ("conversation_id", params.provenance_conversation_id))
-                      if value is not None}
         page, following = await anyio.to_thread.run_sync(
             lambda: memories.storage.memories.page(scope, location=params.location, provenance=provenance,
                                                    limit=params.limit, after=after,
                                                    occurred_after=params.occurred_after,
-                                                   occurred_before=params.occurred_before))
+                                                   occurred_before=params.occurred_before, order=params.order))
         return {"memories": [m.fields() for m in page],
-                "next_cursor": encode_list_cursor(following) if following is not None else None}
+                "next_cursor": encode_list_cursor(following, params.order) if following is not None else None}
 
+    async def count_listed(self, principal: Principal, params: ListMemoriesParams) -> dict[str, Any]:
+        """How many memories `list` gives with these filters in all (counted up to LIST_COUNT_CAP)."""
+        memories = self._memories()
+        scope, provenance = listing(principal, params)
+        total = 0 if scope.empty else await anyio.to_thread.run_sync(
+            lambda: memories.storage.memories.count_listed(scope, location=params.location, provenance=provenance,
+                                                           up_to=LIST_COUNT_CAP, occurred_after=params.occurred_after,
+                                                           occurred_before=params.occurred_before))
+        return {"total": min(total, LIST_COUNT_CAP), "capped": total > LIST_COUNT_CAP}
 
     async def activity(self, principal: Principal, params: ActivityParams) -> dict[str, Any]:
-        """How many memories the caller sees (counted up to COUNT_CAP), and how many of them were saved on
-        each of the last `days` UTC days, today included (every day listed, oldest first)."""
+        """How many memories the caller sees (counted up to COUNT_CAP), and how many of them occurred on each
+        of the last `days` UTC days, today included (every day listed, oldest first)."""
         memories = self._memories()
         scope = read_scope(principal, Filters())
         today = datetime.now(UTC).date()
@@ -181,13 +188,31 @@ class MemoryOperations:
             if scope.empty:
                 return 0, []
             total = memories.storage.candidates.visible_count(scope, COUNT_CAP)
-            return total, memories.storage.memories.saved_per_day(scope, f"{first.isoformat()}T00:00:00.000000Z")
+            return total, memories.storage.memories.occurred_per_day(scope, day_start(first),
+                                                                     day_start(today + timedelta(days=1)))
 
         total, counted = await anyio.to_thread.run_sync(read)
         per_day = dict(counted)
         days = [(first + timedelta(days=n)).isoformat() for n in range(params.days)]
         return {"memories": min(total, COUNT_CAP), "capped": total > COUNT_CAP,
                 "per_day": [{"day": day, "count": per_day.get(day, 0)} for day in days]}
+
+
+def day_start(day: date) -> str:
+    """The instant a UTC day starts, normalised as timestamps are stored."""
+    return f"{day.isoformat()}T00:00:00.000000Z"
+
+
+def listing(principal: Principal, params: ListMemoriesParams) -> tuple[Scope, dict[str, str]]:
+    """What a listing reads: the caller's bounds narrowed by the filters, and the provenance it must carry."""
+    check_window(params.occurred_after, params.occurred_before)
+    scope = read_scope(principal, filters(project=params.project, team=params.team, bucket=params.bucket,
+                                          type=params.type, tags=params.tag))
+    provenance = {key: value for key, value in (("source", params.provenance_source),
+                                                ("agent", params.provenance_agent),
+                                                ("conversation_id", params.provenance_conversation_id))
+                  if value is not None}
+    return scope, provenance
 
 
 def unavailable_until_loaded(error: str | None) -> Unavailable:

@@ -21,10 +21,12 @@ from psycopg.rows import dict_row
 
 from server.errors import InvalidParameters, Unavailable
 from server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
+from server.storage.listing import order_column
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.lexicon import fts_tokens
 from server.storage.postgres.scope import scope_sql
 from server.storage.records import (
+    BY_CREATED,
     CONFLICT,
     CREATED,
     DUPLICATE,
@@ -104,20 +106,37 @@ class PostgresMemoryStore:
 
     def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
              after: tuple[str, int] | None, occurred_after: str | None = None,
-             occurred_before: str | None = None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
-        """Keyset pagination on (created_at, id): rows written while a client pages never shift a page, and
-        every row present throughout is returned exactly once."""
-        where, args = scope_sql(scope)
+             occurred_before: str | None = None, order: str = BY_CREATED,
+             ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Keyset pagination on (created_at, id) or (occurred_at, id): rows written while a client pages never
+        shift a page, and every row present throughout is returned exactly once."""
+        column = order_column(order)
+        where, args = self._listed(scope, location, provenance, occurred_after, occurred_before)
+        if after is not None:
+            where += f" AND (m.{column} < %s OR (m.{column} = %s AND m.id < %s))"
+            args += [after[0], after[0], after[1]]
+        found = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE {where}"
+                           f" ORDER BY m.{column} DESC, m.id DESC LIMIT %s", [*args, limit + 1])
+        page = found[:limit]
+        following = (getattr(page[-1], column), page[-1].id) if len(found) > limit else None
+        return page, following
+
+    def count_listed(self, scope: Scope, *, location: str | None, provenance: dict[str, str], up_to: int,
+                     occurred_after: str | None = None, occurred_before: str | None = None) -> int:
+        where, args = self._listed(scope, location, provenance, occurred_after, occurred_before)
+        row = self._db.read(lambda conn: conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT %s) AS v",
+            [*args, up_to + 1]).fetchone())
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def _listed(scope: Scope, location: str | None, provenance: dict[str, str], occurred_after: str | None,
+                occurred_before: str | None) -> tuple[str, list[object]]:
+        """The condition of a listing: the scope, the filing place, the provenance and the occurred window."""
+        where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before))
         if location is not None:
             where += " AND m.location = %s"
             args.append(location)
-        # occurred_at is stored normalised (UTC, microseconds, Z) and COLLATE "C": text order is time order.
-        if occurred_after is not None:
-            where += " AND m.occurred_at >= %s"
-            args.append(occurred_after)
-        if occurred_before is not None:
-            where += " AND m.occurred_at < %s"
-            args.append(occurred_before)
         for key in sorted(provenance):
             if key not in PROVENANCE_FILTERS:
                 raise InvalidParameters(f"cannot filter on provenance.{key}")
@@ -126,20 +145,13 @@ class PostgresMemoryStore:
             where += (" AND jsonb_typeof(m.provenance::jsonb -> %s) = 'string'"
                       " AND m.provenance::jsonb ->> %s = %s")
             args += [key, key, provenance[key]]
-        if after is not None:
-            where += " AND (m.created_at < %s OR (m.created_at = %s AND m.id < %s))"
-            args += [after[0], after[0], after[1]]
-        found = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE {where}"
-                           " ORDER BY m.created_at DESC, m.id DESC LIMIT %s", [*args, limit + 1])
-        page = found[:limit]
-        following = (page[-1].created_at, page[-1].id) if len(found) > limit else None
-        return page, following
+        return where, args
 
-    def saved_per_day(self, scope: Scope, since: str) -> list[tuple[str, int]]:
-        where, args = scope_sql(scope)
+    def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
+        where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before))
         rows = self._db.read(lambda conn: conn.execute(
-            f"SELECT substr(m.created_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
-            " AND m.created_at >= %s GROUP BY day ORDER BY day", [*args, since]).fetchall())
+            f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
+            " GROUP BY day ORDER BY day", args).fetchall())
         return [(str(row[0]), int(row[1])) for row in rows]
 
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:

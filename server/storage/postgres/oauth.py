@@ -36,7 +36,7 @@ from server.storage.oauth_records import (
     PendingAuthorization,
 )
 from server.storage.postgres.database import Conn, Database
-from server.storage.records import WouldBlock, now_rfc3339
+from server.storage.records import WouldBlock, now_rfc3339, rfc3339_at
 
 Row = dict[str, Any]
 
@@ -163,7 +163,7 @@ class PostgresOAuthStore:
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
                 " created_at, expires_at, last_used_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 [grant.id, grant.site_id, grant.client_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, now])
+                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)])
             _insert_tokens(conn, grant.id, tokens)
             # Last: a client's row is locked after the site, code and grant (forget_unused_clients locks no
             # other row, so the order holds).
@@ -203,7 +203,7 @@ class PostgresOAuthStore:
             grant_id = str(claimed[0])
             conn.execute("DELETE FROM oauth_tokens WHERE grant_id = %s AND expires_at <= %s", [grant_id, now])
             conn.execute("UPDATE oauth_grants SET expires_at = %s, last_used_at = %s WHERE id = %s",
-                         [grant_expires_at, now, grant_id])
+                         [grant_expires_at, rfc3339_at(now), grant_id])
             _insert_tokens(conn, grant_id, tokens)
             return True
 
@@ -218,6 +218,11 @@ class PostgresOAuthStore:
         return self._db.write(lambda conn: conn.execute(
             "UPDATE oauth_grants SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
             [now_rfc3339(), grant_id]).rowcount > 0, single=True)
+
+    def mark_grant_used(self, grant_id: str, at: str) -> None:
+        self._db.write(lambda conn: conn.execute(
+            "UPDATE oauth_grants SET last_used_at = %s WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
+            [at, grant_id, at]), single=True, idempotent=True)
 
     def _one(self, sql: str, args: list[Any]) -> Row | None:
         return self._db.read(lambda conn: _cursor(conn).execute(sql, args).fetchone())
@@ -276,4 +281,4 @@ def _grant(row: Row) -> OAuthGrant:
     return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
                       client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
                       created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
-                      last_used_at=_float(row["last_used_at"]))
+                      last_used_at=row["last_used_at"])

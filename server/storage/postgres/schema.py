@@ -334,12 +334,17 @@ SCHEMA = [
         expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
     """,
     # 12: OAuth clients that never signed in expire, as on SQLite: when a client last had a code exchanged
-    # (those with a grant already count as signed in at their registration); when a grant was last used.
+    # (those with a grant already count as signed in at their registration).
     """
     ALTER TABLE oauth_clients ADD COLUMN granted_at DOUBLE PRECISION;    -- NULL: never signed in
     UPDATE oauth_clients SET granted_at = created_at WHERE client_id IN (SELECT client_id FROM oauth_grants);
     CREATE INDEX oauth_clients_unused ON oauth_clients (created_at) WHERE granted_at IS NULL;
-    ALTER TABLE oauth_grants ADD COLUMN last_used_at DOUBLE PRECISION;   -- NULL: not known (granted before)
+    """,
+    # 13: what a token is for (a label given when it is created), and when a token or an OAuth grant was last
+    # used (RFC3339, as on SQLite)
+    """
+    ALTER TABLE tokens ADD COLUMN label TEXT, ADD COLUMN last_used_at TEXT COLLATE "C";
+    ALTER TABLE oauth_grants ADD COLUMN last_used_at TEXT COLLATE "C";
     """,
 ]
 

@@ -17,7 +17,7 @@ from server.storage.postgres.schema import SITE_TABLES
 from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
 
 TOKEN_COLUMNS = ("t.id, t.site_id, s.name, t.scopes, t.teams, t.projects, t.buckets, t.created_at,"
-                 " t.revoked_at")
+                 " t.revoked_at, t.label, t.last_used_at")
 
 
 class PostgresSiteStore:
@@ -61,10 +61,10 @@ class PostgresSiteStore:
 
     def add_token(self, token: TokenRecord, token_hash: str) -> None:
         self._db.write(lambda conn: conn.execute(
-            "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at, label)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), _bound_json(token.teams),
-             _bound_json(token.projects), _bound_json(token.buckets), token.created_at]), single=True)
+             _bound_json(token.projects), _bound_json(token.buckets), token.created_at, token.label]), single=True)
 
     def tokens(self, site_id: int) -> list[TokenRecord]:
         rows = self._db.read(lambda conn: conn.execute(
@@ -76,6 +76,12 @@ class PostgresSiteStore:
         return self._db.write(lambda conn: conn.execute(
             "UPDATE tokens SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
             [now_rfc3339(), token_id]).rowcount > 0, single=True)
+
+    def mark_token_used(self, token_id: str, at: str) -> None:
+        # Only ever later: replicas recording uses of one token at once never move it back.
+        self._db.write(lambda conn: conn.execute(
+            "UPDATE tokens SET last_used_at = %s WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
+            [at, token_id, at]), single=True, idempotent=True)
 
     # --- console sessions -------------------------------------------------------------------------
 
@@ -156,4 +162,6 @@ def _bound(raw: Any) -> tuple[str, ...] | None:
 def _token(row: tuple[Any, ...]) -> TokenRecord:
     return TokenRecord(id=str(row[0]), site_id=int(row[1]), site=str(row[2]), scopes=tuple(json.loads(row[3])),
                        teams=_bound(row[4]), projects=_bound(row[5]), buckets=_bound(row[6]),
-                       created_at=str(row[7]), revoked_at=None if row[8] is None else str(row[8]))
+                       created_at=str(row[7]), revoked_at=None if row[8] is None else str(row[8]),
+                       label=None if row[9] is None else str(row[9]),
+                       last_used_at=None if row[10] is None else str(row[10]))

@@ -17,7 +17,9 @@ import numpy as np
 
 from server.errors import InvalidParameters
 from server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
+from server.storage.listing import order_column
 from server.storage.records import (
+    BY_CREATED,
     CONFLICT,
     CREATED,
     DUPLICATE,
@@ -120,40 +122,49 @@ class SqliteMemoryStore:
 
     def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
              after: tuple[str, int] | None, occurred_after: str | None = None,
-             occurred_before: str | None = None) -> tuple[list[StoredMemory], tuple[str, int] | None]:
-        """Keyset pagination on (created_at, id): rows written while a client pages never shift a page, and
-        every row present throughout is returned exactly once."""
-        where, args = scope_sql(scope)
+             occurred_before: str | None = None, order: str = BY_CREATED,
+             ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+        """Keyset pagination on (created_at, id) or (occurred_at, id): rows written while a client pages never
+        shift a page, and every row present throughout is returned exactly once."""
+        column = order_column(order)
+        where, args = self._listed(scope, location, provenance, occurred_after, occurred_before)
+        if after is not None:
+            where += f" AND (m.{column} < ? OR (m.{column} = ? AND m.id < ?))"
+            args += [after[0], after[0], after[1]]
+        found = self._readers.get().execute(
+            f"SELECT {COLUMNS} FROM memories m WHERE {where} ORDER BY m.{column} DESC, m.id DESC LIMIT ?",
+            (*args, limit + 1)).fetchall()
+        page = [stored(row) for row in found[:limit]]
+        following = (getattr(page[-1], column), page[-1].id) if len(found) > limit else None
+        return page, following
+
+    def count_listed(self, scope: Scope, *, location: str | None, provenance: dict[str, str], up_to: int,
+                     occurred_after: str | None = None, occurred_before: str | None = None) -> int:
+        where, args = self._listed(scope, location, provenance, occurred_after, occurred_before)
+        return int(self._readers.get().execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", (*args, up_to + 1)
+        ).fetchone()[0])
+
+    @staticmethod
+    def _listed(scope: Scope, location: str | None, provenance: dict[str, str], occurred_after: str | None,
+                occurred_before: str | None) -> tuple[str, list[object]]:
+        """The condition of a listing: the scope, the filing place, the provenance and the occurred window."""
+        where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before))
         if location is not None:
             where += " AND m.location = ?"
             args.append(location)
-        # occurred_at is stored normalised (UTC, microseconds, Z), so text order is time order.
-        if occurred_after is not None:
-            where += " AND m.occurred_at >= ?"
-            args.append(occurred_after)
-        if occurred_before is not None:
-            where += " AND m.occurred_at < ?"
-            args.append(occurred_before)
         for key in sorted(provenance):
             if key not in PROVENANCE_FILTERS:
                 raise InvalidParameters(f"cannot filter on provenance.{key}")
             where += f" AND json_extract(m.provenance, '$.{key}') = ?"
             args.append(provenance[key])
-        if after is not None:
-            where += " AND (m.created_at < ? OR (m.created_at = ? AND m.id < ?))"
-            args += [after[0], after[0], after[1]]
-        found = self._readers.get().execute(
-            f"SELECT {COLUMNS} FROM memories m WHERE {where} ORDER BY m.created_at DESC, m.id DESC LIMIT ?",
-            (*args, limit + 1)).fetchall()
-        page = [stored(row) for row in found[:limit]]
-        following = (page[-1].created_at, page[-1].id) if len(found) > limit else None
-        return page, following
+        return where, args
 
-    def saved_per_day(self, scope: Scope, since: str) -> list[tuple[str, int]]:
-        where, args = scope_sql(scope)
+    def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
+        where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before))
         rows = self._readers.get().execute(
-            f"SELECT substr(m.created_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
-            " AND m.created_at >= ? GROUP BY day ORDER BY day", (*args, since)).fetchall()
+            f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
+            " GROUP BY day ORDER BY day", args).fetchall()
         return [(str(row[0]), int(row[1])) for row in rows]
 
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:

@@ -24,7 +24,7 @@ from server.storage.oauth_records import (
     OAuthTokenRecord,
     PendingAuthorization,
 )
-from server.storage.records import WouldBlock, now_rfc3339
+from server.storage.records import WouldBlock, now_rfc3339, rfc3339_at
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.writer import Readers, Writer
 
@@ -145,7 +145,7 @@ class SqliteOAuthStore:
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
                 " created_at, expires_at, last_used_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (grant.id, grant.site_id, grant.client_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, now))
+                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)))
             _insert_tokens(conn, grant.id, tokens)
             conn.execute("UPDATE oauth_clients SET granted_at = ? WHERE client_id = ?", (now, grant.client_id))
             return True
@@ -174,7 +174,7 @@ class SqliteOAuthStore:
             conn.execute("UPDATE oauth_tokens SET rotated = 1 WHERE token_hash = ?", (token_hash,))
             conn.execute("DELETE FROM oauth_tokens WHERE grant_id = ? AND expires_at <= ?", (grant_id, now))
             conn.execute("UPDATE oauth_grants SET expires_at = ?, last_used_at = ? WHERE id = ?",
-                         (grant_expires_at, now, grant_id))
+                         (grant_expires_at, rfc3339_at(now), grant_id))
             _insert_tokens(conn, grant_id, tokens)
             return True
 
@@ -189,6 +189,11 @@ class SqliteOAuthStore:
         return self._writer.run_sync(lambda conn: conn.execute(
             "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (now_rfc3339(), grant_id)).rowcount > 0)
+
+    def mark_grant_used(self, grant_id: str, at: str) -> None:
+        self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE oauth_grants SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
+            (at, grant_id, at)))
 
     def _read(self, nowait: bool, sql: str, args: tuple[object, ...]) -> sqlite3.Row | None:
         if not nowait:
@@ -236,4 +241,4 @@ def _grant(row: sqlite3.Row) -> OAuthGrant:
     return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
                       client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
                       created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
-                      last_used_at=_float(row["last_used_at"]))
+                      last_used_at=row["last_used_at"])

@@ -264,13 +264,19 @@ SCHEMA = [
         expires_at, superseded_by, valid_to, occurred_at, updated_at) WHERE vector IS NOT NULL;
     """,
     # 13: OAuth clients that never signed in expire (server/api/oauth/provider.py): when a client last had a
-    # code exchanged (those with a grant already count as signed in at their registration); when a grant was
-    # last used (its code exchanged, or a refresh), for the grants' list.
+    # code exchanged (those with a grant already count as signed in at their registration).
     """
     ALTER TABLE oauth_clients ADD COLUMN granted_at REAL;     -- NULL: never signed in
     UPDATE oauth_clients SET granted_at = created_at WHERE client_id IN (SELECT client_id FROM oauth_grants);
     CREATE INDEX oauth_clients_unused ON oauth_clients (created_at) WHERE granted_at IS NULL;
-    ALTER TABLE oauth_grants ADD COLUMN last_used_at REAL;    -- NULL: not known (granted before this step)
+    """,
+    # 14: what a token is for (a label given when it is created), and when a token or an OAuth grant was last
+    # used (RFC3339: a grant's code exchanged or refreshed, or one of its tokens or a token used, written at
+    # most once a minute per credential and server: server/auth/usage.py)
+    """
+    ALTER TABLE tokens ADD COLUMN label TEXT;
+    ALTER TABLE tokens ADD COLUMN last_used_at TEXT;
+    ALTER TABLE oauth_grants ADD COLUMN last_used_at TEXT;    -- NULL: not known (granted before this step)
     """,
 ]
 

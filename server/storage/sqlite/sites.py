@@ -71,10 +71,10 @@ class SqliteSiteStore:
 
     def add_token(self, token: TokenRecord, token_hash: str) -> None:
         self._writer.run_sync(lambda conn: conn.execute(
-            "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at, label)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), _bound_json(token.teams),
-             _bound_json(token.projects), _bound_json(token.buckets), token.created_at)))
+             _bound_json(token.projects), _bound_json(token.buckets), token.created_at, token.label)))
 
     def tokens(self, site_id: int) -> list[TokenRecord]:
         rows = self._readers.get().execute(
@@ -86,6 +86,11 @@ class SqliteSiteStore:
         return self._writer.run_sync(lambda conn: conn.execute(
             "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (now_rfc3339(), token_id)).rowcount > 0)
+
+    def mark_token_used(self, token_id: str, at: str) -> None:
+        self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE tokens SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
+            (at, token_id, at)))
 
     # --- console sessions -------------------------------------------------------------------------
 
@@ -155,4 +160,5 @@ def _token(row: sqlite3.Row) -> TokenRecord:
     return TokenRecord(id=row["id"], site_id=int(row["site_id"]), site=row["site"],
                        scopes=tuple(json.loads(row["scopes"])), teams=_bound(row["teams"]),
                        projects=_bound(row["projects"]), buckets=_bound(row["buckets"]),
-                       created_at=row["created_at"], revoked_at=row["revoked_at"])
+                       created_at=row["created_at"], revoked_at=row["revoked_at"], label=row["label"],
+                       last_used_at=row["last_used_at"])

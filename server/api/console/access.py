@@ -116,7 +116,8 @@ async def sign_in(console: Console, request: Request) -> Response:
         # As on /mcp and /v1: a credential this server verified before is settled at once, even from an address
         # that is being rate-limited; any other goes through the guard (counted, one verifying thread).
         principal = authenticator.authenticate_nowait(header) or await console.sign_in.check(
-            client.host if client else "unknown", header, authenticator.authenticate)
+            client.host if client else "unknown", header, authenticator.authenticate,
+            known=authenticator.authenticate_known)
         binding = await anyio.to_thread.run_sync(authenticator.binding, header)
         if binding is None:
             raise Unauthorized("the credential changed while signing in; sign in again")

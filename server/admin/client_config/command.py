@@ -88,9 +88,10 @@ def client_config(
                               "--token, --secret and the bounds are for --transport http"))
         connection = stdio_launch(settings, site)
     else:
+        address = _mcp_url(settings, url)
         headers = {"Authorization": _token_header(settings, site, scope, team, project, bucket) if token
                    else _basic_header(settings, site, secret)}
-        connection = Remote(_mcp_url(settings, url), headers)
+        connection = Remote(address, headers)
     typer.echo(render(client, name, connection), nl=False)
     if isinstance(connection, Launch) and settings.index_backend == "embedded" and settings.database_url is None:
         typer.echo(f"note: the client starts its own server on {settings.data_dir.resolve()}; a `memory-server "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from server.admin.foreign.records import Candidate, Item, Problem, Tags, files_under, tag_list, timestamp, word
+from server.admin.importer import ImportAborted
 from server.errors import AppError
 
 SUFFIXES = (".md", ".markdown")
@@ -40,6 +41,11 @@ CHECKBOX = {"", "x", "X", "-"}
 
 
 def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None]) -> Iterator[Item]:
+    try:
+        import yaml  # type: ignore[import-untyped]  # noqa: F401  # front matter is YAML
+    except ImportError:
+        raise ImportAborted("Markdown front matter is read with PyYAML, which is not installed here: "
+                            "pip install pyyaml") from None
     root = path if path.is_dir() else path.parent
     for file in [path] if path.is_file() else files_under(path, SUFFIXES):
         raw = file.read_bytes()
@@ -102,7 +108,7 @@ class FrontMatterError(ValueError):
 
 def _front_matter(text: str) -> dict[str, Any]:
     """The front matter as JSON values (dates as ISO text), or FrontMatterError saying what is wrong."""
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     try:
         loaded = yaml.safe_load(text)

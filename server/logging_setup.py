@@ -63,6 +63,19 @@ def configure_logging(settings: Settings, *, stream: TextIO) -> None:
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level.upper())
     logging.captureWarnings(True)  # a library's warnings.warn() becomes a log line in the chosen format
+    adopt_fastmcp_logger()
+
+
+def adopt_fastmcp_logger() -> None:
+    """fastmcp gives its logger rich handlers of its own (multi-line, padded blocks) and stops it propagating;
+    send its records through the root handler instead, so every line has the one format chosen above."""
+    import fastmcp
+
+    fastmcp.settings.log_enabled = False  # fastmcp's run() would reconfigure its logger otherwise
+    logger = logging.getLogger("fastmcp")
+    logger.handlers.clear()
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
 
 
 class Throttle:

@@ -117,7 +117,7 @@ def test_tokens_create_list_revoke(data_dir: Path) -> None:
     assert authenticate(data_dir, f"Bearer {read['token']}").scopes == {"memory:read"}
 
     listed = ok("token", "list", "--site", "acme", data_dir=data_dir)
-    lines = {line.split("\t")[0]: line for line in listed.splitlines()}
+    lines = {line.split("\t")[0]: line for line in listed.splitlines()[1:]}  # after the header row
     assert set(lines) == {read["id"], both["id"]}
     assert "memory:read" in lines[read["id"]] and "unbounded" in lines[read["id"]] and "active" in lines[read["id"]]
     assert "teams=t1,t2" in lines[both["id"]] and "projects=p1" in lines[both["id"]]
@@ -129,7 +129,7 @@ def test_tokens_create_list_revoke(data_dir: Path) -> None:
         authenticate(data_dir, f"Bearer {read['token']}")
     assert authenticate(data_dir, f"Bearer {both['token']}").site == "acme"
     relisted = {line.split("\t")[0]: line for line in ok("token", "list", "--site", "acme",
-                                                         data_dir=data_dir).splitlines()}
+                                                         data_dir=data_dir).splitlines()[1:]}
     assert "revoked" in relisted[read["id"]] and "active" in relisted[both["id"]]
     fails("token", "revoke", read["id"], data_dir=data_dir, says="no active token")
 

@@ -39,15 +39,18 @@ def test_every_command_named_exists() -> None:
     from typer.main import get_command
 
     from server.admin.cli import app
+    from server.admin.client_config.clients import CLIENTS
 
     root = get_command(app)
-    named = set(re.findall(r"^memory-server ([a-z]+)(?: ([a-z]+))?", README, re.M))
+    named = set(re.findall(r"^memory-server ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?", README, re.M))
     assert named
     for command, sub in named:
         assert command in root.commands, command  # type: ignore[attr-defined]
         group = root.commands[command]  # type: ignore[attr-defined]
         if sub and hasattr(group, "commands"):
             assert sub in group.commands, (command, sub)
+        if command == "client-config":
+            assert sub in CLIENTS, sub
 
 
 def test_every_route_named_exists(live: Any) -> None:

@@ -120,6 +120,9 @@ def token_create(
     typer.echo(f"id: {token_id}\ntoken: {token}")
 
 
+TOKEN_LIST_HEADER = "ID\tSCOPES\tBOUNDS\tSTATE\tOAUTH CLIENT"
+
+
 @token_app.command("list")
 def token_list(
     site: Annotated[str, typer.Option("--site", help="The site whose tokens to list.")], data_dir: DataDir = None
@@ -131,6 +134,8 @@ def token_list(
         return _lines(tokens), oauth.list_grants(storage.oauth, admin.require_site(storage.sites, site))
 
     lines, grants = with_storage(data_dir, listed)
+    if lines or grants:
+        typer.echo(TOKEN_LIST_HEADER)
     for line in lines:
         typer.echo(line)
     now = time.time()

@@ -116,8 +116,12 @@ def _index_for_import(settings: Settings, file: str) -> VectorIndex:
 
 @app.command("import")
 def import_command(
-    file: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `export`; - for stdin.")],
+    file: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `export`; - for stdin. With --from: "
+                                        "another tool's file or folder.")],
     site: Annotated[str | None, typer.Option("--site", help="Import everything into this site.")] = None,
+    from_: Annotated[str | None, typer.Option("--from", metavar="FORMAT", help="Another memory tool's format: "
+                                              "mcp-memory, mem0 or markdown (into --site, default `default`).")
+                     ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Import JSON Lines written by `export` (idempotent: running it again adds nothing).
@@ -134,6 +138,10 @@ def import_command(
 
     Memories need the model and the vector index: with the embedded index, stop the server first (or use
     the REST/MCP API). A file of log items alone imports while the server runs.
+
+    With --from FORMAT, FILE is another memory tool's data: mcp-memory (the MCP memory server's JSON Lines
+    graph), mem0 (a saved get_all() answer, JSON or JSON Lines) or markdown (a folder of notes with front
+    matter, as basic-memory keeps them). Bad records are reported with their file and line and skipped.
     """
     from server.admin.importer import ImportAborted, Importer, has_memory_records, import_stream
     from server.auth.secrets import SITE_NAME
@@ -143,6 +151,10 @@ def import_command(
     settings = load_settings(data_dir=data_dir)
     if site is not None and not SITE_NAME.fullmatch(site):
         fail(RuntimeError("--site must be a site name (1-64 characters of [A-Za-z0-9_-])"))
+    if from_ is not None:  # other memory tools' formats: server.admin.foreign
+        from server.admin.foreign.command import import_foreign
+
+        return import_foreign(settings, from_, file, site)
     with _input(file) as stream:
         size = stream.seek(0, 2)
         stream.seek(0)

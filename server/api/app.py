@@ -78,6 +78,7 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     app = Starlette(
         routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
                 Route("/openapi.json", rest.openapi_endpoint), *oauth(settings, services, sign_in), rest.route,
+                Route("/", lambda request: RedirectResponse("/ui/"), methods=["GET", "HEAD"]),  # a person's first look
                 Route("/ui", lambda request: RedirectResponse("/ui/", status_code=308)), Mount("/ui", app=console),
                 Mount("/", app=fast_path)],
         middleware=[

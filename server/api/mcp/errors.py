@@ -17,6 +17,31 @@ from server.api.mcp.results import error_result, validation_message
 from server.errors import AppError, InvalidParameters
 from server.storage.health import StorageHealth
 
+# pydantic's words for a call's arguments ("Missing required keyword only argument": the tools are made from
+# functions with keyword-only parameters) said in the terms of an MCP tool call.
+ARGUMENT_ERRORS = {
+    "missing_keyword_only_argument": "missing required argument '{}'",
+    "missing_argument": "missing required argument '{}'",
+    "missing": "missing required argument '{}'",
+    "unexpected_keyword_argument": "unknown argument '{}'",
+}
+
+
+def arguments_message(exc: BaseException) -> str:
+    """What is wrong with a tool call's arguments, one clause per problem."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, pydantic.ValidationError) else exc
+    if not isinstance(cause, pydantic.ValidationError):
+        return validation_message(exc)
+    parts = []
+    for err in cause.errors(include_url=False, include_input=False):
+        where = [str(p) for p in err.get("loc", ()) if p != "call"]
+        template = ARGUMENT_ERRORS.get(err["type"])
+        if template is not None and len(where) == 1:
+            parts.append(template.format(where[0]))
+        else:
+            parts.append(f"{'.'.join(where) or 'arguments'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
 
 class ExpectedErrorFilter(logging.Filter):
     """fastmcp logs every exception a tool raises with its traceback; an AppError is an answer to the
@@ -44,7 +69,7 @@ class ErrorMiddleware(Middleware):
         except AppError as exc:
             return error_result(exc)
         except (FastMCPValidationError, pydantic.ValidationError) as exc:
-            return error_result(InvalidParameters(validation_message(exc)))
+            return error_result(InvalidParameters(arguments_message(exc)))
         except (NotFoundError, DisabledError):  # a tool name this server does not offer: the caller's mistake
             return error_result(InvalidParameters(f"unknown tool {context.message.name!r}"))
         except Exception as exc:
@@ -52,7 +77,7 @@ class ErrorMiddleware(Middleware):
             if isinstance(cause, AppError):
                 return error_result(cause)
             if isinstance(cause, pydantic.ValidationError):
-                return error_result(InvalidParameters(validation_message(cause)))
+                return error_result(InvalidParameters(arguments_message(cause)))
             if isinstance(cause, RecursionError):
                 return error_result(InvalidParameters("arguments are nested too deeply"))
             return error_result(unexpected(exc, health=self._health, where=f"tool {context.message.name!r}"))

@@ -35,7 +35,7 @@ import numpy as np
 
 from server.ranking.candidate_set import Candidate, CandidateSet
 from server.ranking.languages import query_languages
-from server.ranking.lexical import analyze_query
+from server.ranking.lexical import analyze_query, is_date_term
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
@@ -149,19 +149,40 @@ DISAGREE_FACTOR = 0.75
 DISAGREE_COMMON_SHARE = 0.4
 DISAGREE_COMMON_FACTOR = 0.5
 
+# The lexical weight falls in proportion when less than this share of the query's content terms occurs in any
+# candidate: a question asked in another language than the memories matches their words only by chance.
+COVERAGE_FULL = 0.5
+
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not starting the text or a sentence
 
 
-def content_term_share(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> float:
-    """The share of the candidates whose own text holds a query term other than a name (0 when none does)."""
+def content_terms(query: str, query_terms: Sequence[str]) -> list[str]:
+    """The query's distinct terms other than names and date terms."""
     languages = query_languages(query)
     names = {term for word in _NAME.findall(query.strip()) for term in analyze_query(word, languages)}
-    ids = [tid for term in dict.fromkeys(query_terms) if term not in names and (tid := TERM_IDS.get(term)) is not None]
+    return [term for term in dict.fromkeys(query_terms) if term not in names and not is_date_term(term)]
+
+
+def content_term_share(terms: Sequence[str], docs: CandidateDocuments) -> float:
+    """The share of the candidates whose own text holds one of `terms` (0 when none does)."""
+    ids = [tid for term in terms if (tid := TERM_IDS.get(term)) is not None]
     n = len(docs.term_counts)
     if not ids or not n:
         return 0.0
     held = np.isin(docs.terms.ids, np.asarray(ids, dtype=docs.terms.ids.dtype))
     return len(np.unique(docs.terms.owner[held])) / n
+
+
+def content_term_coverage(terms: Sequence[str], docs: CandidateDocuments) -> float:
+    """The share of `terms` some candidate's own text holds (1 for a query with none): low when the query is
+    in another language than the memories, whose words it then matches only by chance."""
+    if not terms:
+        return 1.0
+    ids = {tid for term in terms if (tid := TERM_IDS.get(term)) is not None}
+    if not ids:
+        return 0.0
+    found = np.unique(docs.terms.ids[np.isin(docs.terms.ids, np.fromiter(ids, dtype=docs.terms.ids.dtype))])
+    return len(found) / len(terms)
 
 
 def disagreement_factor(dense_z: np.ndarray, lexical_z: np.ndarray, share: float) -> float:
@@ -267,10 +288,13 @@ def fused_scores(
         lex = lex + bigram_weight * docs.bigram_bm25(query_terms, k1=k1, b=b, delta=delta, context=context)
     dense_z, lexical_z = _zscore(dense), _zscore(lex)
     if w_lexical is None:
-        share = content_term_share(query, query_terms, docs)
+        terms = content_terms(query, query_terms)
+        share = content_term_share(terms, docs)
         w_lexical = W_LEXICAL
         if not share:
             w_lexical, length_prior = NAME_ONLY_W_LEXICAL, min(length_prior, NAME_ONLY_LENGTH_PRIOR)
+        elif COVERAGE_FULL:
+            w_lexical *= min(1.0, content_term_coverage(terms, docs) / COVERAGE_FULL)
         w_lexical *= disagreement_factor(dense_z, lexical_z, share)
     fused = (1.0 - w_lexical) * dense_z + w_lexical * lexical_z
     if length_prior:

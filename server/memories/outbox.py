@@ -19,7 +19,7 @@ from embeddings.base import Embedder
 from server.index.base import IndexInfo, IndexPoint, IndexUnavailable, VectorIndex, batched
 from server.logging_setup import Throttle
 from server.ranking.dates import memory_days
-from server.ranking.fusion import embedded_text
+from server.ranking.fusion import document_text
 from server.storage.protocols import OutboxStore
 from server.storage.records import IndexRow, epoch_seconds
 
@@ -114,7 +114,7 @@ class Outbox:
                    and row.vector is not None}
         stale = [row for row in rows if row.id not in vectors]
         if stale:
-            embedded = self.embedder.embed_documents([embedded_text(r.content, r.occurred_at) for r in stale])
+            embedded = self.embedder.embed_documents([document_text(r.content, r.occurred_at) for r in stale])
             self.store.set_vectors([(r.id, r.updated_at, v) for r, v in zip(stale, embedded, strict=True)],
                                    self.embedder.name)
             vectors |= {row.id: vector for row, vector in zip(stale, embedded, strict=True)}

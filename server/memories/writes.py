@@ -20,7 +20,7 @@ from server.index.base import batched
 from server.memories.outbox import IndexSync
 from server.memories.validation import check_write_bounds, plausible_reference, scope_for, validate_new
 from server.ranking.dates import date_terms
-from server.ranking.fusion import document_text, embedded_text
+from server.ranking.fusion import document_text
 from server.ranking.languages import detect
 from server.ranking.lexical import analyzed_text
 from server.ranking.vocabulary import WordVectors
@@ -89,8 +89,7 @@ class MemoryWrites:
         if memory.supersedes is None:
             return self._insert_batch(principal.site_id, [(memory, None)])[0]
         text = document_text(memory.content, memory.occurred_at)
-        document = self._document(memory, self.embedder.embed_documents(
-            [embedded_text(memory.content, memory.occurred_at)])[0])
+        document = self._document(memory, self.embedder.embed_documents([text])[0])
         words = self.words.new_words(principal.site_id, [text])
         for _ in range(UPDATE_ATTEMPTS):  # the memory to supersede was superseded meanwhile: follow its chain
             older = self._older(principal, memory.supersedes)
@@ -162,7 +161,7 @@ class MemoryWrites:
 
     def _insert_batch(self, site_id: int, batch: Sequence[tuple[NewMemory, Kept | None]]) -> list[Inserted]:
         documents = [document_text(m.content, m.occurred_at) for m, _ in batch]
-        vectors = self.embedder.embed_documents([embedded_text(m.content, m.occurred_at) for m, _ in batch])
+        vectors = self.embedder.embed_documents(documents)
         words = self.words.new_words(site_id, documents)
         rows = [(m, self._document(m, v), k) for (m, k), v in zip(batch, vectors, strict=True)]
         inserted = self.store.insert(site_id, rows, words)
@@ -224,8 +223,7 @@ class MemoryWrites:
             document, words = None, Words()
             if (text != document_text(current.content, current.occurred_at)
                     or current.vector_model != self.embedder.name or not current.has_vector):
-                document = self._document(memory, self.embedder.embed_documents(
-                    [embedded_text(memory.content, memory.occurred_at)])[0])
+                document = self._document(memory, self.embedder.embed_documents([text])[0])
                 words = self.words.new_words(scope.site_id, [text])
             based_on = {name: getattr(current, name) for name in EDITABLE if name not in changes}
             try:

@@ -230,14 +230,6 @@ def document_text(content: str, occurred_at: str | None) -> str:
     return f"[{date}] {content}" if date else content
 
 
-EMBED_DATE = True
-
-
-def embedded_text(content: str, occurred_at: str | None) -> str:
-    """The text a memory's vector is made of: its document text, or with EMBED_DATE off its content alone."""
-    return document_text(content, occurred_at) if EMBED_DATE else content
-
-
 def _zscore(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     sd = float(x.std())

@@ -13,7 +13,7 @@ Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/loco
      (LEXICAL_CONTEXT_WEIGHTS; neighbours = same provenance conversation_id, seq +- 1, 2), plus
      BIGRAM_WEIGHT x the same BM25+ over adjacent analysed-term pairs (a phrase signal); the query's
      terms are expanded with near-synonyms found among the candidates' words by the embedding model
-     (server/expansion.py), each counted at a fraction of a query term;
+     (server/ranking/expansion.py), each counted at a fraction of a query term;
   3. both are z-scored over the candidate set and mixed with weight W_LEXICAL (less when the query's words
      but names occur nowhere, or when the sides put different candidates first and the dense side's best
      stands out more: NAME_ONLY_W_LEXICAL, DISAGREE_DENSE_RATIO), and a small length prior
@@ -77,7 +77,7 @@ NEIGHBOUR_SCORE_WEIGHTS: dict[int, float] = {-2: 0.125, -1: 0.25, 1: 0.25, 2: 0.
 # --- round 2 (bench/locomo_explore.py --only round2). Baseline = the round-1 ranking, R@5 0.701 R@10 0.790.
 # The three below together: R@5 0.725 R@10 0.792, identical in leave-one-conversation-out cross-validation
 # (every fold picks these values from a 81-point grid of delta x bigram x length prior x W_LEXICAL).
-# Tried and dropped (no gain or a loss, see /tmp/ranking_notes.md "Round 2"): query-adaptive fusion weight
+# Tried and dropped (no gain or a loss; the same script reproduces each): query-adaptive fusion weight
 # (idf- or spread-based, -0.001..-0.06), RM3 lexical feedback (-0.002..-0.02), z over the top-N only,
 # rank/z mixes, idf powers, binary query tf, date-token field weight, session boosts, second-pass blends,
 # similarity-gated neighbour blending, stop-word-free query embedding mixed into the dense side.
@@ -268,7 +268,7 @@ def fused_scores(
 ) -> np.ndarray:
     """The raw ranking score per candidate (candidate order), in z units over the candidate set:
     0 = an average candidate, higher is better. `rank` maps it to (0, 1).
-    `expansion`: extra lexical query terms with weights (server/expansion.py), unigram side only."""
+    `expansion`: extra lexical query terms with weights (server/ranking/expansion.py), unigram side only."""
     lexical_context = LEXICAL_CONTEXT_WEIGHTS if lexical_context is None else lexical_context
     neighbour_weights = NEIGHBOUR_SCORE_WEIGHTS if neighbour_weights is None else neighbour_weights
     delta = BM25_DELTA if delta is None else delta

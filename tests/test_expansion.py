@@ -49,9 +49,9 @@ VECTORS = {
 
 
 def pool_of(words: list[str]) -> tuple[list[str], np.ndarray]:
-    from server.ranking.lexical import _stem
+    from server.ranking.lexical import stem
 
-    return [_stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
+    return [stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
 
 
 def test_expansion_adds_the_nearest_pool_words_with_weighted_cosine() -> None:

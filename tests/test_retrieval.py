@@ -230,6 +230,13 @@ def test_a_query_in_another_language_than_the_memories_leans_on_the_dense_side(m
     monkeypatch.setattr(retrieval, "DISAGREE_FACTOR", 1.0)
     monkeypatch.setattr(retrieval, "DISAGREE_COMMON_FACTOR", 1.0)
     full = retrieval.fused_scores(spanish, q, cands, w_lexical=retrieval.W_LEXICAL)
+    # The memories are English, the question Spanish: the lexical weight is at most CROSS_LINGUAL_W_LEXICAL.
+    pool = retrieval.CandidateSet(cands)
+    assert retrieval.other_language(spanish, pool, pool.cosines(q))
+    assert not retrieval.other_language(english, pool, pool.cosines(q))
+    leaning = retrieval.fused_scores(spanish, q, cands, w_lexical=retrieval.CROSS_LINGUAL_W_LEXICAL)
+    assert np.array_equal(retrieval.fused_scores(spanish, q, cands), leaning)
+    monkeypatch.setattr(retrieval, "CROSS_LINGUAL_W_LEXICAL", 1.0)  # the coverage alone
     assert not np.array_equal(retrieval.fused_scores(spanish, q, cands), full)
     monkeypatch.setattr(retrieval, "COVERAGE_FULL", 0.0)
     assert np.array_equal(retrieval.fused_scores(spanish, q, cands), full)

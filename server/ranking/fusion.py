@@ -33,9 +33,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.languages import query_languages
+from server.ranking.candidate_set import ID, OCCURRED_AT, TEXT, Candidate, CandidateSet
+from server.ranking.languages import detect, query_languages
 from server.ranking.lexical import analyze_query, is_date_term
+from server.ranking.per_text import PerText
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
@@ -153,6 +154,13 @@ DISAGREE_COMMON_FACTOR = 0.5
 # candidate: a question asked in another language than the memories matches their words only by chance.
 COVERAGE_FULL = 0.5
 
+# When most of the dense side's best candidates are written in another language than the query, the lexical
+# side matches only names, numbers and borrowed words: the fusion leans on the dense side, which reads across
+# languages. LANGUAGE_TOP: how many of the dense side's best are looked at.
+CROSS_LINGUAL_W_LEXICAL = 0.1
+LANGUAGE_TOP = 10
+LANGUAGES: PerText[str] = PerText(lambda text, occurred_at: detect(text))
+
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not starting the text or a sentence
 
 
@@ -171,6 +179,17 @@ def content_term_share(terms: Sequence[str], docs: CandidateDocuments) -> float:
         return 0.0
     held = np.isin(docs.terms.ids, np.asarray(ids, dtype=docs.terms.ids.dtype))
     return len(np.unique(docs.terms.owner[held])) / n
+
+
+def other_language(query: str, pool: CandidateSet, dense: np.ndarray) -> bool:
+    """Whether most of the dense side's LANGUAGE_TOP best candidates are in none of the query's languages."""
+    if not len(dense):
+        return False
+    asked = set(query_languages(query))
+    top = np.argsort(-dense, kind="stable")[:LANGUAGE_TOP]
+    ids, texts, times = pool.column(ID), pool.column(TEXT), pool.column(OCCURRED_AT)
+    other = sum(LANGUAGES.of(ids[i], texts[i], times[i]) not in asked for i in top)
+    return other * 2 > len(top)
 
 
 def content_term_coverage(terms: Sequence[str], docs: CandidateDocuments) -> float:
@@ -295,6 +314,8 @@ def fused_scores(
             w_lexical, length_prior = NAME_ONLY_W_LEXICAL, min(length_prior, NAME_ONLY_LENGTH_PRIOR)
         elif COVERAGE_FULL:
             w_lexical *= min(1.0, content_term_coverage(terms, docs) / COVERAGE_FULL)
+        if other_language(query, pool, dense):
+            w_lexical = min(w_lexical, CROSS_LINGUAL_W_LEXICAL)
         w_lexical *= disagreement_factor(dense_z, lexical_z, share)
     fused = (1.0 - w_lexical) * dense_z + w_lexical * lexical_z
     if length_prior:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2

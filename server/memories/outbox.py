@@ -82,11 +82,22 @@ class Outbox:
                 "rebuild the index from SQLite with the configured model")
         return False
 
+    # After a commit: the write happened, and its answer must say so. Whatever fails now (the index, marking
+    # the rows indexed) leaves them in the backlog, which `sync` repairs in the background.
+
     def written(self, ids: Sequence[int]) -> None:
-        self.index_ids(ids)
+        try:
+            self.index_ids(ids)
+        except Exception:
+            self._throttle.log(logging.WARNING, "index after commit", "indexing %d committed memories failed; they "
+                               "stay in the backlog", len(ids), exc_info=True)
 
     def deleted(self, ids: Sequence[int]) -> None:
-        self.apply_deletions(ids)
+        try:
+            self.apply_deletions(ids)
+        except Exception:
+            self._throttle.log(logging.WARNING, "index after commit", "removing %d forgotten memories from the "
+                               "index failed; they stay queued", len(ids), exc_info=True)
 
     def points(self, rows: Sequence[IndexRow]) -> list[IndexPoint]:
         return [IndexPoint(id=row.id, vector=self._vector(row), payload=index_payload(row)) for row in rows]

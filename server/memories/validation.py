@@ -136,7 +136,7 @@ def parse_timestamp(name: str, value: object) -> datetime:
     """An RFC3339 timestamp with a timezone, or invalid_parameters."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_TIMESTAMP:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
-    check_text(name, value)  # Python's parser stops at a NUL: "…Z\x00junk" would pass
+    check_text(name, value)  # Python's parser skips a NUL ("…00:00:00\x00+00:00" parses)
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:

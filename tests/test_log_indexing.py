@@ -15,9 +15,10 @@ from typing import Any
 import httpx2
 import pytest
 
+from server.logs.indexing import occurred_at, turn_text
+
 from conftest import LiveServer, make_settings, query, serve
 from procs import parse_fields, run_cli
-from server.logs.indexing import occurred_at, turn_text
 
 pytestmark = pytest.mark.backends
 
@@ -61,8 +62,8 @@ def append(client: httpx2.Client, conversation: str, items: list[dict[str, Any]]
 
 
 def waiting(srv: LiveServer) -> int:
-    [(count,)] = query(srv.settings, "SELECT count(*) FROM conversations WHERE indexing = ? AND indexed_seq < item_count",
-                       True)
+    [(count,)] = query(srv.settings, "SELECT count(*) FROM conversations WHERE indexing = ?"
+                       " AND indexed_seq < item_count", True)
     return int(count)
 
 
@@ -123,8 +124,8 @@ def test_an_indexing_site_recalls_its_turns_beside_memories_and_kinds_filters(sr
         assert turns_of(srv, conversation) == [
             (0, "user: Should we roll out the billing service to Europe next month?"),
             (2, "assistant: Yes: the rollout of billing to Europe is planned for June.")]
-        [(recorded_at,)] = query(srv.settings, "SELECT recorded_at FROM log_items WHERE conversation_id = ? AND seq = 0",
-                                 conversation)
+        [(recorded_at,)] = query(srv.settings, "SELECT recorded_at FROM log_items WHERE conversation_id = ?"
+                                 " AND seq = 0", conversation)
 
         hits = recall(client, "what did we decide about the billing rollout")
         turn = next(h for h in hits if h["kind"] == "turn")

@@ -3,15 +3,18 @@
 The file: one JSON object per line, UTF-8.
 
     {"kind": "header", "version": 1, "exported_at", "model", "site", "counts": {...}}   (first line)
+    {"kind": "site", "site", "index_logs": true}   (a site that indexes its logs)
     {"kind": "memory", "site", "reference", "content", "type", "location", "project", "team", "bucket",
      "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"
      [, "supersedes", "superseded_by", "valid_to"]}   (the bracketed fields only when set)
     {"kind": "log_item", "site", "conversation_id", "seq", "recorded_at", "payload"}
 
 It is written from one consistent snapshot of the store (a server may go on appending meanwhile). It never
-carries credentials (site secrets, tokens) nor vectors: an import embeds again. Memories come first, in
-creation order; then each conversation's items in seq order, conversations in order of last activity, so
-that `list_conversations` orders them the same way after an import.
+carries credentials (site secrets, tokens) nor vectors: an import embeds again. Nor the indexed turns of
+conversation logs: a site record says the site indexes its logs, and the items are indexed again once
+imported. Site records come first, then memories, in creation order; then each conversation's items in seq
+order, conversations in order of last activity, so that `list_conversations` orders them the same way after an
+import.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ def total(snapshot: Snapshot) -> int:
 
 
 def lines(snapshot: Snapshot) -> Iterator[str]:
-    """Every record as one line of JSON (without the newline): memories, then log items."""
+    """Every record as one line of JSON (without the newline): site settings, memories, then log items."""
+    for site in snapshot.indexing_sites():
+        yield dumps({"kind": "site", "site": site, "index_logs": True})
     for record in snapshot.memories():
         yield dumps({"kind": "memory", **record}).translate(_LINE_SAFE)
     for site, conversation_id, (seq, recorded_at, payload) in snapshot.log_items():

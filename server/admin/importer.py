@@ -34,6 +34,7 @@ MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project"
                            "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes",
                            "superseded_by", "valid_to", "expires_at"})
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
+SITE_FIELDS = frozenset({"index_logs"})
 # A reference must be addressable as one REST path segment (/v1/memories/{reference}) without escaping.
 REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,127}$")
 
@@ -76,7 +77,16 @@ class MemoryRecord:
     valid_to: str | None = None
 
 
-Record = Header | LogRecord | MemoryRecord
+@dataclass(frozen=True, slots=True)
+class SiteSettings:
+    """A site's settings: whether it indexes its logs (its log items, imported, are then indexed again)."""
+
+    line: int
+    site: str | None
+    index_logs: bool
+
+
+Record = Header | LogRecord | MemoryRecord | SiteSettings
 
 
 def check_stored_timestamp(name: str, value: object) -> str:
@@ -158,11 +168,16 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
             # Normalised as occurred_at is: time windows compare it with theirs as text.
             valid_to=None if valid_to is None else check_timestamp("valid_to", valid_to),
         )
+    if kind == "site":
+        _check_fields(record, kind, SITE_FIELDS, ("index_logs",))
+        if not isinstance(record["index_logs"], bool):
+            raise InvalidParameters("index_logs must be true or false")
+        return SiteSettings(line=line, site=_check_site(record, mapped), index_logs=record["index_logs"])
     if kind == "header":  # other header fields are informative: a reader ignores them
         if "version" not in record:
             raise InvalidParameters("missing field(s) version in a header record")
         return Header(line=line, version=_whole("version", record["version"], 1, None))
-    raise InvalidParameters(f"unknown kind {kind!r}: expected memory, log_item or header")
+    raise InvalidParameters(f"unknown kind {kind!r}: expected memory, log_item, site or header")
 
 
 def numbered_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
@@ -219,6 +234,8 @@ class ImportReport:
     sites_created: list[tuple[str, str]] = field(default_factory=list)  # (name, secret shown once)
     errors: list[tuple[int, str]] = field(default_factory=list)  # (line number, message)
     duplicates: list[tuple[int, str]] = field(default_factory=list)  # (line number, message): skipped, not errors
+    sites_indexing: list[int] = field(default_factory=list)  # ids of the sites set to index their logs
+    items_to_index: int = 0  # their log items waiting to be indexed (by a server, in the background)
 
 
 class Importer:
@@ -265,12 +282,22 @@ class Importer:
                 )
         elif isinstance(record, LogRecord):
             self._add_log(record)
+        elif isinstance(record, SiteSettings):
+            self._flush_logs()
+            site_id = self.site_id(record.site)
+            name = self.target_site or record.site
+            if name is not None:
+                self._run(lambda: self._sites_store.set_log_indexing(name, record.index_logs))
+            if record.index_logs:
+                self.report.sites_indexing.append(site_id)
         else:
             self._add_memory(record)
 
     def finish(self) -> ImportReport:
         self._flush_logs()
         self._flush_memories()
+        for site_id in dict.fromkeys(self.report.sites_indexing):
+            self.report.items_to_index += self._run(lambda: self._log_store.index_progress(site_id)).waiting  # noqa: B023
         return self.report
 
     def _error(self, line: int, message: str) -> None:

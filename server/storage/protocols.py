@@ -509,6 +509,10 @@ class Snapshot(Protocol):
         """(site, conversation_id, item) per item, each conversation in seq order."""
         ...
 
+    def indexing_sites(self) -> list[str]:
+        """The names of the sites (of the snapshot) that index their logs."""
+        ...
+
     def close(self) -> None: ...
 
 

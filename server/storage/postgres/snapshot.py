@@ -57,11 +57,11 @@ class PostgresSnapshot:
             self.close()
             raise
 
-    def _where(self, alias: str, *, memories: bool = False) -> tuple[str, list[Any]]:
-        clauses: list[str] = [f"{alias}.site_id = %s"] if self._site_id is not None else []
+    def _where(self, alias: str, *, memories: bool = False, site_key: str = "site_id") -> tuple[str, list[Any]]:
+        clauses: list[str] = [f"{alias}.{site_key} = %s"] if self._site_id is not None else []
         args: list[Any] = [self._site_id] if self._site_id is not None else []
-        if memories:
-            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s)")
+        if memories:  # indexed turns are not exported: an import indexes its log items again
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s) AND {alias}.kind = 'memory'")
             args.append(self._at)
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
@@ -97,6 +97,16 @@ class PostgresSnapshot:
                 if record[name] is None:
                     del record[name]
             yield record
+
+    def indexing_sites(self) -> list[str]:
+        """The names of the sites that index their logs."""
+        where, args = self._where("s", site_key="id")
+        try:
+            rows = self._conn.execute(f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'}"
+                                      " s.index_logs ORDER BY s.name", args).fetchall()
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+        return [str(row[0]) for row in rows]
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""

@@ -195,3 +195,98 @@ def test_a_conversation_chooses_for_itself_and_names_its_bucket(srv: LiveServer)
         wait_indexed(srv)
         assert [seq for seq, _ in turns_of(srv, plain)] == [0]
         assert [seq for seq, _ in turns_of(srv, chosen)] == [0, 1, 2]
+
+
+# --- bounded tokens ----------------------------------------------------------------------------------------
+
+
+def test_a_bounded_token_recalls_the_turns_within_its_bounds_and_no_others(srv: LiveServer) -> None:
+    site, secret = new_site(srv, index_logs=True)
+    inside, outside = cid(), cid()
+    with http(srv, site, secret) as client:
+        append(client, inside, [{"text": "The greenhouse heating fails below minus five degrees."}], bucket="garden")
+        append(client, outside, [{"text": "The greenhouse budget is secret."}])  # bucket default
+        wait_indexed(srv)
+    _, by_bucket = srv.create_token(scopes=["memory:read"], site=site, buckets=["garden"])
+    with http(srv, site, secret, authorization=f"Bearer {by_bucket}") as bounded:
+        hits = recall(bounded, "greenhouse")
+        assert [(h["kind"], h["provenance"]["conversation_id"]) for h in hits] == [("turn", inside)]
+        search = bounded.post("/v1/search", json={"query": "greenhouse", "min_score": 0.0}).json()["results"]
+        assert [h["provenance"]["conversation_id"] for h in search] == [inside]
+        # The log itself stays Basic-only: the token reads the turn, not the conversation around it.
+        refused = bounded.get(f"/v1/conversations/{inside}/items", params={"count": 5})
+        assert refused.status_code == 422 and "Basic" in refused.json()["error"]["message"]
+    _, by_team = srv.create_token(scopes=["memory:read"], site=site, teams=["ops"])
+    with http(srv, site, secret, authorization=f"Bearer {by_team}") as bounded:
+        assert recall(bounded, "greenhouse") == []  # a turn has no team: outside any bound on teams
+
+
+# --- deletion and retention --------------------------------------------------------------------------------
+
+
+def test_deleting_a_conversation_deletes_its_turns(srv: LiveServer) -> None:
+    site, secret = new_site(srv, index_logs=True)
+    gone, kept = cid(), cid()
+    with http(srv, site, secret) as client:
+        append(client, gone, [{"text": f"The submarine cable repair, step {n}."} for n in range(5)])
+        append(client, kept, [{"text": "The submarine cable is insured."}])
+        linked = client.post("/v1/memories", json={"content": "Cable repairs need a permit.",
+                                                   "provenance": {"conversation_id": gone, "seq": 1}}).json()
+        wait_indexed(srv)
+        assert len(turns_of(srv, gone)) == 5
+        response = client.delete(f"/v1/conversations/{gone}")
+        assert response.status_code == 200, response.text
+        assert response.json() == {"conversation_id": gone, "deleted": True, "item_count": 5, "memories_unlinked": 1,
+                                   "turns_deleted": 5}
+        assert turns_of(srv, gone) == []
+        hits = recall(client, "submarine cable repair")
+        assert {h["provenance"].get("conversation_id") for h in hits if h["kind"] == "turn"} == {kept}
+        assert client.get(f"/v1/memories/{linked['reference']}").json()["provenance"] == {}
+        search = client.post("/v1/search", json={"query": "submarine cable repair", "min_score": 0.0}).json()
+        assert gone not in json.dumps(search)
+        # The id used again: a new log, indexed from seq 0.
+        append(client, gone, [{"text": "A new log about the submarine cable."}])
+        wait_indexed(srv)
+        assert turns_of(srv, gone) == [(0, "A new log about the submarine cable.")]
+        # From the CLI too (the counts of what it purged: the retention task may purge beside it).
+        out = ok(srv, "conversation", "delete", "--site", site, gone)
+        assert out.startswith(f"deleted conversation {gone}: 1 items") and turns_of(srv, gone) == []
+
+
+def test_log_retention_deletes_the_turns_of_expired_conversations(srv: LiveServer) -> None:
+    site, secret = new_site(srv, index_logs=True)
+    old = cid()
+    with http(srv, site, secret) as client:
+        append(client, old, [{"text": "The archive move happened long ago."}])
+        wait_indexed(srv)
+        assert len(turns_of(srv, old)) == 1
+        from conftest import execute
+
+        execute(srv.settings, "UPDATE conversations SET last_activity_us = 0 WHERE conversation_id = ?", old)
+        ok(srv, "site", "set", site, "--log-retention-days", "1")
+        deadline = time.monotonic() + WAIT_S
+        while turns_of(srv, old) or query(srv.settings, "SELECT 1 FROM conversations WHERE conversation_id = ?", old):
+            assert time.monotonic() < deadline, "the retention did not delete the conversation"
+            time.sleep(0.1)
+        assert not any(h["kind"] == "turn" for h in recall(client, "archive move"))
+
+
+# --- progress --------------------------------------------------------------------------------------------
+
+
+def test_readyz_shows_the_items_waiting_and_the_acknowledgement_does_not_wait(srv: LiveServer) -> None:
+    site, secret = new_site(srv, index_logs=True)
+    conversation = cid()
+    with http(srv, site, secret) as client:
+        # Enough text that embedding it takes seconds: the acknowledgement comes first, and /readyz (still
+        # ready: recall answers meanwhile) says how many items wait.
+        ack = append(client, conversation, [{"text": f"Entry {n} of the night shift report: pump {n % 7} ran hot."}
+                                            for n in range(1000)])
+        assert ack["count"] == 1000
+        ready = httpx2.get(f"{srv.base}/readyz", timeout=30)
+        assert ready.status_code == 200
+        assert 0 < ready.json()["log_indexing"]["waiting"] <= 1000, ready.json()
+        assert client.post("/v1/recall", json={"query": "pump ran hot"}).status_code == 200
+        wait_indexed(srv)
+        assert "log_indexing" not in httpx2.get(f"{srv.base}/readyz", timeout=30).json()
+        assert len(turns_of(srv, conversation)) == 1000

@@ -162,6 +162,8 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     assert exported.returncode == 0, exported.stderr
     records = [json.loads(line) for line in (tmp_path / "acme.jsonl").read_text().splitlines()]
     assert {"kind": "site", "site": "acme", "index_logs": True} in records
+    assert {"kind": "conversation", "site": "acme", "conversation_id": conversation, "index": None,
+            "bucket": "lab"} in records
     assert [r["content"] for r in records if r["kind"] == "memory"] == ["The observatory opens at dusk."]
     assert len([r for r in records if r["kind"] == "log_item"]) == 2
 
@@ -176,8 +178,8 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
         wait_indexed(target)
         with client(server, "acme", target_secret) as http:
             hits = http.post("/v1/recall", json={"query": "when is the mirror recoated", "kinds": ["turn"]}).json()
-            assert [(h["content"], h["bucket"]) for h in hits["results"]][:1] == [("Bo: Then we recoat it in April.",
-                                                                                   "default")]
+            assert {(h["content"], h["bucket"]) for h in hits["results"]} == {
+                ("Ann: The telescope mirror arrives in March.", "lab"), ("Bo: Then we recoat it in April.", "lab")}
     finally:
         server.stop()
     assert set(turn_counts(target)) == {(conversation, 0), (conversation, 1)}

@@ -69,7 +69,7 @@ def progress_text(progress: IndexingProgress) -> str:
 def site_list(data_dir: DataDir = None) -> None:
     """List sites."""
     for site in with_sites(data_dir, admin.list_sites):
-        typer.echo(f"{site.name}\tcreated {site.created_at}\t{retention_text(site)}\t{indexing_text(site)}")
+        typer.echo(f"{site.name}\tcreated {site.created_at}\t{indexing_text(site)}\t{retention_text(site)}")
 
 
 @site_app.command("show")
@@ -114,7 +114,9 @@ def site_set(
         return site, storage.logs.index_progress(site.id)
 
     site, progress = with_storage(data_dir, change)
-    typer.echo(f"site {name}: {retention_text(site)}, {indexing_text(site)}")
+    changed = [retention_text(site)] if log_retention_days is not None or no_log_retention else []
+    changed += [indexing_text(site)] if index_logs is not None else []
+    typer.echo(f"site {name}: {', '.join(changed)}")
     if index_logs:
         typer.echo(f"log items indexed: {progress_text(progress)}; a running server indexes those waiting in the "
                    "background (see `site show`, /readyz)")

@@ -78,8 +78,10 @@ class LogStore(Protocol):
         """How many conversations the site has (any with at least one item)."""
         ...
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
-        """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text."""
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
+                     bucket: str | None = None) -> list[str]:
+        """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text.
+        `index`, `bucket`: the conversation's own indexing choice and bucket, as an append sets them."""
         ...
 
     # Deletion (server/storage/deletion.py): a conversation is marked in one small transaction, hidden from
@@ -511,6 +513,11 @@ class Snapshot(Protocol):
 
     def indexing_sites(self) -> list[str]:
         """The names of the sites (of the snapshot) that index their logs."""
+        ...
+
+    def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
+        """(site, conversation_id, its own indexing choice, its turns' bucket) of the conversations that have
+        either."""
         ...
 
     def close(self) -> None: ...

@@ -106,13 +106,16 @@ APPEND_KEYED = f"""
 IMPORT = f"""
     WITH conv AS (
         INSERT INTO conversations AS c (site_id, conversation_id, item_count, first_recorded_at,
-                                        last_recorded_at, last_activity_us, indexing)
+                                        last_recorded_at, last_activity_us, index_choice, indexing, bucket)
         VALUES (%(site)s, %(cid)s, %(n)s, %(at)s, %(at)s, {_ACTIVITY.format(_MICROS.format("clock_timestamp()"))},
-                {_INDEXING})
+                %(choice)s::boolean, {_INDEXING}, %(bucket)s::text)
         ON CONFLICT (site_id, conversation_id) DO UPDATE SET
             item_count = c.item_count + excluded.item_count,
             last_recorded_at = excluded.last_recorded_at,
-            last_activity_us = GREATEST(excluded.last_activity_us, c.last_activity_us + 1)
+            last_activity_us = GREATEST(excluded.last_activity_us, c.last_activity_us + 1),
+            index_choice = coalesce(excluded.index_choice, c.index_choice),
+            indexing = coalesce(excluded.index_choice, c.indexing),
+            bucket = coalesce(excluded.bucket, c.bucket)
         RETURNING c.item_count - %(n)s AS first_seq, %(at)s::text AS recorded_at
     ),
     items AS ({_ITEMS})
@@ -187,10 +190,12 @@ class PostgresLogStore:
             "SELECT count(*) FROM conversations WHERE site_id = %s", [site_id]).fetchone())
         return int(row[0]) if row else 0
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
+                     bucket: str | None = None) -> list[str]:
         for _ in range(IMPORT_TRIES):
             try:
-                return self._db.write(lambda conn: import_log_items(conn, site_id, conversation_id, items))
+                return self._db.write(lambda conn: import_log_items(conn, site_id, conversation_id, items,
+                                                                    index=index, bucket=bucket))
             except RacedImport:
                 continue  # rolled back: read the conversation again
         raise Unavailable(f"conversation {conversation_id} kept changing while it was imported; retry")
@@ -271,7 +276,8 @@ class PostgresLogStore:
             [site_id, active_since_us, site_id]).rowcount, single=True, idempotent=True)
 
 
-def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem], *,
+                     index: bool | None = None, bucket: str | None = None) -> list[str]:
     """Import one conversation's items inside the caller's transaction; outcomes as on SQLite
     (server.storage.sqlite.logs.import_log_items)."""
     # Locked: appenders wait until the import commits. A conversation that does not exist yet has no row to
@@ -294,7 +300,7 @@ def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequ
         batch = new[start:end]
         first = conn.execute(IMPORT, {"site": site_id, "cid": conversation_id, "n": len(batch),
                                       "at": batch[0][1], "payloads": [text for _, _, text in batch],
-                                      "choice": None}).fetchone()
+                                      "choice": index, "bucket": bucket}).fetchone()
         if first is None or int(first[0]) != batch[0][0]:
             raise RacedImport(conversation_id)
         start = end

@@ -108,6 +108,18 @@ class PostgresSnapshot:
             raise _failure(exc) from exc
         return [str(row[0]) for row in rows]
 
+    def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
+        where, args = self._where("c")
+        try:
+            rows = self._conn.execute(
+                "SELECT s.name, c.conversation_id, c.index_choice, c.bucket FROM conversations c JOIN sites s"
+                f" ON s.id = c.site_id{where}{' AND' if where else ' WHERE'} NOT c.deleting"
+                " AND (c.index_choice IS NOT NULL OR c.bucket IS NOT NULL) ORDER BY c.site_id, c.conversation_id",
+                args).fetchall()
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+        return [(str(r[0]), str(r[1]), r[2], None if r[3] is None else str(r[3])) for r in rows]
+
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""
         where, args = self._where("c")

@@ -99,8 +99,10 @@ class SqliteLogStore:
                                           (site_id,)).fetchone()
         return int(row[0])
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
-        return self._writer.run_sync(lambda conn: import_log_items(conn, site_id, conversation_id, items))
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
+                     bucket: str | None = None) -> list[str]:
+        return self._writer.run_sync(lambda conn: import_log_items(conn, site_id, conversation_id, items, index=index,
+                                                                   bucket=bucket))
 
     # --- deletion ---------------------------------------------------------------------------------
 
@@ -231,8 +233,8 @@ def site_indexes_logs(conn: sqlite3.Connection, site_id: int) -> bool:
     return bool(row and row[0])
 
 
-def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: str,
-                     items: Sequence[RawItem]) -> list[str]:
+def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: str, items: Sequence[RawItem], *,
+                     index: bool | None = None, bucket: str | None = None) -> list[str]:
     """Import one conversation's items `(seq, recorded_at, payload text)` inside the caller's write transaction.
 
     Returns one outcome per item: "appended", "present" (that seq holds the identical payload), or an
@@ -275,7 +277,7 @@ def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: st
         while end < len(new) and new[end][1] == new[start][1]:
             end += 1
         append_batch(conn, site_id, conversation_id, [text for _, _, text in new[start:end]], None,
-                     recorded_at=new[start][1])
+                     recorded_at=new[start][1], index=index, bucket=bucket)
         start = end
     return outcomes
 

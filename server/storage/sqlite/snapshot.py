@@ -99,6 +99,16 @@ class SqliteSnapshot:
                                       " s.index_logs = 1 ORDER BY s.name", args).fetchall()
         return [str(row[0]) for row in rows]
 
+    def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
+        where, args = self._where("c")
+        with naming_damage(self._path):
+            rows = self._conn.execute(
+                "SELECT s.name, c.conversation_id, c.index_choice, c.bucket FROM conversations c JOIN sites s"
+                f" ON s.id = c.site_id{where}{' AND' if where else ' WHERE'} c.deleting = 0"
+                " AND (c.index_choice IS NOT NULL OR c.bucket IS NOT NULL) ORDER BY c.site_id, c.conversation_id",
+                args).fetchall()
+        return [(str(r[0]), str(r[1]), None if r[2] is None else bool(r[2]), r[3]) for r in rows]
+
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""
         with naming_damage(self._path):

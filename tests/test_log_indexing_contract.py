@@ -19,7 +19,7 @@ from server.storage.protocols import Storage
 from server.storage.records import CREATED, DUPLICATE, TURN, IndexingProgress, NewMemory, ToIndex, Words
 from server.storage.scope import Scope
 
-from conftest import make_settings
+from conftest import execute, make_settings
 
 pytestmark = pytest.mark.backends
 
@@ -50,7 +50,7 @@ def pending(storage: Storage) -> dict[str, tuple[int, int]]:
     return {t.conversation_id: (t.indexed_seq, t.item_count) for t in storage.logs.to_index(100)}
 
 
-async def test_the_site_setting_and_an_appends_choice_decide_what_is_indexed(storage: Storage) -> None:
+async def test_the_site_setting_and_an_appends_choice_decide_what_is_indexed(storage: Storage, tmp_path: Path) -> None:
     sid = site(storage)
     await storage.logs.append(sid, "conv-plain", texts("a", "b"), None)
     await storage.logs.append(sid, "conv-chosen", texts("a"), None, index=True, bucket="team-room")
@@ -70,9 +70,18 @@ async def test_the_site_setting_and_an_appends_choice_decide_what_is_indexed(sto
     assert storage.logs.index_waiting() == 5
     assert storage.logs.index_progress(sid) == IndexingProgress(waiting=5, indexed=0, skipped=0)
 
+    # A conversation an append created with the former setting while it was being turned on (a PostgreSQL
+    # race: its statement read the setting before the change committed): the sweep of the conversations
+    # active since a given time finds it.
+    execute(make_settings(tmp_path / "data"), "UPDATE conversations SET indexing = ? WHERE conversation_id = ?",
+            False, "conv-new")
+    assert "conv-new" not in pending(storage)
+    assert storage.logs.mark_for_indexing(sid, 2**62) == 0  # not active since then
+    assert storage.logs.mark_for_indexing(sid, 0) == 1 and "conv-new" in pending(storage)
+
     assert storage.sites.set_log_indexing("acme", False)
     assert pending(storage) == {"conv-chosen": (0, 2)}  # chose for itself
-    # The sweep of recently active conversations finds nothing to set while the site does not index.
+    # The sweep finds nothing to set while the site does not index.
     assert storage.logs.mark_for_indexing(sid, 0) == 0
     other = site(storage, "other")
     await storage.logs.append(other, "conv-else", texts("x"), None)

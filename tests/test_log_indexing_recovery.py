@@ -36,6 +36,25 @@ def create_site(data_dir: Path, name: str, *, index_logs: bool) -> str:
     return parse_fields(created.stdout)["secret"]
 
 
+def started(data_dir: Path) -> ServerProcess:
+    """A server process on the data directory, ready (waiting out a slow /readyz on a loaded machine); killed
+    if it never gets there."""
+    server = ServerProcess(data_dir).start()
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                if httpx2.get(f"{server.base}/readyz", timeout=30).status_code == 200:
+                    return server
+            except httpx2.TimeoutException:
+                pass
+            assert time.monotonic() < deadline, f"server not ready:\n{server.log()}"
+            time.sleep(0.1)
+    except BaseException:
+        server.kill()
+        raise
+
+
 def client(server: ServerProcess, site: str, secret: str) -> httpx2.Client:
     return httpx2.Client(base_url=server.base, auth=httpx2.BasicAuth(site, secret), timeout=120)
 
@@ -64,7 +83,7 @@ def test_a_server_killed_before_indexing_indexes_every_acknowledged_item_once_on
     secret = create_site(data_dir, "acme", index_logs=True)
     conversations = [f"conv-{uuid.uuid4().hex}" for _ in range(3)]
     acknowledged: set[tuple[str, int]] = set()
-    server = ServerProcess(data_dir).start().wait_ready()
+    server = started(data_dir)
     try:
         with client(server, "acme", secret) as http:
             for n, conversation in enumerate(conversations):
@@ -83,7 +102,7 @@ def test_a_server_killed_before_indexing_indexes_every_acknowledged_item_once_on
     # items take the model tens of seconds; the appends took well under one).
     assert waiting(data_dir) > 0
 
-    server = ServerProcess(data_dir).start().wait_ready()
+    server = started(data_dir)
     try:
         wait_indexed(data_dir)
         counts = turn_counts(data_dir)
@@ -121,7 +140,7 @@ def test_turning_indexing_on_backfills_a_100k_item_log_while_recall_answers(tmp_
     finally:
         storage.close()
 
-    server = ServerProcess(data_dir).start().wait_ready()
+    server = started(data_dir)
     try:
         done = run_cli("site", "set", "acme", "--index-logs", data_dir=data_dir)
         assert done.returncode == 0, done.stderr
@@ -148,7 +167,7 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     source, target = tmp_path / "source", tmp_path / "target"
     secret = create_site(source, "acme", index_logs=True)
     conversation = f"conv-{uuid.uuid4().hex}"
-    server = ServerProcess(source).start().wait_ready()
+    server = started(source)
     try:
         with client(server, "acme", secret) as http:
             http.post(f"/v1/conversations/{conversation}/items", json={"items": [
@@ -173,7 +192,7 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     assert fields["log items appended"] == "2" and fields["log items to index"].startswith("2 ")
     target_secret = fields["secret"]
     assert parse_fields(run_cli("site", "show", "acme", data_dir=target).stdout)["log indexing"] == "on"
-    server = ServerProcess(target).start().wait_ready()
+    server = started(target)
     try:
         wait_indexed(target)
         with client(server, "acme", target_secret) as http:
@@ -187,7 +206,7 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     reindexed = run_cli("reindex", data_dir=target)
     assert reindexed.returncode == 0, reindexed.stderr
     assert "reindexed 3 memories" in reindexed.stdout
-    server = ServerProcess(target).start().wait_ready()
+    server = started(target)
     try:
         with client(server, "acme", target_secret) as http:
             found = http.post("/v1/search", json={"query": "telescope mirror arrives", "kinds": ["turn"],

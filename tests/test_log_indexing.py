@@ -148,6 +148,10 @@ def test_an_indexing_site_recalls_its_turns_beside_memories_and_kinds_filters(sr
         context = client.post("/v1/context", json={"query": "billing rollout", "kinds": ["turn"]})
         assert context.status_code == 200, context.text
         assert "billing" in json.dumps(context.json())
+        listed = client.get("/v1/memories", params={"kinds": "turn"}).json()["memories"]
+        assert [(m["kind"], m["provenance"]["seq"]) for m in listed] == [("turn", 2), ("turn", 0)]
+        listed = client.get("/v1/memories", params={"kinds": "memory"}).json()["memories"]
+        assert [m["content"] for m in listed] == ["The cafeteria opens at eight."]
         bad = client.post("/v1/recall", json={"query": "x", "kinds": ["note"]})
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_parameters"
         bad = client.post("/v1/recall", json={"query": "x", "kinds": []})

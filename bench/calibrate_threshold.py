@@ -37,7 +37,9 @@ THRESHOLDS = [round(t, 2) for t in np.arange(0.20, 0.71, 0.05)]
 
 
 def spread(cosines: np.ndarray) -> dict[str, float]:
-    return {"mean": round(float(cosines.mean()), 4), "sd": round(float(cosines.std()), 4)}
+    q99, q999 = np.percentile(cosines, [99, 99.9])
+    return {"mean": round(float(cosines.mean()), 4), "sd": round(float(cosines.std()), 4),
+            "q99": round(float(q99), 4), "q99.9": round(float(q999), 4)}
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Retrieval quality on LoCoMo through the server's own tools (`make bench-quality`).
 
-Every turn is stored with the `remember` tool exactly as shared/data/locomo/README.md describes (one bucket
+Every turn is stored with the `remember` tool exactly as the LoCoMo data set's own notes describe (one bucket
 per conversation, occurred_at from the session date, location locomo/<sample_id>/<dia_id>, provenance with
 the turn's position), then every question of categories 1-4 is asked through the `recall` tool
 (limit=10, the conversation's bucket) over an in-process MCP client. R@5 and R@10 are printed per category

@@ -1,6 +1,6 @@
 """LoCoMo (dev split) exploration of recall ranking variants.
 
-Standalone: reads /work/shared/data/locomo/locomo_dev.json, builds one memory per dialogue turn exactly as
+Standalone: reads the LoCoMo dev split (DATA below), builds one memory per dialogue turn exactly as
 the benchmark protocol says (content "<speaker>: <text>" [+ " [shares <caption>]"], occurred_at = the
 session date as RFC3339, provenance {conversation_id, seq}), embeds with the bundled all-MiniLM-L6-v2
 (cached under /tmp/locomo_cache so the corpus is embedded once), and evaluates ranking variants over
@@ -886,7 +886,7 @@ def session_only(ex: Explorer, c: str) -> np.ndarray:
 
 
 def run_round3(ex: Explorer) -> None:
-    """Round 3: semantic query-term expansion (server/expansion.py) on top of the round-2 ranking, with a
+    """Round 3: semantic query-term expansion (server/ranking/expansion.py) on top of the round-2 ranking, with a
     leave-one-conversation-out grid over its three constants."""
     from collections import Counter
 

@@ -57,13 +57,18 @@ def ask(server: Server, questions: list[tuple[str, int]], bucket: str) -> tuple[
         latencies.append(time.perf_counter() - start)
         keys = [hit["metadata"].get("paragraph") for hit in hits]
         ranks.append(keys.index(gold) + 1 if gold in keys else None)
+    return scores(ranks), latencies
+
+
+def scores(ranks: list[int | None]) -> dict[str, float]:
+    """hit@1, hit@5 and MRR@10 of the gold's rank in each answer (None: not in the first ten)."""
     n = len(ranks)
     return {
         "questions": n,
         "hit@1": round(sum(r == 1 for r in ranks) / n, 3),
         "hit@5": round(sum(r is not None and r <= 5 for r in ranks) / n, 3),
         "MRR@10": round(sum(1 / r for r in ranks if r is not None) / n, 3),
-    }, latencies
+    }
 
 
 def run_mode(mode: str, corpus: dict[str, tuple[list[str], list[tuple[str, int]]]], pairs: list[tuple[str, str]],

@@ -208,7 +208,36 @@ def run_evolving(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
     return out
 
 
-RUNS = {"locomo": run_locomo, "profiles": run_profiles, "evolving": run_evolving}
+def run_multilingual(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, Any]:
+    """bench/multilingual.py's languages and pairs, hit@1 / hit@5 / MRR@10."""
+    from bench import multilingual
+
+    pairs = [tuple(p.split(":")) for p in multilingual.DEFAULT_PAIRS.split(",")]
+    corpus = {lang: multilingual.load(multilingual.DEFAULT_DATA, lang)
+              for lang in multilingual.DEFAULT_LANGUAGES.split(",")}
+    store = Store(root, embedder)
+    try:
+        for lang, (paragraphs, _) in corpus.items():
+            store.store([{"content": p, "bucket": f"ml-{lang}", "type": "fact", "metadata": {"paragraph": i}}
+                         for i, p in enumerate(paragraphs)])
+        out: dict[str, Any] = {}
+        asks = [(lang, lang) for lang in corpus] + pairs
+        for mode in modes:
+            store.memories.retrieval.ranking = mode
+            for asked, stored_in in asks:
+                ranks = []
+                for text, gold in corpus[asked][1]:
+                    keys = [hit["metadata"].get("paragraph") for hit in store.recall(text, f"ml-{stored_in}")]
+                    ranks.append(keys.index(gold) + 1 if gold in keys else None)
+                name = asked if asked == stored_in else f"{asked}->{stored_in}"
+                out.setdefault(mode, {})[name] = multilingual.scores(ranks)
+        return out
+    finally:
+        store.close()
+
+
+RUNS = {"locomo": run_locomo, "profiles": run_profiles, "evolving": run_evolving,
+        "multilingual": run_multilingual}
 
 
 def apply(settings: Sequence[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""One error hierarchy; each class is a stable code from SPEC.md.
+"""One error hierarchy; each class is a stable code of the contract (docs/spec.md, "Errors").
 
     AppError
     ├── InvalidParameters        invalid_parameters        422

@@ -1,6 +1,6 @@
 """memory_client's Client and AsyncClient against a real `memory-server serve` process.
 
-Every REST operation through both clients, typed answers, every SPEC error code mapped onto its exception
+Every REST operation through both clients, typed answers, every error code of docs/spec.md mapped onto its exception
 (with code, message, retryable and HTTP status), transport failures as retryable errors, and the package's
 own promises: it depends on httpx and pydantic only, it is typed (`mypy --strict`), and its models accept
 fields a newer server adds.

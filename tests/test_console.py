@@ -580,7 +580,7 @@ def test_status_page_charts_memories_by_the_day_they_occurred(page: Any, console
         conversations = len(http.get("/v1/conversations").json()["conversations"])
     assert page.locator("#conversation-count").inner_text() == str(conversations)
     storage = "PostgreSQL" if backends.current.name == "postgres" else "SQLite"
-    assert "all-MiniLM-L6-v2" in page.content() and storage in page.content()
+    assert "multilingual-e5-small" in page.content() and storage in page.content()
     rows = page.evaluate("Array.from(document.querySelectorAll('details table tbody tr'))"
                          ".map(row => [row.cells[0].textContent, Number(row.cells[1].textContent)])")
     assert dict(rows) == expected and len(expected) > 10  # not one spike on the import's day

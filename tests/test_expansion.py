@@ -49,9 +49,9 @@ VECTORS = {
 
 
 def pool_of(words: list[str]) -> tuple[list[str], np.ndarray]:
-    from server.ranking.lexical import _stem
+    from server.ranking.lexical import stem
 
-    return [_stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
+    return [stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
 
 
 def test_expansion_adds_the_nearest_pool_words_with_weighted_cosine() -> None:
@@ -119,26 +119,39 @@ def test_rank_lifts_a_memory_that_only_shares_a_near_synonym() -> None:
 # --- the word-vector store, real model and SQLite ------------------------------------------------------
 
 
-def test_real_model_puts_near_synonyms_above_the_threshold(embedder: Any) -> None:
+def test_real_model_puts_near_synonyms_above_the_threshold(minilm_embedder: Any) -> None:
+    embedder = minilm_embedder  # its words carry meaning alone; the multilingual model's need a sentence
     words = WordVectors(embedder)
     pool_words = ["job", "banana", "children"]
     words.add(7, Words(tuple(pool_words), words.embed(pool_words)))
     candidates = [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)]
     pool = words.pool(7, candidates)
     for query, expected in (("career advice", {"job"}), ("her kids", {"children"})):
-        added = expansion_terms(query, analyze(query), words.for_query(7, query), *pool)
+        added = expansion_terms(query, analyze(query), words.for_query(7, query), *pool, scale=embedder.similarity.word)
         assert set(added) == expected, query
 
 
-def test_real_model_reaches_instances_of_a_class_the_question_asks_about(embedder: Any) -> None:
+def test_the_default_model_reaches_a_plain_synonym(embedder: Any) -> None:
+    words = WordVectors(embedder)
+    pool_words = ["job", "banana", "children"]
+    words.add(7, Words(tuple(pool_words), words.embed(pool_words)))
+    pool = words.pool(7, [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)])
+    added = expansion_terms("her kids", analyze("her kids"), words.for_query(7, "her kids"), *pool,
+                            scale=embedder.similarity.word)
+    assert set(added) == {"children"}
+
+
+def test_real_model_reaches_instances_of_a_class_the_question_asks_about(minilm_embedder: Any) -> None:
+    embedder = minilm_embedder
     words = WordVectors(embedder)
     pool_words = ["swim", "banana", "invoice"]  # swim: cosine 0.53 with "sports", under the usual threshold
     words.add(7, Words(tuple(pool_words), words.embed(pool_words)))
     pool = words.pool(7, [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)])
     query = "What sports does Ana do?"
-    assert set(expansion_terms(query, analyze(query), words.for_query(7, query), *pool)) == {"swim"}
+    scale = embedder.similarity.word
+    assert set(expansion_terms(query, analyze(query), words.for_query(7, query), *pool, scale=scale)) == {"swim"}
     plain = "Ana watches sports"  # no question for instances: near-synonyms only
-    assert expansion_terms(plain, analyze(plain), words.for_query(7, plain), *pool) == {}
+    assert expansion_terms(plain, analyze(plain), words.for_query(7, plain), *pool, scale=scale) == {}
 
 
 def stored_words(settings: Any, site_id: int | None = None) -> set[str]:
@@ -170,10 +183,10 @@ def test_words_are_saved_with_memories_reloaded_and_backfilled(settings: Any, em
         assert np.allclose(np.frombuffer(vector, np.float32), embedder.embed_documents(["puppy"])[0], atol=1e-5)
 
         # recall's candidates offer their words to the query's expansion
-        writes.remember_many(site_id, [writes.validate(content="She started a new job at the bakery")])
+        writes.remember_many(site_id, [writes.validate(content="She picked the children up from school")])
         scope = Scope(site_id=site_id)
-        candidates = memories.source.candidates(scope, "career advice", embedder.embed_query("career advice"))
-        assert "job" in memories.retrieval.expansion(site_id, "career advice", candidates)
+        candidates = memories.source.candidates(scope, "her kids", embedder.embed_query("her kids"))
+        assert "children" in memories.retrieval.expansion(site_id, "her kids", candidates)
 
         # a fresh process reads them back; a lost table is rebuilt from the memories
         stored = stored_words(settings, site_id)

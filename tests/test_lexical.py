@@ -1,6 +1,7 @@
 import numpy as np
 
-from server.ranking.lexical import STOP_WORDS, BM25Corpus, analyze, analyzed_text, term_weights
+from server.ranking.languages import STOP_WORDS
+from server.ranking.lexical import BM25Corpus, analyze, analyzed_text, term_weights
 
 
 def test_lowercases_and_drops_stop_words():

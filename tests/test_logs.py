@@ -1,4 +1,4 @@
-"""The four log tools, checked against SPEC: fastmcp Client -> real HTTP -> uvicorn -> SQLite on tmp_path.
+"""The four log tools, checked against docs/spec.md: fastmcp Client -> real HTTP -> uvicorn -> SQLite on tmp_path.
 
 One server serves the whole module; every test gets a fresh site, so its conversations and
 `list_conversations` results are its own. Only the exact 4 MiB batch boundary is checked in-process, because
@@ -412,7 +412,7 @@ for bad in BAD_IDS:
 BAD_CALLS += [("append_memory", {"conversation_id": 12345678, "items": [{"a": 1}]}, "invalid_parameters")]
 for bad in BAD_COUNTS:
     BAD_CALLS += [("replay_memory", {"conversation_id": GOOD, "limit": bad}, "invalid_parameters")]
-    if bad is None:  # null for a parameter with a default means the default (server.api.mcp.tools); limit has none
+    if bad is None:  # null for a parameter with a default means the default (server.arguments); limit has none
         continue
     BAD_CALLS += [
         ("recall_memory", {"conversation_id": GOOD, "count": bad}, "invalid_parameters"),

@@ -168,8 +168,8 @@ def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side(mon
              cand(2, "David's brother Tom visits on Sundays", (0, 1, 0, 0)), *fillers(10)]
     docs = retrieval.CandidateSet(cands).documents
     family, bike = "Who is in David's family?", "Who fixed David's bike?"
-    assert retrieval.content_term_share(family, retrieval.analyze(family), docs) == 0  # only the name occurs
-    assert retrieval.content_term_share(bike, retrieval.analyze(bike), docs) > 0
+    assert share(family, docs) == 0  # only the name occurs
+    assert share(bike, docs) > 0
     q = unit(0, 1, 0, 0)
 
     def fused(query, **weights):
@@ -190,7 +190,7 @@ def test_when_the_sides_disagree_the_fusion_leans_on_the_side_whose_best_stands_
              cand(3, "the coffee in the office is bad", (0, 0, 1, 0.5)), *fillers(10)]
     query, q = "What coffee does Ana drink?", unit(1, 0, 0, 0)
     docs = retrieval.CandidateSet(cands).documents
-    assert retrieval.content_term_share(query, retrieval.analyze(query), docs) == 2 / len(cands)
+    assert share(query, docs) == 2 / len(cands)
 
     def fused(**weights):
         return retrieval.fused_scores(query, q, cands, **weights)
@@ -210,3 +210,33 @@ def test_when_the_sides_disagree_the_fusion_leans_on_the_side_whose_best_stands_
     close = np.array([2.1, 1.0, 0.0, -1.0])  # the dense side's best above the lexical's, by less than the ratio
     assert retrieval.disagreement_factor(close, lexical, 0.2) == 1.0
     assert retrieval.disagreement_factor(close, lexical, 0.9) == retrieval.DISAGREE_COMMON_FACTOR
+
+
+def share(query, docs):
+    return retrieval.content_term_share(retrieval.content_terms(query, retrieval.analyze_query(query)), docs)
+
+
+def test_a_query_in_another_language_than_the_memories_leans_on_the_dense_side(monkeypatch):
+    cands = [cand(1, "Caroline went to the LGBTQ support group yesterday", (1, 0, 0, 0)),
+             cand(2, "The group hiked to the lake", (0, 1, 0, 0)), *fillers(10)]
+    docs = retrieval.CandidateSet(cands).documents
+    spanish = "¿Cuándo fue Caroline al grupo de apoyo LGBTQ?"
+    terms = retrieval.content_terms(spanish, retrieval.analyze_query(spanish))
+    assert retrieval.content_term_coverage(terms, docs) < retrieval.COVERAGE_FULL  # "lgbtq" alone occurs
+    english = "When did Caroline go to the LGBTQ support group?"
+    assert retrieval.content_term_coverage(retrieval.content_terms(english, retrieval.analyze_query(english)),
+                                           docs) >= retrieval.COVERAGE_FULL
+    q = unit(1, 0.8, 0, 0)
+    monkeypatch.setattr(retrieval, "DISAGREE_FACTOR", 1.0)
+    monkeypatch.setattr(retrieval, "DISAGREE_COMMON_FACTOR", 1.0)
+    full = retrieval.fused_scores(spanish, q, cands, w_lexical=retrieval.W_LEXICAL)
+    # The memories are English, the question Spanish: the lexical weight is at most CROSS_LINGUAL_W_LEXICAL.
+    pool = retrieval.CandidateSet(cands)
+    assert retrieval.other_language(spanish, pool, pool.cosines(q))
+    assert not retrieval.other_language(english, pool, pool.cosines(q))
+    leaning = retrieval.fused_scores(spanish, q, cands, w_lexical=retrieval.CROSS_LINGUAL_W_LEXICAL)
+    assert np.array_equal(retrieval.fused_scores(spanish, q, cands), leaning)
+    monkeypatch.setattr(retrieval, "CROSS_LINGUAL_W_LEXICAL", 1.0)  # the coverage alone
+    assert not np.array_equal(retrieval.fused_scores(spanish, q, cands), full)
+    monkeypatch.setattr(retrieval, "COVERAGE_FULL", 0.0)
+    assert np.array_equal(retrieval.fused_scores(spanish, q, cands), full)

@@ -23,7 +23,7 @@ from server.auth import admin as auth
 from server.storage.factory import open_storage
 from server.storage.records import APPENDED, PRESENT
 
-from conftest import LiveServer, index_backlog, make_settings, query, serve
+from conftest import LiveServer, execute, index_backlog, make_settings, query, serve
 from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
 from tests import backends
 
@@ -223,6 +223,51 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
     again = tmp_path / "again.jsonl"
     ok("export", str(again), data_dir=target)
     assert again.read_text().splitlines()[1:] == text.splitlines()[1:]
+
+
+async def test_a_sqlite_store_holding_nul_moves_with_every_other_record_and_the_bad_ones_reported(
+        tmp_path: Path, embedder: Any) -> None:
+    """SQLite stores NUL; PostgreSQL's text cannot. A store written before the API refused it (the NULs are
+    put into the SQLite file directly) moves to the backend under test: every other record is imported, each
+    memory holding a NUL is reported with its line and skipped, on both backends alike; a log payload is JSON
+    text, where NUL is an escape every backend holds, so it moves as it was."""
+    backends.current.keep_on_sqlite(tmp_path / "source")
+    source = make_settings(tmp_path / "source")
+    texts = [f"Fact number {n} about the warehouse in Lisbon, shelf {n * 3}." for n in range(12)]
+    payloads = [{"text": f"tool output {n} \x00 ends", f"key\x00{n}": [n]} for n in range(3)]
+    with serve(source, embedder, site=SITE) as server:
+        async with server.client() as client:
+            references = [(await call(client, "remember", content=text))["reference"] for text in texts]
+            await call(client, "append_memory", conversation_id="conv-nul-moves", items=payloads)
+    execute(source, "UPDATE memories SET content = ? WHERE reference = ?", "Fact with a \x00 inside.", references[2])
+    execute(source, "UPDATE memories SET provenance = ? WHERE reference = ?", '{"source": "chat\\u0000"}',
+            references[5])
+    execute(source, "UPDATE memories SET metadata = ? WHERE reference = ?", '{"k\\u0000": 1}', references[9])
+
+    export_file = tmp_path / "export.jsonl"
+    ok("export", str(export_file), data_dir=source.data_dir)
+    lines = {record.get("reference"): number for number, record in enumerate(read_jsonl(export_file), start=1)}
+    target = tmp_path / "target"
+    done = cli("import", str(export_file), data_dir=target)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    fields = parse_fields(done.stdout)
+    assert fields["memories created"] == str(len(texts) - 3)
+    assert fields["log items appended"] == str(len(payloads))
+    assert fields["rejected lines"] == "3"
+    for reference, field in ((references[2], "content"), (references[5], "provenance"), (references[9], "metadata")):
+        assert (f"line {lines[reference]}: invalid_parameters: {field} holds the NUL character (U+0000)"
+                in done.stderr), done.stderr
+    settings = make_settings(target)
+    stored = {row[0] for row in query(settings, "SELECT reference FROM memories")}
+    assert stored == set(references) - {references[2], references[5], references[9]}
+    items = query(settings, "SELECT payload FROM log_items ORDER BY seq")
+    assert [json.loads(row[0]) for row in items] == payloads
+    assert index_backlog(settings) == 0
+
+    # Run again: nothing more, the same three reported.
+    again = cli("import", str(export_file), data_dir=target)
+    assert parse_fields(again.stdout)["memories already present"] == str(len(texts) - 3)
+    assert parse_fields(again.stdout)["rejected lines"] == "3"
 
 
 def test_export_to_stdout_one_site_and_import_from_stdin_into_another(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@
 structured content against the tool's output schema even on error results. `@modelcontextprotocol/client`
 2.x is its successor. tests/ts/clients.mjs connects with both (after listing the tools, as real clients
 do, so their output schemas apply), makes the calls planned here and reports what each SDK handed back.
-Every error kind must arrive as `isError` with its SPEC code first in the text, and a success of every
+Every error kind must arrive as `isError` with its code first in the text, and a success of every
 tool must parse. Tokens are minted with the CLI. Skipped only when `node` is not installed; the npm
 packages are installed from tests/ts/package-lock.json when missing or stale (as `make test` does).
 """

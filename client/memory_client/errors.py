@@ -1,4 +1,5 @@
-"""One exception per SPEC error code, plus the transport failures a client sees before any code exists.
+"""One exception per error code of the server (docs/spec.md, "Errors"), plus the transport failures a client
+sees before any code exists.
 
     MemoryServerError                 code, message, retryable, status
     ├── InvalidParameters             invalid_parameters        422
@@ -20,7 +21,7 @@ from typing import Any
 
 
 class MemoryServerError(Exception):
-    """A failed call. `code` is the SPEC code; `status` the HTTP status (None when no response came)."""
+    """A failed call. `code` is the server's error code; `status` the HTTP status (None when no response came)."""
 
     code: str = "error"
     retryable: bool = False
@@ -91,7 +92,7 @@ BY_CODE: dict[str, type[MemoryServerError]] = {
                 Unavailable)
 }
 
-# When a response carries no SPEC error body (a proxy's page, say), its status decides.
+# When a response carries no error body of the server's (a proxy's page, say), its status decides.
 BY_STATUS: dict[int, type[MemoryServerError]] = {
     401: Unauthorized,
     403: Forbidden,

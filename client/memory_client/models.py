@@ -32,7 +32,7 @@ class MemoryFields(Model):
     provenance: dict[str, Any] = Field(default_factory=dict)
     occurred_at: datetime
     created_at: datetime
-    # Changing memories (SPEC v2): absent on servers that do not have them yet.
+    # Changing memories (v2 of the contract): absent on servers that do not have them yet.
     supersedes: str | None = None
     superseded_by: str | None = None
     valid_to: datetime | None = None

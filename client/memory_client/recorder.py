@@ -9,9 +9,9 @@
                                                                     split the batch until the bad item is
                                                                     alone; dead-letter it; go on
 
-Rules (recall_memory.txt): the acknowledgement is a durability signal, not flow control; validation errors
-are permanent; every other failure is retried from the buffer; a retry reuses the batch's key, so it never
-appends twice. Batches are sent one at a time, oldest first, so the log keeps the order of `record()`.
+Rules (docs/spec.md, "The client's side"): the acknowledgement is a durability signal, not flow control;
+validation errors are permanent; every other failure is retried from the buffer; a retry reuses the batch's
+key, so it never appends twice. Batches are sent one at a time, oldest first, so the log keeps the order of `record()`.
 
 The worker is a thread for the sync and the async client alike (`AsyncClient.recorder` gives it its own
 sync HTTP connection): `record()` stays a plain, non-blocking call in async code, and delivery goes on

@@ -51,7 +51,7 @@ def load_settings(**overrides: object) -> Settings:
     try:
         # Any: flag values of every setting's type, which Settings itself validates.
         values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
-        return Settings(**values)
+        settings = Settings(**values)
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
@@ -61,6 +61,14 @@ def load_settings(**overrides: object) -> Settings:
             shown = "" if name in SECRET_SETTINGS else f" (got {err.get('input')!r})"  # a URL may hold a password
             problems.append(f"{flag}: {err.get('msg', 'invalid')}{shown}")
         fail(RuntimeError("; ".join(problems)))
+    if settings.database_url is not None:  # malformed, it would be printed back, password and all
+        from server.storage.postgres.errors import url_problem
+
+        problem = url_problem(settings.database_url.get_secret_value())
+        if problem is not None:
+            fail(RuntimeError(f"MEMORY_DATABASE_URL is not a PostgreSQL URL psycopg can use ({problem}); correct it, "
+                              "or unset it to use SQLite in the data directory"))
+    return settings
 
 
 def fail(error: Exception) -> NoReturn:

@@ -35,6 +35,7 @@ class _State:
     index: VectorIndex | None = None
     index_held: bool = False  # a running server holds the embedded index
     follows: bool = False  # the embedded index follows a shared authority's change feed
+    index_path: Path | None = None  # where the index's own files are (its re-embedding marker)
 
     @property
     def memories(self) -> int | None:
@@ -44,7 +45,7 @@ class _State:
 def run_checks(settings: Settings, *, project_root: Path,
                load_embedder: Callable[[ModelChoice], Any] | None = None) -> Iterator[Check]:
     """Yield the checks one by one (the slow model load comes first, then the fast ones)."""
-    state = _State(follows=_follows(settings))
+    state = _State(follows=_follows(settings), index_path=settings.index_path)
     try:
         yield from _guarded("model", lambda: iter([_check_model(settings, state, project_root, load_embedder)]))
         if settings.database_url is not None:
@@ -164,6 +165,8 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
 
 
 def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | None, reindex: str) -> Iterator[Check]:
+    from server.memories.reembedding import MARKER_FILE, read_marker
+
     """The open index was built with the configured model and holds one point per indexed memory."""
     if info is None:
         if state.memories:
@@ -178,11 +181,21 @@ def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | N
                                          "did not load, so it cannot be compared")
         return
     if (info.model, info.dimension) != (embedder.name, embedder.dimension):
-        yield Check("index model", FAIL,
+        yield Check("index model", WARN,
                     f"the index was built with {info.model} ({info.dimension} dimensions) but the configured model "
-                    f"is {embedder.name} ({embedder.dimension} dimensions)", reindex)
+                    f"is {embedder.name} ({embedder.dimension} dimensions): the next start embeds every memory "
+                    "again in the background, recall ranking by words alone meanwhile",
+                    f"to do it now instead, {reindex}")
         return
-    yield Check("index model", OK, f"built with {info.model} ({info.dimension} dimensions), as configured")
+    marker = read_marker(state.index_path / MARKER_FILE) if state.index_path is not None else None
+    if marker is not None:
+        left = state.storage.counts[2] if state.storage.counts is not None and not state.follows else None
+        yield Check("index model", WARN, f"memories are being embedded again with {marker.target} (from "
+                                         f"{marker.source}, {marker.total} in all"
+                    + (f", {left} not in the index yet" if left is not None else "") + "): recall ranks by words "
+                    "alone until it is done", "let the server run; it carries on after a restart")
+    else:
+        yield Check("index model", OK, f"built with {info.model} ({info.dimension} dimensions), as configured")
 
     if state.storage.counts is None:
         return

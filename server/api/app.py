@@ -112,7 +112,7 @@ def oauth(settings: Settings, services: Services, sign_in: SignInGuard) -> list[
 
 def lift_sdk_body_limit(mcp_app: Any, limit: int) -> None:
     """The MCP SDK caps bodies at 4 MiB with a plain-text 413 of its own. AuthMiddleware enforces the
-    configured limit first, with a SPEC error body, so raise the SDK's cap to the same value. The session
+    configured limit first, with the contract's error body, so raise the SDK's cap to the same value. The session
     manager only exists once fastmcp's lifespan has started."""
     for route in mcp_app.routes:
         manager = getattr(getattr(route, "endpoint", None), "session_manager", None)

@@ -2,7 +2,7 @@
 
 What is measured, and where:
 
-- MCP tool calls: count and latency per tool and outcome (`ok` or the SPEC error code), by
+- MCP tool calls: count and latency per tool and outcome (`ok` or the error code), by
   `ToolMetricsMiddleware`, a fastmcp middleware placed outside `ErrorMiddleware` so it sees the final result.
 - HTTP requests: count and latency per method, route template and status, by the request middleware in
   `server.api.observability` (route templates, never raw paths: ids in paths would explode the series count).
@@ -170,7 +170,7 @@ class _ServicesCollector(Collector):
 
 class ToolMetricsMiddleware(Middleware):
     """Counts and times every tool call. Registered before (outside) ErrorMiddleware, so every failure has
-    already become an error result carrying its SPEC code."""
+    already become an error result carrying its code."""
 
     def __init__(self, metrics: Metrics, mcp: FastMCP) -> None:
         self._metrics = metrics
@@ -199,8 +199,8 @@ class ToolMetricsMiddleware(Middleware):
 
 
 def tool_outcome(result: ToolResult) -> str:
-    """`ok`, or the SPEC code an error result starts its text with (`code: message`; error results carry
-    no structured content, see server.api.mcp.tools)."""
+    """`ok`, or the code an error result starts its text with (`code: message`; error results carry no
+    structured content, see server.api.mcp.results)."""
     if not getattr(result, "is_error", False):
         return "ok"
     content = getattr(result, "content", None) or []

@@ -85,7 +85,7 @@ class Lifecycle(BaseModel):
 
 
 class PublicHit(MemoryFields):
-    """A hit as the SPEC lists its fields (the public tool profile)."""
+    """A hit with the fields of the public tool profile (docs/spec.md, "Tool profiles"): no lifecycle fields."""
 
     score: float
 

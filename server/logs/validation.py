@@ -1,5 +1,7 @@
 """What a conversation log accepts: the conversation id rule, the item and batch limits, the cursor of
-a conversation listing. Validation happens before any write, so bad input changes nothing."""
+a conversation listing. Validation happens before any write, so bad input changes nothing. A payload is
+JSON text and keeps any character JSON can escape, NUL included; the text of an idempotency key cannot hold
+one (server/values.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 
 from server.errors import InvalidParameters, PayloadTooLarge
 from server.storage import cursors
-from server.values import MAX_DEPTH, check_unicode, within_depth
+from server.values import MAX_DEPTH, check_json_text, check_text, within_depth
 
 CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 CONVERSATION_ID_RULE = "8-64 characters of [A-Za-z0-9_-]"
@@ -48,7 +50,8 @@ def serialize_items(items: object, limits: LogLimits) -> list[str]:
             text = json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (ValueError, TypeError) as exc:
             raise InvalidParameters(f"items[{position}] is not valid JSON: {exc}") from None
-        size = len(check_unicode(f"items[{position}]", text).encode("utf-8"))
+        # Stored as this text, where a NUL is the escape \u0000: every backend holds it, so it is kept.
+        size = len(check_json_text(f"items[{position}]", text, nul_allowed=True).encode("utf-8"))
         if size > limits.max_payload_bytes:
             raise PayloadTooLarge(f"items[{position}] is {size} bytes serialized; the limit is "
                                   f"{limits.max_payload_bytes}")
@@ -64,7 +67,7 @@ def check_idempotency_key(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_LENGTH:
         raise InvalidParameters(f"idempotency_key must be a string of 1-{MAX_KEY_LENGTH} characters")
-    return check_unicode("idempotency_key", value)
+    return check_text("idempotency_key", value)
 
 
 def encode_cursor(after: tuple[int, str]) -> str:

@@ -74,11 +74,22 @@ class Outbox:
             self.store.mark_all_unindexed()
         return True
 
+    # After a commit: the write happened, and its answer must say so. Whatever fails now (the index, marking
+    # the rows indexed) leaves them in the backlog, which `sync` repairs in the background.
+
     def written(self, ids: Sequence[int]) -> None:
-        self.index_ids(ids)
+        try:
+            self.index_ids(ids)
+        except Exception:
+            self._throttle.log(logging.WARNING, "index after commit", "indexing %d committed memories failed; they "
+                               "stay in the backlog", len(ids), exc_info=True)
 
     def deleted(self, ids: Sequence[int]) -> None:
-        self.apply_deletions(ids)
+        try:
+            self.apply_deletions(ids)
+        except Exception:
+            self._throttle.log(logging.WARNING, "index after commit", "removing %d forgotten memories from the "
+                               "index failed; they stay queued", len(ids), exc_info=True)
 
     def points(self, rows: Sequence[IndexRow]) -> list[IndexPoint]:
         vectors = self._vectors(rows)

@@ -28,6 +28,7 @@ from server.memories.validation import (
     check_timestamp,
     check_word,
 )
+from server.values import check_text
 
 RECALL_LIMIT, MAX_RECALL = 5, 50
 SEARCH_LIMIT, MAX_SEARCH = 10, 100
@@ -53,6 +54,11 @@ def _query(value: str) -> str:
     return check_query(value)
 
 
+def _text(value: str | None, info: ValidationInfo) -> str | None:
+    """A filter's text, which a backend must be able to compare (no NUL, no lone surrogate)."""
+    return None if value is None else check_text(info.field_name or "value", value)
+
+
 def _instant(value: str | None, info: ValidationInfo) -> str | None:
     """Normalised to UTC as occurred_at is stored, so the store compares like with like."""
     return None if value is None else check_timestamp(info.field_name or "value", value)
@@ -61,6 +67,7 @@ def _instant(value: str | None, info: ValidationInfo) -> str | None:
 WORD = AfterValidator(_word)
 TAGS = AfterValidator(_tags)
 INSTANT = AfterValidator(_instant)
+TEXT = AfterValidator(_text)
 
 
 def word_field(description: str) -> Any:
@@ -191,13 +198,13 @@ class ListMemoriesParams(Params):
     type: FilterType = None
     tag: FilterTags = None
     location: Annotated[str | None, Field(max_length=MAX_LOCATION,
-                                          description="Only memories filed exactly here.")] = None
+                                          description="Only memories filed exactly here."), TEXT] = None
     provenance_source: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
-        "Only memories whose provenance.source equals this."))] = None
+        "Only memories whose provenance.source equals this.")), TEXT] = None
     provenance_agent: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
-        "Only memories whose provenance.agent equals this."))] = None
+        "Only memories whose provenance.agent equals this.")), TEXT] = None
     provenance_conversation_id: Annotated[str | None, Field(max_length=MAX_PROVENANCE_FILTER, description=(
-        "Only memories whose provenance.conversation_id equals this."))] = None
+        "Only memories whose provenance.conversation_id equals this.")), TEXT] = None
     occurred_after: OccurredAfter = None
     occurred_before: OccurredBefore = None
     limit: Annotated[int, bounded_field(1, MAX_LIST, LIST_LIMIT, "Page size"), WHOLE_NUMBER,

@@ -1,7 +1,8 @@
 """What a saved memory accepts, and what a caller may see and write of them.
 
 Every check raises `invalid_parameters` (or `payload_too_large`) with a message naming the field, before
-anything is written.
+anything is written. No text of a memory may hold what one of the backends cannot store (a NUL, a lone
+surrogate: server/values.py), so SQLite and PostgreSQL accept the same memories.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.storage import cursors
 from server.storage.records import BY_CREATED, BY_OCCURRED, NewMemory, now_rfc3339
 from server.storage.scope import Scope
-from server.values import MAX_DEPTH, check_json_unicode, check_unicode, within_depth
+from server.values import MAX_DEPTH, check_json, check_text, within_depth
 
 MAX_WORD = 64
 SHORT_WORD = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{MAX_WORD - 1}}}$")
@@ -84,11 +85,16 @@ def check_query(query: object) -> str:
         raise InvalidParameters("query must be a non-empty string")
     if len(query) > MAX_QUERY:
         raise InvalidParameters(f"query must be at most {MAX_QUERY} characters")
-    return check_unicode("query", query)
+    return check_text("query", query)
 
 
-def plausible_reference(reference: object) -> bool:
-    return isinstance(reference, str) and 1 <= len(reference) <= MAX_REFERENCE
+def plausible_reference(reference: object, name: str = "reference") -> bool:
+    """Whether `reference` may name a memory (if not, none has it). Text no backend can look up (a NUL, a lone
+    surrogate) is invalid_parameters, as PostgreSQL would make it, rather than SQLite's not_found."""
+    if not isinstance(reference, str) or not 1 <= len(reference) <= MAX_REFERENCE:
+        return False
+    check_text(name, reference)
+    return True
 
 
 def check_word(name: str, value: object, *, optional: bool = True) -> str | None:
@@ -116,7 +122,7 @@ def check_object(name: str, value: object) -> dict[str, Any]:
     if not within_depth(value):
         # Deeper values were stored once and then broke every response carrying them (serializers cap depth).
         raise InvalidParameters(f"{name} is nested deeper than {MAX_DEPTH} levels")
-    check_json_unicode(name, value)
+    check_json(name, value)
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
     except (ValueError, TypeError, RecursionError):
@@ -130,6 +136,7 @@ def parse_timestamp(name: str, value: object) -> datetime:
     """An RFC3339 timestamp with a timezone, or invalid_parameters."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_TIMESTAMP:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
+    check_text(name, value)  # Python's parser skips a NUL ("…00:00:00\x00+00:00" parses)
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -157,15 +164,15 @@ def check_location(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not LOCATION.fullmatch(value):
         raise InvalidParameters(f"location must be {LOCATION_RULE}")
-    return check_unicode("location", value)
+    return check_text("location", value)
 
 
 def check_reference(name: str, value: object) -> str | None:
     if value is None:
         return None
-    if not plausible_reference(value):
+    if not plausible_reference(value, name):
         raise InvalidParameters(f"{name} must be a memory's reference (1-{MAX_REFERENCE} characters)")
-    return check_unicode(name, str(value))
+    return str(value)
 
 
 def validate_new(*, content: object, type: object = None, location: object = None, project: object = None,
@@ -174,7 +181,7 @@ def validate_new(*, content: object, type: object = None, location: object = Non
                  expires_at: object = None, max_content_bytes: int) -> NewMemory:
     if not isinstance(content, str) or not content.strip():
         raise InvalidParameters("content must be a non-empty string")
-    check_unicode("content", content)
+    check_text("content", content)
     size = len(content.encode("utf-8"))
     if size > max_content_bytes:
         raise PayloadTooLarge(f"content is {size} bytes; the limit is {max_content_bytes}")

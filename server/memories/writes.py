@@ -226,6 +226,7 @@ class MemoryWrites:
             merged = {name: getattr(current, name) for name in EDITABLE}
             merged["tags"] = list(current.tags)
             merged.update(changes)
+            self.validate(**merged)  # every attribute checked as remember checks it, before any lookup by them
             linked: list[int] = []  # the other memories whose links change
             target = merged["supersedes"]
             if target is not None and target != current.supersedes:

@@ -1,4 +1,5 @@
-"""recall_context: pack ranked memories into a bounded context, and render it in the seed's text layout.
+"""recall_context: pack ranked memories into a bounded context, and render it as text (docs/spec.md,
+"recall_context").
 
 Candidates come ranked as for `recall`; they are packed in rank order while `max_items` and `max_tokens`
 hold. The first item that would cross the token budget is shortened to fit if at least

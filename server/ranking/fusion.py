@@ -13,7 +13,7 @@ Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/loco
      (LEXICAL_CONTEXT_WEIGHTS; neighbours = same provenance conversation_id, seq +- 1, 2), plus
      BIGRAM_WEIGHT x the same BM25+ over adjacent analysed-term pairs (a phrase signal); the query's
      terms are expanded with near-synonyms found among the candidates' words by the embedding model
-     (server/expansion.py), each counted at a fraction of a query term;
+     (server/ranking/expansion.py), each counted at a fraction of a query term;
   3. both are z-scored over the candidate set and mixed with weight W_LEXICAL (less when the query's words
      but names occur nowhere, or when the sides put different candidates first and the dense side's best
      stands out more: NAME_ONLY_W_LEXICAL, DISAGREE_DENSE_RATIO), and a small length prior
@@ -33,9 +33,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.languages import query_languages
-from server.ranking.lexical import analyze_query
+from server.ranking.candidate_set import ID, OCCURRED_AT, TEXT, Candidate, CandidateSet
+from server.ranking.languages import detect, query_languages
+from server.ranking.lexical import analyze_query, is_date_term
+from server.ranking.per_text import PerText
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
 # --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
@@ -77,7 +78,7 @@ NEIGHBOUR_SCORE_WEIGHTS: dict[int, float] = {-2: 0.125, -1: 0.25, 1: 0.25, 2: 0.
 # --- round 2 (bench/locomo_explore.py --only round2). Baseline = the round-1 ranking, R@5 0.701 R@10 0.790.
 # The three below together: R@5 0.725 R@10 0.792, identical in leave-one-conversation-out cross-validation
 # (every fold picks these values from a 81-point grid of delta x bigram x length prior x W_LEXICAL).
-# Tried and dropped (no gain or a loss, see /tmp/ranking_notes.md "Round 2"): query-adaptive fusion weight
+# Tried and dropped (no gain or a loss; the same script reproduces each): query-adaptive fusion weight
 # (idf- or spread-based, -0.001..-0.06), RM3 lexical feedback (-0.002..-0.02), z over the top-N only,
 # rank/z mixes, idf powers, binary query tf, date-token field weight, session boosts, second-pass blends,
 # similarity-gated neighbour blending, stop-word-free query embedding mixed into the dense side.
@@ -149,19 +150,58 @@ DISAGREE_FACTOR = 0.75
 DISAGREE_COMMON_SHARE = 0.4
 DISAGREE_COMMON_FACTOR = 0.5
 
+# The lexical weight falls in proportion when less than this share of the query's content terms occurs in any
+# candidate: a question asked in another language than the memories matches their words only by chance.
+COVERAGE_FULL = 0.5
+
+# When most of the dense side's best candidates are written in another language than the query, the lexical
+# side matches only names, numbers and borrowed words: the fusion leans on the dense side, which reads across
+# languages. LANGUAGE_TOP: how many of the dense side's best are looked at.
+CROSS_LINGUAL_W_LEXICAL = 0.1
+LANGUAGE_TOP = 10
+LANGUAGES: PerText[str] = PerText(lambda text, occurred_at: detect(text))
+
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not starting the text or a sentence
 
 
-def content_term_share(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> float:
-    """The share of the candidates whose own text holds a query term other than a name (0 when none does)."""
+def content_terms(query: str, query_terms: Sequence[str]) -> list[str]:
+    """The query's distinct terms other than names and date terms."""
     languages = query_languages(query)
     names = {term for word in _NAME.findall(query.strip()) for term in analyze_query(word, languages)}
-    ids = [tid for term in dict.fromkeys(query_terms) if term not in names and (tid := TERM_IDS.get(term)) is not None]
+    return [term for term in dict.fromkeys(query_terms) if term not in names and not is_date_term(term)]
+
+
+def content_term_share(terms: Sequence[str], docs: CandidateDocuments) -> float:
+    """The share of the candidates whose own text holds one of `terms` (0 when none does)."""
+    ids = [tid for term in terms if (tid := TERM_IDS.get(term)) is not None]
     n = len(docs.term_counts)
     if not ids or not n:
         return 0.0
     held = np.isin(docs.terms.ids, np.asarray(ids, dtype=docs.terms.ids.dtype))
     return len(np.unique(docs.terms.owner[held])) / n
+
+
+def other_language(query: str, pool: CandidateSet, dense: np.ndarray) -> bool:
+    """Whether most of the dense side's LANGUAGE_TOP best candidates are in none of the query's languages."""
+    if not len(dense):
+        return False
+    asked = set(query_languages(query))
+    top = np.argsort(-dense, kind="stable")[:LANGUAGE_TOP]
+    ids, texts, times = pool.column(ID), pool.column(TEXT), pool.column(OCCURRED_AT)
+    other = sum(LANGUAGES.of(ids[i], texts[i], times[i]) not in asked for i in top)
+    return other * 2 > len(top)
+
+
+def content_term_coverage(terms: Sequence[str], docs: CandidateDocuments) -> float:
+    """The share of `terms` some candidate's own text holds (1 for a query with none): low when the query is
+    in another language than the memories, whose words it then matches only by chance."""
+    if not terms:
+        return 1.0
+    ids = {tid for term in terms if (tid := TERM_IDS.get(term)) is not None}
+    if not ids:
+        return 0.0
+    found = np.unique(docs.terms.ids[np.isin(docs.terms.ids, np.fromiter(ids, dtype=docs.terms.ids.dtype))])
+    return len(found) / len(terms)
 
 
 def disagreement_factor(dense_z: np.ndarray, lexical_z: np.ndarray, share: float) -> float:
@@ -247,7 +287,7 @@ def fused_scores(
 ) -> np.ndarray:
     """The raw ranking score per candidate (candidate order), in z units over the candidate set:
     0 = an average candidate, higher is better. `rank` maps it to (0, 1).
-    `expansion`: extra lexical query terms with weights (server/expansion.py), unigram side only."""
+    `expansion`: extra lexical query terms with weights (server/ranking/expansion.py), unigram side only."""
     lexical_context = LEXICAL_CONTEXT_WEIGHTS if lexical_context is None else lexical_context
     neighbour_weights = NEIGHBOUR_SCORE_WEIGHTS if neighbour_weights is None else neighbour_weights
     delta = BM25_DELTA if delta is None else delta
@@ -267,10 +307,15 @@ def fused_scores(
         lex = lex + bigram_weight * docs.bigram_bm25(query_terms, k1=k1, b=b, delta=delta, context=context)
     dense_z, lexical_z = _zscore(dense), _zscore(lex)
     if w_lexical is None:
-        share = content_term_share(query, query_terms, docs)
+        terms = content_terms(query, query_terms)
+        share = content_term_share(terms, docs)
         w_lexical = W_LEXICAL
         if not share:
             w_lexical, length_prior = NAME_ONLY_W_LEXICAL, min(length_prior, NAME_ONLY_LENGTH_PRIOR)
+        elif COVERAGE_FULL:
+            w_lexical *= min(1.0, content_term_coverage(terms, docs) / COVERAGE_FULL)
+        if other_language(query, pool, dense):
+            w_lexical = min(w_lexical, CROSS_LINGUAL_W_LEXICAL)
         w_lexical *= disagreement_factor(dense_z, lexical_z, share)
     fused = (1.0 - w_lexical) * dense_z + w_lexical * lexical_z
     if length_prior:

@@ -1,4 +1,4 @@
-"""Single-word embeddings for query expansion (server/expansion.py).
+"""Single-word embeddings for query expansion (server/ranking/expansion.py).
 
 Each site's vocabulary -- the `vocabulary_words` of its memories' document texts -- is embedded word by word
 with the bundled model when the memory is saved, stored in SQLite (`memory_words`, one row per site and

@@ -10,7 +10,7 @@ import binascii
 import json
 
 from server.errors import InvalidParameters
-from server.values import json_is_unicode
+from server.values import json_is_storable
 
 
 def invalid() -> InvalidParameters:
@@ -30,7 +30,7 @@ def decode(cursor: object, *, max_length: int, count: int) -> list[object]:
         fields = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, TypeError, binascii.Error):
         raise invalid() from None
-    # A forged cursor may carry a lone surrogate, which no query can bind.
-    if not isinstance(fields, list) or len(fields) != count or not json_is_unicode(fields):
+    # A forged cursor may carry a lone surrogate or a NUL, which not every backend can bind.
+    if not isinstance(fields, list) or len(fields) != count or not json_is_storable(fields):
         raise invalid()
     return fields

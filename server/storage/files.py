@@ -45,6 +45,30 @@ def private_file(path: Path) -> Path:
     return path
 
 
+def emptied_database(db_path: Path) -> str | None:
+    """Why an empty (0-byte) database file is damage rather than a first start, or None.
+
+    SQLite takes a 0-byte file for a new, empty database, and a start would then create a fresh schema and
+    site and empty the index to match: everything lost. A database in WAL mode is never 0 bytes once
+    created, so an empty one beside anything else in the data directory (the index, other files) was cut
+    short or truncated. A new data directory (no file, or only the empty file) is a first start."""
+    try:
+        if db_path.stat().st_size != 0:
+            return None
+        others = sorted(entry.name for entry in db_path.parent.iterdir() if entry.name != db_path.name
+                        and not (entry.name in companions(db_path) and entry.is_file() and entry.stat().st_size == 0))
+    except OSError:  # missing (a first start), or unreadable: opening it says what is wrong
+        return None
+    if not others:
+        return None
+    shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    return f"the file is empty (0 bytes), though the data directory holds {shown}"
+
+
+def companions(db_path: Path) -> set[str]:
+    return {db_path.name + suffix for suffix in SQLITE_COMPANIONS}
+
+
 def exposed(path: Path) -> bool:
     """Whether group or others may read, write or enter `path`."""
     return bool(path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO))

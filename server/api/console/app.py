@@ -52,7 +52,7 @@ class Console:
     max_form: int
 
     def fail(self, request: Request, exc: Exception, session: Session | None = None) -> Response:
-        """A failure as a page with the SPEC code and message; anything unexpected is logged, never shown."""
+        """A failure as a page with its error code and message; anything unexpected is logged, never shown."""
         if not isinstance(exc, AppError):
             exc = unexpected(exc, health=self.services.storage.health, where=f"console {request.method} "
                                                                               f"{request.url.path}")

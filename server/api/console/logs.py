@@ -1,6 +1,6 @@
 """Conversation logs in the console: the list (newest activity first), a viewer that replays one log a page
 at a time (so a 100k-item log costs one page of reads) and shows chat messages as a conversation, and
-deleting a log after a confirmation page. Logs need the site's Basic sign-in (SPEC): a token-signed-in user
+deleting a log after a confirmation page. Logs need the site's Basic sign-in (docs/spec.md): a token-signed-in user
 is told so instead, by the operation's own refusal."""
 
 from __future__ import annotations

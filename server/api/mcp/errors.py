@@ -1,4 +1,4 @@
-"""Every failure of a tool call becomes an error result carrying its SPEC code (see results.py); anything
+"""Every failure of a tool call becomes an error result carrying its code (see results.py); anything
 unexpected is logged with its traceback and reaches the client only as a generic `unavailable`."""
 
 from __future__ import annotations

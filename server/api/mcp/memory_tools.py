@@ -1,9 +1,8 @@
 """The saved-memory tools: remember, recall, search_memory, recall_context, forget.
 
-Two tool surfaces: `public` exposes the parameters the product documents list, and `recall_context`
-answers with text only (no structured content, no output schema), as its document says; `full` (default)
-adds the bucket/project/team/type/tags filters to recall and recall_context, and recall_context's
-structured pack.
+Two tool profiles (docs/spec.md, "Tool profiles"): `public` exposes the original public parameters, and
+`recall_context` answers with text only (no structured content, no output schema); `full` (default) adds the
+filters, time windows and supersede links, and recall_context's structured pack.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ RETRY_RULE = ("Errors other than unavailable (invalid_parameters, forbidden, not
 READ_ONLY = {"readOnlyHint": True}
 PUBLIC_RECALL = ("query", "limit")
 PUBLIC_CONTEXT = ("query", "max_items", "max_tokens")
-# The SPEC's parameters of the other read and write tools: later additions are on the full profile only.
+# The public profile's parameters of the other read and write tools: later additions are on the full profile only.
 PUBLIC_SEARCH = ("query", "limit", "project", "team", "bucket", "type", "tags", "min_score")
 PUBLIC_REMEMBER = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
                    "occurred_at")
@@ -122,7 +121,7 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
     async def remember(params: RememberParams) -> ToolResult:
         return ok_result(await ops.remember(current(), params))
 
-    # The public profile answers with the SPEC's hit fields (no supersede links, no mark in the text).
+    # The public profile answers with the original hit fields (no supersede links, no mark in the text).
     shown = (lambda hits: hits) if full else public_hits
 
     def answered(hits: list[dict[str, Any]]) -> ToolResult:
@@ -141,7 +140,8 @@ def register_memory_tools(mcp: FastMCP, ops: MemoryOperations, current: Callable
     async def recall_context(params: ContextParams) -> ToolResult:
         pack = await ops.context(current(), params)
         text = context.render(pack, header=settings.context_header)
-        # The public document: "devuelve texto, no un objeto estructurado".
+        # Public profile: the text alone, as clients written for the original tool list read it; with no output
+        # schema, clients that validate structured content have nothing to check.
         return ok_result(pack, text) if full else text_result(text)
 
     async def forget(params: ReferenceParams) -> ToolResult:

@@ -48,9 +48,9 @@ def validation_message(exc: BaseException) -> str:
 
 
 def render_hits(hits: list[dict[str, Any]]) -> str:
-    """The SPEC's text rendering of recall and search_memory answers; a superseded hit gets one more line,
-    `Superseded by: <reference> | valid_to=<ts>`, an indexed log item one more, `Conversation: <id> | seq=<n>`
-    (a hit without those fields renders as the SPEC's)."""
+    """The text rendering of recall and search_memory answers (docs/spec.md, "Hits and their text"); a
+    superseded hit gets one more line, `Superseded by: <reference> | valid_to=<ts>`, an indexed log item one
+    more, `Conversation: <id> | seq=<n>` (a hit without those fields, as on the public profile, has none)."""
     if not hits:
         return "No matching memories."
     blocks = []
@@ -71,5 +71,5 @@ def render_hits(hits: list[dict[str, Any]]) -> str:
 
 
 def public_hits(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Hits with the SPEC's fields only (the public profile)."""
+    """Hits with the public profile's fields only (no lifecycle fields)."""
     return [{name: hit[name] for name in PUBLIC_HIT_FIELDS} for hit in hits]

@@ -1,6 +1,7 @@
-"""Every REST failure as `{"error": {"code", "message", "retryable"}}` with the SPEC status.
+"""Every REST failure as `{"error": {"code", "message", "retryable"}}` with its code's status (docs/spec.md,
+"Errors").
 
-FastAPI's own failures are mapped onto the SPEC codes: request validation and malformed JSON -> 422
+FastAPI's own failures are mapped onto those codes: request validation and malformed JSON -> 422
 invalid_parameters, unknown route -> 404 not_found, a known path with the wrong method -> 405 (with Allow)
 and code not_found, anything unexpected -> 503 unavailable (logged with its traceback, never sent).
 """
@@ -132,7 +133,7 @@ async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(api: FastAPI) -> None:
-    """Map every failure of the FastAPI app onto the SPEC's error body."""
+    """Map every failure of the FastAPI app onto the contract's error body."""
     # Starlette types every handler as taking Exception; each here is registered for its own class.
     api.add_exception_handler(AppError, app_error)  # type: ignore[arg-type]
     api.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]

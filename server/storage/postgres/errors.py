@@ -11,7 +11,9 @@ Everything else that is not a bug is told as what it is: a full disk, a damaged 
 
 from __future__ import annotations
 
+import re
 from enum import Enum
+from urllib.parse import unquote
 
 import psycopg
 from psycopg_pool import PoolClosed, PoolTimeout
@@ -63,7 +65,40 @@ def transient(exc: BaseException) -> Transient | None:
     return None
 
 
+class AuthenticationFailed(Unavailable):
+    """PostgreSQL refused who connects (a wrong password, an unknown user, no pg_hba.conf entry): no retry can
+    succeed until someone changes MEMORY_DATABASE_URL or the database's roles."""
+
+    retryable = False
+
+
+# libpq's own words (the server's reply to a failed authentication carries no SQLSTATE on the client).
+REFUSALS = ("authentication failed", "no password supplied", "no pg_hba.conf entry")
+
+
+def refusal(exc: BaseException) -> AuthenticationFailed | None:
+    """The error for a connection PostgreSQL refused to the credentials given, or None."""
+    if not isinstance(exc, psycopg.OperationalError) or not any(words in str(exc) for words in REFUSALS):
+        return None
+    detail = first_line(exc).rpartition("FATAL:")[2].strip()
+    return AuthenticationFailed(f"PostgreSQL authentication failed ({detail}); correct the user and password in "
+                                "MEMORY_DATABASE_URL (retrying will not help)")
+
+
+def refusal_on_connect(url: str) -> AuthenticationFailed | None:
+    """Whether a new connection is refused to its credentials (a pool that cannot connect says only that it
+    timed out): one connection attempt, for /readyz."""
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        return refusal(exc)
+    return None
+
+
 def unreachable(exc: BaseException, budget_s: float) -> Unavailable:
+    refused = refusal(exc)
+    if refused is not None:
+        return refused
     if isinstance(exc, PoolTimeout):
         detail = f"no connection could be opened or became free within {budget_s:g}s"
     else:
@@ -98,4 +133,38 @@ def postgres_failure(exc: BaseException) -> AppError | None:
     if isinstance(exc, psycopg.DataError) and state is None and "NUL" in str(exc):
         # Raised before anything is sent: PostgreSQL text cannot hold U+0000, which SQLite stores.
         return InvalidParameters("text holds the NUL character (U+0000), which PostgreSQL cannot store")
+    return None
+
+
+def masked(text: str, url: str) -> str:
+    """`text` with every form of the password in `url` (as written and percent-decoded) replaced by ***:
+    psycopg quotes the part of a malformed URL it could not read, password and all."""
+    for secret in sorted(url_secrets(url), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def url_secrets(url: str) -> set[str]:
+    """What may be a password in `url`, however malformed: the text between `user:` and each later `@`, and
+    every `password=` query value."""
+    found: set[str] = set()
+    rest = url.partition("://")[2]
+    user, colon, after = rest.partition(":")
+    if colon and "/" not in user:
+        found |= {after[:at] for at in range(len(after)) if after[at] == "@"}
+    for part in re.split(r"[?&]", url)[1:]:
+        name, equals, value = part.partition("=")
+        if equals and name.strip().lower() == "password":
+            found.add(value)
+    return {form for secret in found for form in (secret, unquote(secret)) if form}
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` is not a PostgreSQL URL psycopg can use (its password masked), or None."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        return masked(first_line(exc), url)
     return None

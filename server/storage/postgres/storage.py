@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from server.storage.postgres.candidates import PostgresCandidateStore
 from server.storage.postgres.database import RETRY_BUDGET_S, Database, connect
-from server.storage.postgres.errors import first_line, postgres_failure, unreachable
+from server.storage.postgres.errors import first_line, postgres_failure, refusal_on_connect, unreachable
 from server.storage.postgres.logs import PostgresLogStore
 from server.storage.postgres.memories import PostgresMemoryStore
 from server.storage.postgres.oauth import PostgresOAuthStore
@@ -69,7 +70,8 @@ class PostgresStorage:
         try:
             row = self._db.read(lambda conn: conn.execute(PROBE).fetchone())
         except Exception as exc:
-            reasons.append(f"postgres: {first_line(exc)}")
+            refused = refusal_on_connect(self.url) if isinstance(exc.__cause__, PoolTimeout) else None
+            reasons.append(f"postgres: {first_line(refused or exc)}")
         else:
             if row is not None and row[0] != "on":
                 reasons.append(f"postgres: synchronous_commit is {row[0]}, so acknowledged writes could be lost")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server.storage.checks import FAIL, OK, Check
+from server.storage.files import emptied_database
 from server.storage.sqlite.connection import connect, quick_check
 from server.storage.sqlite.schema import SCHEMA
 
@@ -37,6 +38,12 @@ def sqlite_checks(path: Path, state: SqliteState) -> Iterator[Check]:
     if not path.is_file():
         yield Check("sqlite", FAIL, f"no database at {path}",
                     "start the server (it creates the database), or pass the right --data-dir")
+        return
+    emptied = emptied_database(path)
+    if emptied is not None:  # opening it would make a new database of it
+        yield Check("sqlite", FAIL, f"{path}: {emptied}",
+                    "restore the latest `memory-server backup` into the data directory (then run `memory-server "
+                    "reindex`); do not start the server on it, which would begin a new, empty database")
         return
     try:
         conn = connect(path, readonly=True)  # readonly: no journal-mode switch behind the check's back

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from server.errors import AppError, Unavailable
+from server.storage.files import emptied_database
 from server.storage.health import DISK_FULL, DatabaseDamaged, damaged_message
 
 BUSY_TIMEOUT_MS = 30_000
@@ -43,10 +44,19 @@ def is_damage(exc: BaseException) -> bool:
     return error_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
+def refuse_emptied(path: Path) -> None:
+    """An emptied database in a data directory in use is damage (server/storage/files.py), not a new one."""
+    detail = emptied_database(path)
+    if detail is not None:
+        raise DatabaseDamaged(damaged_message(str(path), detail))
+
+
 @contextmanager
 def naming_damage(path: Path) -> Iterator[None]:
-    """A damaged file (or one that is not a database at all) met inside raises DatabaseDamaged naming `path`
-    and saying what to do, as start-up does, instead of SQLite's bare "database disk image is malformed"."""
+    """A damaged file (or one that is not a database at all, or emptied) met inside raises DatabaseDamaged
+    naming `path` and saying what to do, as start-up does, instead of SQLite's bare "database disk image is
+    malformed"."""
+    refuse_emptied(path)
     try:
         yield
     except sqlite3.DatabaseError as exc:

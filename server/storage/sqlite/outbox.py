@@ -45,25 +45,30 @@ class SqliteOutboxStore:
                 f" FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()]
         return found
 
+    # Each write job runs its statement on the writer thread and returns nothing of it (see writer.detached).
+
     def set_vectors(self, vectors: Sequence[tuple[int, str, np.ndarray]], model: str) -> None:
-        rows = [(np.asarray(vector, dtype=np.float32).tobytes(), model, row_id, updated_at)
-                for row_id, updated_at, vector in vectors]
-        self._writer.run_sync(lambda conn: conn.executemany(
-            "UPDATE memories SET vector = ?, vector_model = ? WHERE id = ? AND updated_at = ?", rows))
+        self._run("UPDATE memories SET vector = ?, vector_model = ? WHERE id = ? AND updated_at = ?",
+                  [(np.asarray(vector, dtype=np.float32).tobytes(), model, row_id, updated_at)
+                   for row_id, updated_at, vector in vectors])
 
     def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
-        self._writer.run_sync(lambda conn: conn.executemany(
-            "UPDATE memories SET indexed = 1 WHERE id = ? AND updated_at = ?", list(versions)))
+        self._run("UPDATE memories SET indexed = 1 WHERE id = ? AND updated_at = ?", list(versions))
 
     def clear_deletions(self, ids: Sequence[int]) -> None:
-        self._writer.run_sync(lambda conn: conn.executemany(
-            "DELETE FROM index_deletions WHERE id = ?", [(i,) for i in ids]))
+        self._run("DELETE FROM index_deletions WHERE id = ?", [(i,) for i in ids])
 
     def mark_all_unindexed(self) -> None:
-        self._writer.run_sync(lambda conn: conn.execute("UPDATE memories SET indexed = 0 WHERE indexed = 1"))
+        self._run("UPDATE memories SET indexed = 0 WHERE indexed = 1", [()])
 
     def clear_all_deletions(self) -> None:
-        self._writer.run_sync(lambda conn: conn.execute("DELETE FROM index_deletions"))
+        self._run("DELETE FROM index_deletions", [()])
+
+    def _run(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        def job(conn: sqlite3.Connection) -> None:
+            conn.executemany(sql, rows).close()
+
+        self._writer.run_sync(job)
 
     def present(self, ids: Sequence[int]) -> set[int]:
         conn = self._readers.get()

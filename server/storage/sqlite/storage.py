@@ -10,7 +10,7 @@ from pathlib import Path
 from server.storage.files import private_dir, private_file
 from server.storage.health import DatabaseDamaged, damaged_message
 from server.storage.sqlite.candidates import SqliteCandidateStore
-from server.storage.sqlite.connection import connect, is_damage, quick_check
+from server.storage.sqlite.connection import connect, is_damage, quick_check, refuse_emptied
 from server.storage.sqlite.logs import SqliteLogStore
 from server.storage.sqlite.memories import SqliteMemoryStore
 from server.storage.sqlite.oauth import SqliteOAuthStore
@@ -34,6 +34,7 @@ def open_database(path: Path, *, integrity_budget_s: float | None = None) -> boo
     anything is written.
     """
     private_dir(path.parent)
+    refuse_emptied(path)
     private_file(path)
     try:
         conn = connect(path)

@@ -45,6 +45,19 @@ def transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T
         raise
 
 
+def detached(result: T) -> T | None:
+    """A job's result as it may leave the writer thread: never a cursor of the writer's connection.
+
+    A cursor holds one of the connection's cached statements. Dropped in the caller's thread, it resets that
+    statement there, while the writer may be running the same cached statement for a later job (the same SQL):
+    SQLite then answers "bad parameter or other API misuse" (SQLITE_MISUSE) to one of them. A cursor is
+    closed here, on the writer thread, and its job's result is None."""
+    if isinstance(result, sqlite3.Cursor):
+        result.close()
+        return None
+    return result
+
+
 class Writer:
     """The one write path of a process: a thread that runs write jobs in order.
 
@@ -107,7 +120,7 @@ class Writer:
             for work, _ in group:
                 conn.execute("SAVEPOINT job")
                 try:
-                    outcomes.append((True, work(conn)))
+                    outcomes.append((True, detached(work(conn))))
                     conn.execute("RELEASE job")
                 except BaseException as exc:  # this job's changes are undone; the others go on
                     try:
@@ -150,25 +163,38 @@ class Writer:
 
 
 class Readers:
-    """One read connection per thread (sqlite3 connections are cheap to keep, costly to reopen)."""
+    """One read connection per thread (sqlite3 connections are cheap to keep, costly to reopen).
+
+    Worker pools end idle threads and start new ones as load comes and goes; the connection of a thread that
+    has ended (and its page cache) is closed when another thread opens its own, so their number follows the
+    threads alive, not every thread there ever was."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._open: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._lock = threading.Lock()
 
     def get(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect(self._path, readonly=True)
             self._local.conn = conn
             with self._lock:
-                self._all.append(conn)
+                ended = [(thread, old) for thread, old in self._open if not thread.is_alive()]
+                self._open = [(thread, old) for thread, old in self._open if thread.is_alive()]
+                self._open.append((threading.current_thread(), conn))
+            for _, old in ended:  # no thread can use these again
+                old.close()
         return conn
+
+    def count(self) -> int:
+        """Open read connections."""
+        with self._lock:
+            return len(self._open)
 
     def close(self) -> None:
         with self._lock:
-            for conn in self._all:
+            for _, conn in self._open:
                 conn.close()
-            self._all.clear()
+            self._open.clear()

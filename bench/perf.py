@@ -4,7 +4,7 @@ Every server measurement goes through MCP over real HTTP (JSON-RPC `tools/call` 
 `memory-server serve` subprocess on 127.0.0.1); each is printed beside a baseline measured in the same run
 on the same disk: raw sqlite3 for the log store, qdrant-client local mode for vector search.
 
-    python bench/perf.py [--sizes 10000,100000] [--only logs,remember,search] [--json OUT]
+    python bench/perf.py [--sizes 10000,100000] [--only logs,indexing,remember,search] [--json OUT]
 
 The memory corpus is synthetic text embedded once with the bundled model; its vectors are cached under
 bench/.cache/ and reused (the output says when they were).
@@ -222,6 +222,49 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
             out["append_items_verified"] = stored
             out["append_throughput"]["baseline_raw_sqlite"] = raw_sqlite_appends(tmp / "raw.db", duration)
             out["reads"] = await bench_reads(server, call, read_items)
+    finally:
+        server.stop()
+    return out
+
+
+async def bench_log_indexing(tmp: Path, *, appends: int, database_url: str | None = None) -> dict[str, Any]:
+    """Append acknowledgements with log indexing on beside off, one server, one run: site `bench` does not
+    index its logs, site `indexed` does (server/logs/indexing.py embeds its items in the background). First
+    `appends` batches of 10 to `bench` alone (nothing to embed), then the same number to each site in turn,
+    while the indexer embeds what `indexed` was sent; then how long the indexer took to catch up."""
+    server = Server(tmp / "indexing", database_url)
+    storage = open_storage(server.settings())
+    try:
+        indexed_secret = auth.create_site(storage.sites, "indexed")
+        storage.sites.set_log_indexing("indexed", True)
+    finally:
+        storage.close()
+    server.start()
+    out: dict[str, Any] = {"batch": 10, "appends": appends}
+    try:
+        async with client() as http:
+            plain = Caller(server, http)
+            indexed = Caller(server, http)
+            indexed.headers = {**plain.headers, "authorization": "Basic " + base64.b64encode(
+                f"indexed:{indexed_secret}".encode()).decode()}
+            out["off_alone"] = summary(await timed(appends, lambda i: plain(
+                "append_memory", conversation_id="plain-alone-0001", items=batch(10, i))))
+            off: list[float] = []
+            on: list[float] = []
+            started = time.perf_counter()
+            for i in range(appends):
+                for call, samples, conversation in ((indexed, on, "indexed-000001"), (plain, off, "plain-000001")):
+                    begun = time.perf_counter()
+                    await call("append_memory", conversation_id=conversation, items=batch(10, i))
+                    samples.append(time.perf_counter() - begun)
+            out["off_beside_on"], out["on"] = summary(off), summary(on)
+            while True:  # the indexer's lag: until /readyz shows nothing waiting
+                ready = (await http.get(f"{server.url}/readyz")).json()
+                if "log_indexing" not in ready:
+                    break
+                await asyncio.sleep(0.2)
+            out["indexed_items"] = appends * 10
+            out["indexed_after_s"] = round(time.perf_counter() - started, 1)
     finally:
         server.stop()
     return out
@@ -597,6 +640,14 @@ def table(report: dict[str, Any]) -> str:
 
 def _tables(report: dict[str, Any]) -> list[str]:
     lines: list[str] = []
+    indexing = report.get("log_indexing")
+    if indexing:
+        for name, label in (("off_alone", "indexing off, alone"), ("off_beside_on", "indexing off, beside on"),
+                            ("on", "indexing on")):
+            s = indexing[name]
+            lines.append(f"append ack (batch of 10), {label:<24} p50 {s['p50_ms']:>7} ms  p99 {s['p99_ms']:>7} ms")
+        lines.append(f"log indexing caught up with {indexing['indexed_items']} items "
+                     f"{indexing['indexed_after_s']} s after the first append")
     logs = report.get("logs")
     if logs:
         for name, s in logs["append_ack"].items():
@@ -657,6 +708,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             tmp = Path(tmp_name)
             if "logs" in only:
                 report["logs"] = await bench_logs(tmp, duration=args.duration, read_items=args.read_items)
+            if "indexing" in only:
+                report["log_indexing"] = await bench_log_indexing(tmp, appends=args.index_appends)
             if "remember" in only and embedder is not None:
                 report["remember"] = await bench_remember(tmp, embedder, single=args.single, bulk=args.bulk)
             if "search" in only and embedder is not None:
@@ -681,6 +734,8 @@ def main() -> None:
     parser.add_argument("--read-items", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=200)
     parser.add_argument("--bulk", type=int, default=10_000)
+    parser.add_argument("--index-appends", type=int, default=300, help="appends of 10 items per phase of the "
+                        "log indexing comparison (--only indexing)")
     parser.add_argument("--tmp", default=None, help="where to put the data directories")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -28,6 +28,7 @@ from bench.perf import (  # noqa: E402
     Server,
     append_load,
     batch,
+    bench_log_indexing,
     bench_reads,
     bench_search,
     client,
@@ -138,6 +139,8 @@ async def bench(args: Any, embedder: Any, only: set[str]) -> dict[str, Any]:
         tmp = Path(tmp_name)
         if "logs" in only:
             out["logs"] = await bench_logs(tmp, url, duration=args.duration, read_items=args.read_items)
+        if "indexing" in only:
+            out["log_indexing"] = await bench_log_indexing(tmp, appends=args.index_appends, database_url=url)
         if "search" in only and embedder is not None:
             out["search"] = {str(size): await bench_search(tmp, embedder, size, url)
                              for size in (int(s) for s in args.sizes.split(","))}

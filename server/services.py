@@ -23,6 +23,7 @@ from server.auth.principal import Principal, site_principal
 from server.auth.usage import UsageLog
 from server.index.base import VectorIndex
 from server.logs.deletion import LogRetention
+from server.logs.indexing import LogIndexer
 from server.logs.validation import LogLimits
 from server.memories.maintenance import start_maintenance
 from server.memories.system import STARTUP_SYNC_LIMIT, Memories, build_memories, repair
@@ -44,6 +45,7 @@ class Services:
     memory_ops: MemoryOperations = field(init=False)
     memories: Memories | None = None
     memory_error: str | None = None
+    log_indexer: LogIndexer | None = None
     startup_sync_limit: int = STARTUP_SYNC_LIMIT
     closers: list[Callable[[], None]] = field(default_factory=list)
     observe_embedder: Callable[[Embedder], Embedder] | None = None  # metrics, when an app serves these
@@ -108,6 +110,22 @@ class Services:
 
     def start_maintenance(self) -> None:
         start_maintenance(self.storage, self.memories, self._stop)
+        self.start_log_indexing()
+
+    def start_log_indexing(self) -> None:
+        """Index the log items of the sites and conversations that ask for it, in the background (server/logs/
+        indexing.py): first what an earlier run left waiting, then what each append brings."""
+        if self.memories is None or self.log_indexer is not None:
+            return
+        indexer = self.log_indexer = LogIndexer(self.storage.logs, self.storage.sites, self.memories.writes)
+        thread = indexer.start(self._stop)
+        self.logs.appended = indexer.wake
+
+        def stop() -> None:  # before the storage closes under a running round (closers run last first)
+            self._stop.set()
+            thread.join(timeout=30)
+
+        self.closers.append(stop)
 
     def start_log_retention(self) -> None:
         """Delete conversations past their site's log retention, and finish cut-short deletions, in the

@@ -113,7 +113,8 @@ async def test_delete_removes_the_log_its_keys_and_memory_links_and_exports_lose
 
         response = await client.delete(f"/v1/conversations/{gone}")
         assert response.status_code == 200, response.text
-        assert response.json() == {"conversation_id": gone, "deleted": True, "item_count": 3, "memories_unlinked": 1}
+        assert response.json() == {"conversation_id": gone, "deleted": True, "item_count": 3, "memories_unlinked": 1,
+                                   "turns_deleted": 0}
 
         assert await items_of(client, gone) == []
         assert (await client.get(f"/v1/conversations/{gone}/items", params={"count": 5})).json() == {"items": []}
@@ -234,7 +235,7 @@ async def test_an_append_racing_a_delete_lands_before_it_or_starts_a_new_log(srv
 def test_site_set_show_and_list_the_log_retention(srv: LiveServer) -> None:
     site, _ = new_site(srv)
     shown = parse_fields(ok(srv, "site", "show", site))
-    assert set(shown) == {"name", "created", "log retention"}
+    assert set(shown) == {"name", "created", "log retention", "log indexing", "log items indexed"}
     assert (shown["name"], shown["log retention"]) == (site, "none")
     assert ok(srv, "site", "set", site, "--log-retention-days", "30").strip() == \
         f"site {site}: logs deleted 30 days after their last activity"
@@ -243,7 +244,7 @@ def test_site_set_show_and_list_the_log_retention(srv: LiveServer) -> None:
     assert line.endswith("logs deleted 30 days after their last activity")
     for args, says in [(("--log-retention-days", "0"), "1-36500 days"),
                        (("--log-retention-days", "x"), "--log-retention-days"),
-                       ((), "either --log-retention-days N or --no-log-retention"),
+                       ((), "give --log-retention-days N, --no-log-retention, --index-logs or --no-index-logs"),
                        (("--log-retention-days", "3", "--no-log-retention"), "either")]:
         done = cli(srv, "site", "set", site, *args)
         assert done.returncode != 0 and says in done.stderr + done.stdout and "Traceback" not in done.stderr

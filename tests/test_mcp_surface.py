@@ -295,8 +295,8 @@ def test_descriptions_say_when_to_use_each_tool(live: LiveServer) -> None:
         text = describe[name]
         assert "Basic credential" in text and "unprocessable_parameters" in text, name
         assert "permanent" in text and "safe to retry after buffering" in text and "duplicates" in text, name
-    assert "never searched" in describe["append_memory"] and "remember" in describe["append_memory"]
-    assert "append_memory" in describe["remember"] and "never searched" in describe["remember"]
+    assert "index=true" in describe["append_memory"] and "remember" in describe["append_memory"]
+    assert "append_memory" in describe["remember"] and "only where logs are indexed" in describe["remember"]
     assert "shorter than limit" in describe["replay_memory"] and "end of the log" in describe["replay_memory"]
     assert "replay_memory" in describe["recall_memory"] and "empty list" in describe["recall_memory"]
     for name in ("recall", "search_memory", "recall_context"):

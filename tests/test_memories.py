@@ -138,7 +138,7 @@ async def test_hit_carries_every_attribute(mem: LiveServer) -> None:
         hit = result.structured_content["results"][0]
         assert set(hit) == {"reference", "score", "type", "location", "content", "project", "team", "bucket",
                             "tags", "metadata", "provenance", "occurred_at", "created_at", "supersedes",
-                            "superseded_by", "valid_to", "expires_at"}
+                            "superseded_by", "valid_to", "expires_at", "kind"}
         assert hit["occurred_at"] == "2024-03-01T07:30:00.000000Z"
         assert hit["metadata"] == {"ticket": 42, "nested": {"a": [1, 2]}}
         assert hit["provenance"]["seq"] == 7

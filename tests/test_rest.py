@@ -460,7 +460,7 @@ async def test_recall_and_search(live: LiveServer) -> None:
         assert hits[0]["score"] >= hits[1]["score"]
         assert set(hits[0]) == {"reference", "score", "type", "location", "content", "project", "team", "bucket",
                                 "tags", "metadata", "provenance", "occurred_at", "created_at", "supersedes",
-                                "superseded_by", "valid_to", "expires_at"}
+                                "superseded_by", "valid_to", "expires_at", "kind"}
         scoped = (await http.post("/v1/recall", json={"query": "coffee", "bucket": "eng", "limit": 5})).json()
         assert {h["reference"] for h in scoped["results"]} == {refs[0], refs[1]}
         tagged = (await http.post("/v1/recall", json={"query": "coffee", "tags": ["alice", "dinner"]})).json()

@@ -12,12 +12,12 @@ import typer
 
 from server.admin.common import DataDir, conversation_app, fail, load_settings, site_app, token_app
 from server.auth import admin, oauth
-from server.errors import AppError
+from server.errors import AppError, NotFound
 from server.settings import Settings
 from server.storage.factory import open_storage
 from server.storage.oauth_records import OAuthGrant
 from server.storage.protocols import SiteStore, Storage
-from server.storage.records import SiteRecord, TokenRecord
+from server.storage.records import IndexingProgress, SiteRecord, TokenRecord
 
 T = TypeVar("T")
 
@@ -55,19 +55,34 @@ def retention_text(site: SiteRecord) -> str:
     return f"logs deleted {days} day{'s' if days != 1 else ''} after their last activity"
 
 
+def indexing_text(site: SiteRecord) -> str:
+    return "logs indexed" if site.index_logs else "logs not indexed"
+
+
+def progress_text(progress: IndexingProgress) -> str:
+    """How far a site's log indexing is, for `site show` and `site set`."""
+    return (f"{progress.waiting} items waiting, {progress.indexed} done ({progress.skipped} without text, "
+            "skipped)")
+
+
 @site_app.command("list")
 def site_list(data_dir: DataDir = None) -> None:
     """List sites."""
     for site in with_sites(data_dir, admin.list_sites):
-        typer.echo(f"{site.name}\tcreated {site.created_at}\t{retention_text(site)}")
+        typer.echo(f"{site.name}\tcreated {site.created_at}\t{indexing_text(site)}\t{retention_text(site)}")
 
 
 @site_app.command("show")
 def site_show(name: str, data_dir: DataDir = None) -> None:
-    """Show a site: when it was created, its log retention."""
-    site = with_sites(data_dir, lambda sites: admin.show_site(sites, name))
+    """Show a site: when it was created, its log retention, whether its log items are indexed and how far."""
+    def show(_: Settings, storage: Storage) -> tuple[SiteRecord, IndexingProgress]:
+        site = admin.show_site(storage.sites, name)
+        return site, storage.logs.index_progress(site.id)
+
+    site, progress = with_storage(data_dir, show)
     retention = "none" if site.log_retention_days is None else f"{site.log_retention_days} days"
-    typer.echo(f"name: {site.name}\ncreated: {site.created_at}\nlog retention: {retention}")
+    typer.echo(f"name: {site.name}\ncreated: {site.created_at}\nlog retention: {retention}\n"
+               f"log indexing: {'on' if site.index_logs else 'off'}\nlog items indexed: {progress_text(progress)}")
 
 
 @site_app.command("set")
@@ -78,14 +93,33 @@ def site_set(
         "(in the background, while the server runs).")] = None,
     no_log_retention: Annotated[bool, typer.Option(
         "--no-log-retention", help="Keep conversation logs until they are deleted (clears the retention).")] = False,
+    index_logs: Annotated[bool | None, typer.Option(
+        "--index-logs/--no-index-logs", help="Make the site's conversation log items recallable entries (kind "
+        "turn) that recall finds beside saved memories: those logged already are indexed in the background; "
+        "or stop indexing new ones.")] = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Change a site's settings: its log retention."""
-    if (log_retention_days is None) == (not no_log_retention):
+    """Change a site's settings: its log retention, whether its log items are indexed."""
+    if log_retention_days is not None and no_log_retention:
         fail(RuntimeError("give either --log-retention-days N or --no-log-retention"))
-    with_sites(data_dir, lambda sites: admin.set_log_retention(sites, name, log_retention_days))
-    site = with_sites(data_dir, lambda sites: admin.show_site(sites, name))
-    typer.echo(f"site {name}: {retention_text(site)}")
+    if log_retention_days is None and not no_log_retention and index_logs is None:
+        fail(RuntimeError("give --log-retention-days N, --no-log-retention, --index-logs or --no-index-logs"))
+
+    def change(_: Settings, storage: Storage) -> tuple[SiteRecord, IndexingProgress]:
+        if log_retention_days is not None or no_log_retention:
+            admin.set_log_retention(storage.sites, name, log_retention_days)
+        if index_logs is not None and not storage.sites.set_log_indexing(name, index_logs):
+            raise NotFound(f"no site named {name!r}")
+        site = admin.show_site(storage.sites, name)
+        return site, storage.logs.index_progress(site.id)
+
+    site, progress = with_storage(data_dir, change)
+    changed = [retention_text(site)] if log_retention_days is not None or no_log_retention else []
+    changed += [indexing_text(site)] if index_logs is not None else []
+    typer.echo(f"site {name}: {', '.join(changed)}")
+    if index_logs:
+        typer.echo(f"log items indexed: {progress_text(progress)}; a running server indexes those waiting in the "
+                   "background (see `site show`, /readyz)")
 
 
 @site_app.command("delete")
@@ -197,6 +231,7 @@ def conversation_delete(
         return dict(anyio.run(ops.delete_conversation, principal, params))
 
     deleted = with_storage(data_dir, delete)
-    typer.echo(f"deleted conversation {conversation_id}: {deleted['item_count']} items, "
+    turns = f", {deleted['turns_deleted']} indexed turns" if deleted["turns_deleted"] else ""
+    typer.echo(f"deleted conversation {conversation_id}: {deleted['item_count']} items{turns}, "
                f"{deleted['memories_unlinked']} memories unlinked")
 

@@ -195,6 +195,8 @@ def _print_report(importer: Importer, aborted: Exception | None) -> None:
     typer.echo(f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
                f"memories duplicate: {report.memories_duplicate}\nlog items appended: {report.items_appended}\n"
                f"log items already present: {report.items_present}\nrejected lines: {len(report.errors)}")
+    if report.sites_indexing:
+        typer.echo(f"log items to index: {report.items_to_index} (a running server indexes them in the background)")
     shown = 50
     for line, message in report.duplicates[:shown]:
         typer.echo(f"line {line}: skipped: {message}", err=True)
@@ -214,6 +216,7 @@ def reindex(data_dir: DataDir = None) -> None:
     from rich.progress import Progress
 
     from server.index.base import IndexLocked
+    from server.logs.indexing import LogIndexer
     from server.memories.system import rewrite_terms
     from server.services import open_configured_index, open_services
 
@@ -239,6 +242,10 @@ def reindex(data_dir: DataDir = None) -> None:
         memories.words.load(services.storage.words)
         memories.backfill_words()
         typer.echo(f"reindexed {done} memories with {memories.embedder.name}")
+        # The log items waiting to be indexed (their turns are memories, reindexed above with the others).
+        turns = LogIndexer(services.storage.logs, services.storage.sites, memories.writes).drain()
+        if turns:
+            typer.echo(f"indexed {turns} log items")
     finally:
         services.close()
 

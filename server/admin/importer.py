@@ -23,7 +23,7 @@ from server.auth.admin import ensure_site
 from server.auth.secrets import SITE_NAME
 from server.errors import AppError, InvalidParameters
 from server.logs.validation import MAX_CURSOR_INT, MAX_ITEMS, LogLimits, check_conversation_id, serialize_items
-from server.memories.validation import check_timestamp, parse_timestamp, validate_new
+from server.memories.validation import check_timestamp, check_word, parse_timestamp, validate_new
 from server.memories.writes import EMBED_BATCH, MemoryWrites
 from server.storage.protocols import LogStore, SiteStore
 from server.storage.records import APPENDED, CREATED, DUPLICATE, PRESENT, Inserted, Kept, NewMemory
@@ -34,6 +34,8 @@ MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project"
                            "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes",
                            "superseded_by", "valid_to", "expires_at"})
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
+SITE_FIELDS = frozenset({"index_logs"})
+CONVERSATION_FIELDS = frozenset({"conversation_id", "index", "bucket"})
 # A reference must be addressable as one REST path segment (/v1/memories/{reference}) without escaping.
 REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,127}$")
 
@@ -76,7 +78,27 @@ class MemoryRecord:
     valid_to: str | None = None
 
 
-Record = Header | LogRecord | MemoryRecord
+@dataclass(frozen=True, slots=True)
+class SiteSettings:
+    """A site's settings: whether it indexes its logs (its log items, imported, are then indexed again)."""
+
+    line: int
+    site: str | None
+    index_logs: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSettings:
+    """A conversation's own choice to index its items, and its turns' bucket (applied as its items go in)."""
+
+    line: int
+    site: str | None
+    conversation_id: str
+    index: bool | None
+    bucket: str | None
+
+
+Record = Header | LogRecord | MemoryRecord | SiteSettings | ConversationSettings
 
 
 def check_stored_timestamp(name: str, value: object) -> str:
@@ -158,11 +180,24 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
             # Normalised as occurred_at is: time windows compare it with theirs as text.
             valid_to=None if valid_to is None else check_timestamp("valid_to", valid_to),
         )
+    if kind == "site":
+        _check_fields(record, kind, SITE_FIELDS, ("index_logs",))
+        if not isinstance(record["index_logs"], bool):
+            raise InvalidParameters("index_logs must be true or false")
+        return SiteSettings(line=line, site=_check_site(record, mapped), index_logs=record["index_logs"])
+    if kind == "conversation":
+        _check_fields(record, kind, CONVERSATION_FIELDS, ("conversation_id",))
+        index = record.get("index")
+        if index is not None and not isinstance(index, bool):
+            raise InvalidParameters("index must be true, false or null")
+        return ConversationSettings(line=line, site=_check_site(record, mapped),
+                                    conversation_id=check_conversation_id(record["conversation_id"]), index=index,
+                                    bucket=check_word("bucket", record.get("bucket")))
     if kind == "header":  # other header fields are informative: a reader ignores them
         if "version" not in record:
             raise InvalidParameters("missing field(s) version in a header record")
         return Header(line=line, version=_whole("version", record["version"], 1, None))
-    raise InvalidParameters(f"unknown kind {kind!r}: expected memory, log_item or header")
+    raise InvalidParameters(f"unknown kind {kind!r}: expected memory, log_item, site, conversation or header")
 
 
 def numbered_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
@@ -219,6 +254,8 @@ class ImportReport:
     sites_created: list[tuple[str, str]] = field(default_factory=list)  # (name, secret shown once)
     errors: list[tuple[int, str]] = field(default_factory=list)  # (line number, message)
     duplicates: list[tuple[int, str]] = field(default_factory=list)  # (line number, message): skipped, not errors
+    sites_indexing: list[int] = field(default_factory=list)  # ids of the sites set to index their logs
+    items_to_index: int = 0  # their log items waiting to be indexed (by a server, in the background)
 
 
 class Importer:
@@ -240,6 +277,7 @@ class Importer:
         self._logs_key: tuple[int, str] | None = None
         self._logs_bytes = 0
         self._memories: list[tuple[int, MemoryRecord]] = []
+        self._choices: dict[tuple[int, str], tuple[bool | None, str | None]] = {}  # conversation records
 
     # -- sites --
 
@@ -265,12 +303,25 @@ class Importer:
                 )
         elif isinstance(record, LogRecord):
             self._add_log(record)
+        elif isinstance(record, SiteSettings):
+            self._flush_logs()
+            site_id = self.site_id(record.site)
+            name = self.target_site or record.site
+            if name is not None:
+                self._run(lambda: self._sites_store.set_log_indexing(name, record.index_logs))
+            if record.index_logs:
+                self.report.sites_indexing.append(site_id)
+        elif isinstance(record, ConversationSettings):
+            self._flush_logs()
+            self._choices[(self.site_id(record.site), record.conversation_id)] = (record.index, record.bucket)
         else:
             self._add_memory(record)
 
     def finish(self) -> ImportReport:
         self._flush_logs()
         self._flush_memories()
+        for site_id in dict.fromkeys(self.report.sites_indexing):
+            self.report.items_to_index += self._run(lambda: self._log_store.index_progress(site_id)).waiting  # noqa: B023
         return self.report
 
     def _error(self, line: int, message: str) -> None:
@@ -297,7 +348,9 @@ class Importer:
             return
         site_id, conversation_id = key
         items = [(r.seq, r.recorded_at, r.text) for r in batch]
-        outcomes = self._run(lambda: self._log_store.import_items(site_id, conversation_id, items))
+        index, bucket = self._choices.get(key, (None, None))
+        outcomes = self._run(lambda: self._log_store.import_items(site_id, conversation_id, items, index=index,
+                                                                  bucket=bucket))
         for record, outcome in zip(batch, outcomes, strict=True):
             if outcome == APPENDED:
                 self.report.items_appended += 1

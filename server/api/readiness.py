@@ -31,9 +31,15 @@ def readiness(services: Services) -> list[str]:
 
 def work_under_way(services: Services) -> dict[str, object]:
     """Background work that changes how answers are made while it lasts: memories embedded again with a new
-    model (recall ranks by words alone meanwhile)."""
+    model (recall ranks by words alone meanwhile); log items waiting to be indexed (recall does not find them
+    yet)."""
     progress = services.memories.reembedding.progress() if services.memories is not None else None
-    return {"reembedding": progress.as_dict()} if progress is not None else {}
+    work: dict[str, object] = {"reembedding": progress.as_dict()} if progress is not None else {}
+    if services.log_indexer is not None:
+        waiting = services.log_indexer.waiting()
+        if waiting:
+            work["log_indexing"] = {"waiting": waiting, "indexed": services.log_indexer.indexed}
+    return work
 
 
 def probes(services: Services) -> tuple[Endpoint, Endpoint]:

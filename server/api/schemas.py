@@ -49,6 +49,7 @@ class ConversationDeleted(BaseModel):
     conversation_id: str
     deleted: Literal[True]
     item_count: int = Field(description="How many items the log held when it was deleted.")
+    turns_deleted: int = Field(0, description="Its indexed turns (entries recall found), deleted with it.")
     memories_unlinked: int = Field(description="Saved memories whose provenance named the conversation: they "
                                    "are kept, without provenance.conversation_id and provenance.seq.")
 
@@ -78,6 +79,9 @@ class Lifecycle(BaseModel):
                                       "null while it is current.")
     valid_to: str | None = Field(None, description="When it was replaced (its successor's occurred_at).")
     expires_at: str | None = Field(None, description="When it expires: never returned from then on, then deleted.")
+    kind: Literal["memory", "turn"] = Field("memory", description=(
+        "memory: saved with remember; turn: a conversation log item, indexed (its provenance names the "
+        "conversation_id and seq, to read around it with replay_memory)."))
 
 
 class PublicHit(MemoryFields):

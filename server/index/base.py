@@ -3,7 +3,8 @@
 Points are keyed by the memory's integer row id in SQLite. Each point carries a small keyword payload
 (`site`, `team`, `project`, `bucket`, `type`, `tags`), integer timestamps (seconds since the epoch:
 `occurred`; `valid_to` on a superseded memory, `expires` on one that expires) and the days the memory is about
-(`days`: whole days since the epoch, its own and those its content names) so filters run inside the index.
+(`days`: whole days since the epoch, its own and those its content names) so filters run inside the index; an
+indexed log item also carries its seq (`turn`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ T = TypeVar("T")
 FILTER_FIELDS = ("site", "team", "project", "bucket", "type", "tags")
 # Integer payload fields that get a range index and can appear in a Range: whole seconds since the epoch, and
 # `days`, a list of whole days since it (a range holds a point when it holds any of them).
-RANGE_FIELDS = ("occurred", "valid_to", "expires", "days")
+RANGE_FIELDS = ("occurred", "valid_to", "expires", "days", "turn")
 # The shape of the points' payload. An index recorded with an older one is upgraded at start-up: its range
 # indexes are created and every point is written again from the authority (stored vectors: no model time).
 # 1: keywords only; 2: `occurred`; 3: `valid_to` (superseded memories); 4: `expires`;
-# 5: `days` (the days a memory is about: ranking/dates.py memory_days).
-PAYLOAD_VERSION = 5
+# 5: `days` (the days a memory is about: ranking/dates.py memory_days); 6: `turn` (an indexed log item's seq,
+# only on those: recall's `kinds` filter).
+PAYLOAD_VERSION = 6
 
 
 class IndexUnavailable(Exception):

@@ -34,6 +34,7 @@ class Purged:
     items: int = 0
     keys: int = 0
     unlinked: int = 0  # memories that lost their link to the conversation
+    turns: int = 0  # its indexed turns, deleted
     steps: int = 0
     done: bool = False
 
@@ -43,25 +44,27 @@ class Deleted:
     conversation_id: str
     item_count: int
     memories_unlinked: int
+    turns_deleted: int = 0
 
 
 def purge(store: LogStore, site_id: int, conversation_id: str, *, budget: int = PURGE_BUDGET,
           stop: threading.Event | None = None, pause_s: float = 0.0) -> Purged:
     """Purge a conversation marked for deletion, one small transaction at a time, until it is gone (or
     `stop` is set: the next purger finishes it)."""
-    items = keys = unlinked = steps = 0
+    items = keys = unlinked = turns = steps = 0
     while True:
         step = store.purge_step(site_id, conversation_id, budget)
         items, keys, unlinked, steps = items + step.items, keys + step.keys, unlinked + step.unlinked, steps + 1
+        turns += step.turns
         if step.done or (stop is not None and stop.is_set()):
-            return Purged(items=items, keys=keys, unlinked=unlinked, steps=steps, done=step.done)
+            return Purged(items=items, keys=keys, unlinked=unlinked, turns=turns, steps=steps, done=step.done)
         if pause_s:
             time.sleep(pause_s)
 
 
 def delete_conversation(store: LogStore, site_id: int, conversation_id: str, *,
                         budget: int = PURGE_BUDGET) -> Deleted | None:
-    """Delete a conversation with its items, idempotency keys and memory links; None if there is no such
+    """Delete a conversation with its items, idempotency keys, indexed turns and memory links; None if there is no such
     conversation. Blocking: returns once nothing of it is left. A conversation already being deleted (by
     another request or the retention task) is finished here too."""
     marked = store.delete_conversation(site_id, conversation_id)
@@ -69,7 +72,7 @@ def delete_conversation(store: LogStore, site_id: int, conversation_id: str, *,
         return None
     purged = purge(store, site_id, conversation_id, budget=budget)
     return Deleted(conversation_id=conversation_id, item_count=marked.item_count,
-                   memories_unlinked=purged.unlinked)
+                   memories_unlinked=purged.unlinked, turns_deleted=purged.turns)
 
 
 class LogRetention:

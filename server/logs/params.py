@@ -17,6 +17,7 @@ from server.logs.validation import (
     MAX_KEY_LENGTH,
     check_conversation_id,
 )
+from server.memories.validation import SHORT_WORD, WORD_RULE, check_word
 
 MAX_PAGE = 1000
 TAIL_COUNT = 50
@@ -59,10 +60,21 @@ Cursor = Annotated[str | None, Field(
     description="Opaque: the next_cursor of the previous page. Leave it out for the first page.")]
 
 
+Index = Annotated[bool | None, Field(description=(
+    "Whether this conversation's items become recallable entries (kind turn) that recall, search_memory and "
+    "recall_context find: true or false decides for this conversation from now on (its earlier items "
+    "included); left out, as decided before, else as the site's setting."))]
+Bucket = Annotated[str | None, Field(json_schema_extra={"pattern": SHORT_WORD.pattern}, description=(
+    f"The bucket this conversation's indexed turns are filed in ({WORD_RULE}); kept for its later appends. "
+    "Default default.")), AfterValidator(lambda value: check_word("bucket", value))]
+
+
 class AppendParams(Params):
     conversation_id: ConversationId
     items: Items
     idempotency_key: IdempotencyKey = None
+    index: Index = None
+    bucket: Bucket = None
 
 
 class TailParams(Params):

@@ -39,6 +39,8 @@ def index_payload(row: IndexRow) -> dict[str, object]:
         payload["valid_to"] = epoch_seconds(row.valid_to)
     if row.expires_at is not None:  # rounded up: a point is left out only once it has surely expired
         payload["expires"] = epoch_seconds(row.expires_at, ceil=True)
+    if row.turn_seq is not None:  # an indexed log item: what the `kinds` filter tells memories from turns by
+        payload["turn"] = row.turn_seq
     return payload
 
 

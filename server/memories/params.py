@@ -113,7 +113,14 @@ OccurredBefore = Annotated[str | None, Field(json_schema_extra={"format": "date-
     "Only memories whose occurred_at is strictly before this RFC3339 timestamp.")), INSTANT]
 
 
+Kinds = Annotated[list[Literal["memory", "turn"]] | None, Field(min_length=1, max_length=2, description=(
+    "Which entries: memory (saved with remember), turn (conversation log items of sites or conversations that "
+    "index their logs; a hit's provenance names its conversation_id and seq). Default both, e.g. [\"memory\"] "
+    "for saved memories alone.")), NULL_IS_DEFAULT]
+
+
 class FilterParams(Params):
+    kinds: Kinds = None
     bucket: FilterBucket = None
     project: FilterProject = None
     team: FilterTeam = None
@@ -184,6 +191,7 @@ class ReferenceParams(Params):
 
 
 class ListMemoriesParams(Params):
+    kinds: Kinds = None
     project: FilterProject = None
     team: FilterTeam = None
     bucket: FilterBucket = None

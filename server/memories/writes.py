@@ -27,12 +27,14 @@ from server.ranking.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
 from server.storage.records import (
     DUPLICATE,
+    TURN,
     Document,
     Inserted,
     Kept,
     NewMemory,
     StaleRow,
     StoredMemory,
+    ToIndex,
     Words,
     now_rfc3339,
 )
@@ -139,6 +141,9 @@ class MemoryWrites:
             raise NotFound(f"no memory with reference {reference!r} to supersede")
         if found is None:
             raise Forbidden(f"memory {reference} was superseded by {head}, which is outside this token's bounds")
+        if found.kind == TURN:
+            raise InvalidParameters(f"{found.reference} is an indexed turn of a conversation log: it cannot be "
+                                    "superseded")
         if newer is not None and (head == newer or self.store.chain_head(principal.site_id, newer) == head):
             raise InvalidParameters(f"{newer} cannot supersede {reference}: they are in one chain of superseded "
                                     "memories already (a cycle)")
@@ -166,6 +171,21 @@ class MemoryWrites:
         rows = [(m, self._document(m, v), k) for (m, k), v in zip(batch, vectors, strict=True)]
         inserted = self.store.insert(site_id, rows, words)
         self.words.add(site_id, words)
+        self.index.written([i.row_id for i in inserted if i.row_id is not None])
+        return inserted
+
+    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int,
+                     turns: Sequence[NewMemory]) -> list[Inserted] | None:
+        """Embed a conversation's turns (server/logs/indexing.py) and commit them with the move of its
+        indexed_seq to `next_seq` (None: it changed meanwhile, nothing written), then index them."""
+        documents = [document_text(m.content, m.occurred_at) for m in turns]
+        vectors = self.embedder.embed_documents(documents) if documents else np.zeros((0, self.embedder.dimension))
+        words = self.words.new_words(at.site_id, documents) if documents else Words()
+        rows = [(m, self._document(m, v)) for m, v in zip(turns, vectors, strict=True)]
+        inserted = self.store.insert_turns(at, next_seq, skipped, rows, words)
+        if inserted is None:
+            return None
+        self.words.add(at.site_id, words)
         self.index.written([i.row_id for i in inserted if i.row_id is not None])
         return inserted
 
@@ -200,6 +220,9 @@ class MemoryWrites:
             current = self.store.get(scope, reference) if plausible_reference(reference) else None
             if current is None:
                 raise NotFound(f"no memory with reference {reference!r}")
+            if current.kind == TURN:
+                raise InvalidParameters(f"{reference} is an indexed turn of a conversation log: it follows its log "
+                                        "item and cannot be changed (forget it, or delete the conversation)")
             merged = {name: getattr(current, name) for name in EDITABLE}
             merged["tags"] = list(current.tags)
             merged.update(changes)

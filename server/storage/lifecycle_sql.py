@@ -1,5 +1,5 @@
 """The conditions a Scope puts on a memory's place in time, the same SQL on both backends: its time window,
-its expiry and whether it was superseded. `mark` is the backend's placeholder."""
+its expiry and whether it was superseded; and the kinds of entries it holds. `mark` is the backend's placeholder."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from server.storage.scope import Scope
 def lifecycle_clauses(scope: Scope, alias: str, mark: str) -> tuple[list[str], list[object]]:
     clauses: list[str] = []
     args: list[object] = []
+    if scope.kinds is not None:  # only when asked: recall's covering indexes leave the kind out
+        clauses.append(f"{alias}.kind IN ({', '.join([mark] * len(scope.kinds))})")
+        args += sorted(scope.kinds)
     # occurred_at and expires_at are stored normalised (UTC, microseconds, Z), so text order is time order.
     if scope.occurred_after is not None:
         clauses.append(f"{alias}.occurred_at >= {mark}")

@@ -34,6 +34,7 @@ from server.storage.records import (
     ChangePage,
     ConversationPage,
     Document,
+    IndexingProgress,
     IndexRow,
     Inserted,
     Kept,
@@ -45,6 +46,7 @@ from server.storage.records import (
     SiteCredential,
     SiteRecord,
     StoredMemory,
+    ToIndex,
     TokenRecord,
     Words,
 )
@@ -53,8 +55,11 @@ from server.storage.scope import Scope
 
 class LogStore(Protocol):
     async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
-                     idempotency_key: str | None) -> AppendAck:
-        """Append one all-or-nothing batch; acknowledged once durable. A known key returns its first ack."""
+                     idempotency_key: str | None, *, index: bool | None = None,
+                     bucket: str | None = None) -> AppendAck:
+        """Append one all-or-nothing batch; acknowledged once durable. A known key returns its first ack.
+        `index`: the conversation's own choice to have its items indexed (kept for its later appends; None:
+        unchanged, a new conversation as its site); `bucket`: its indexed turns' bucket (None: unchanged)."""
         ...
 
     def tail(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
@@ -73,8 +78,10 @@ class LogStore(Protocol):
         """How many conversations the site has (any with at least one item)."""
         ...
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
-        """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text."""
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
+                     bucket: str | None = None) -> list[str]:
+        """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text.
+        `index`, `bucket`: the conversation's own indexing choice and bucket, as an append sets them."""
         ...
 
     # Deletion (server/storage/deletion.py): a conversation is marked in one small transaction, hidden from
@@ -95,9 +102,29 @@ class LogStore(Protocol):
         ...
 
     def purge_step(self, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
-        """One transaction of a marked conversation's purge, of at most `budget` rows: memory links, then
-        items, then idempotency keys; the conversation row goes with the step that finds nothing more (done).
-        Done at once if the conversation is not marked (purged already)."""
+        """One transaction of a marked conversation's purge, of at most `budget` rows: its indexed turns,
+        memory links, then items, then idempotency keys; the conversation row goes with the step that finds
+        nothing more (done). Done at once if the conversation is not marked (purged already)."""
+        ...
+
+    # Indexing (server/logs/indexing.py): a conversation that is `indexing` has its items from `indexed_seq`
+    # on still to turn into recallable entries (MemoryStore.insert_turns moves it on).
+
+    def to_index(self, limit: int) -> list[ToIndex]:
+        """Up to `limit` conversations (of every site, not being deleted) with items still to index."""
+        ...
+
+    def index_waiting(self) -> int:
+        """How many items of every site are still to index."""
+        ...
+
+    def index_progress(self, site_id: int) -> IndexingProgress:
+        """The site's items still to index, and those looked at (and skipped) so far."""
+        ...
+
+    def mark_for_indexing(self, site_id: int, active_since_us: int) -> int:
+        """If the site indexes its logs: set indexing the conversations active since then (unix µs) that follow
+        it and are not; how many."""
         ...
 
 
@@ -113,6 +140,11 @@ class SiteStore(Protocol):
     def site_id(self, name: str) -> int | None: ...
 
     def sites(self) -> list[SiteRecord]: ...
+
+    def set_log_indexing(self, name: str, on: bool) -> bool:
+        """Index the site's log items, or stop (its conversations that chose for themselves keep their
+        choice); False if there is no such site. Turned on, the items already logged are indexed too."""
+        ...
 
     def set_log_retention(self, name: str, days: int | None) -> bool:
         """Keep the site's conversation logs `days` after their last activity (None: until deleted); False
@@ -258,6 +290,13 @@ class MemoryStore(Protocol):
         """Insert a batch in one transaction with the site's new words; each decided again inside it. A memory
         that `supersedes` another is linked to it, which must be the newest of its chain (else StaleRow); one
         with a `Kept` (an import) keeps the links it carries instead."""
+        ...
+
+    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]],
+                     words: Words) -> list[Inserted] | None:
+        """In one transaction: insert a conversation's turns (kind turn) with the site's new words, and move its
+        `indexed_seq` on to `next_seq`, counting `skipped` items without text, if it is still as `at` read it
+        (the same log, not being deleted, no other indexer moved it on); else None, writing nothing."""
         ...
 
     def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
@@ -470,6 +509,15 @@ class Snapshot(Protocol):
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, item) per item, each conversation in seq order."""
+        ...
+
+    def indexing_sites(self) -> list[str]:
+        """The names of the sites (of the snapshot) that index their logs."""
+        ...
+
+    def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
+        """(site, conversation_id, its own indexing choice, its turns' bucket) of the conversations that have
+        either."""
         ...
 
     def close(self) -> None: ...

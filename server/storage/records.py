@@ -82,10 +82,34 @@ class PurgeStep:
     items: int
     keys: int  # idempotency keys
     done: bool
+    turns: int = 0  # its indexed turns (server/logs/indexing.py), deleted
 
     @property
     def rows(self) -> int:
-        return self.unlinked + self.items + self.keys
+        return self.unlinked + self.items + self.keys + self.turns
+
+
+@dataclass(frozen=True, slots=True)
+class ToIndex:
+    """A conversation whose items are to be turned into recallable entries (server/logs/indexing.py) from
+    `indexed_seq` on. `first_recorded_at` tells this log from a later one under the same id (a deleted
+    conversation starts again at seq 0)."""
+
+    site_id: int
+    conversation_id: str
+    indexed_seq: int
+    item_count: int
+    first_recorded_at: str
+    bucket: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexingProgress:
+    """How far a site's (or every site's) log indexing is: items waiting, and the items indexed or skipped."""
+
+    waiting: int = 0
+    indexed: int = 0  # items looked at (turned into entries, or skipped)
+    skipped: int = 0  # of those, items without text
 
 
 class ConversationDeleting(Exception):
@@ -101,6 +125,7 @@ class SiteRecord:
     name: str
     created_at: str
     log_retention_days: int | None = None  # None: conversation logs are kept until deleted
+    index_logs: bool = False  # its log items become recallable entries (server/logs/indexing.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +168,10 @@ class SessionRecord:
 
 # --- saved memories ---------------------------------------------------------------------------------------
 
+# The kinds of entries recall finds: memories saved with `remember`, and turns (indexed log items).
+MEMORY, TURN = "memory", "turn"
+KINDS = (MEMORY, TURN)
+
 
 @dataclass(frozen=True, slots=True)
 class NewMemory:
@@ -160,13 +189,18 @@ class NewMemory:
     occurred_at: str
     supersedes: str | None = None  # the reference of the memory this one replaces (the newest of its chain)
     expires_at: str | None = None  # never returned from then on, and purged
+    kind: str = MEMORY  # TURN: a log item's indexed text (server/logs/indexing.py)
 
     @property
     def dedup_key(self) -> str:
-        # Identity of a memory for idempotent `remember`: its content and where it is filed.
-        raw = json.dumps(
-            [self.content, self.type, self.location, self.project, self.team, self.bucket], ensure_ascii=False
-        )
+        # Identity of a memory for idempotent `remember`: its content and where it is filed. A turn's is the
+        # log item it came from, so one item never becomes two entries whatever its text.
+        if self.kind == TURN:
+            raw = json.dumps([TURN, *self.conversation_position])
+        else:
+            raw = json.dumps(
+                [self.content, self.type, self.location, self.project, self.team, self.bucket], ensure_ascii=False
+            )
         return hashlib.sha256(raw.encode()).hexdigest()
 
     @property
@@ -255,6 +289,7 @@ class StoredMemory:
     superseded_by: str | None = None  # the memory that replaced this one
     valid_to: str | None = None  # when it was replaced: its successor's occurred_at
     expires_at: str | None = None
+    kind: str = MEMORY
     vector_model: str | None = field(default=None, compare=False)
     has_vector: bool = field(default=False, compare=False)
 
@@ -265,7 +300,7 @@ class StoredMemory:
             "project": self.project, "team": self.team, "bucket": self.bucket, "tags": list(self.tags),
             "metadata": self.metadata, "provenance": self.provenance, "occurred_at": self.occurred_at,
             "created_at": self.created_at, "supersedes": self.supersedes, "superseded_by": self.superseded_by,
-            "valid_to": self.valid_to, "expires_at": self.expires_at,
+            "valid_to": self.valid_to, "expires_at": self.expires_at, "kind": self.kind,
         }
 
     def fields(self) -> dict[str, Any]:
@@ -277,7 +312,7 @@ class StoredMemory:
         return NewMemory(content=self.content, type=self.type, location=self.location, project=self.project,
                          team=self.team, bucket=self.bucket, tags=self.tags, metadata=self.metadata,
                          provenance=self.provenance, occurred_at=self.occurred_at, supersedes=self.supersedes,
-                         expires_at=self.expires_at)
+                         expires_at=self.expires_at, kind=self.kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +366,7 @@ class IndexRow:
     occurred_at: str
     valid_to: str | None = None
     expires_at: str | None = None
+    turn_seq: int | None = None  # a turn's seq in its conversation (None: a saved memory)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from server.index.base import Condition, IndexFilter, Range
-from server.storage.records import StoredMemory, epoch_seconds, now_rfc3339
+from server.storage.records import KINDS, MEMORY, TURN, StoredMemory, epoch_seconds, now_rfc3339
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,7 @@ class Scope:
     occurred_after: str | None = None
     occurred_before: str | None = None
     current: bool = False
+    kinds: frozenset[str] | None = None  # memory, turn (server/logs/indexing.py); None: both
     at: str = field(default_factory=now_rfc3339, compare=False)
 
     def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
@@ -48,6 +49,13 @@ class Scope:
     def only_current(self, current: bool = True) -> Scope:
         return replace(self, current=current)
 
+    def of_kinds(self, kinds: Iterable[str] | None) -> Scope:
+        """Narrowed to entries of these kinds (None: as it was); both kinds is no condition at all."""
+        if kinds is None:
+            return self
+        wanted = frozenset(kinds) if self.kinds is None else self.kinds & frozenset(kinds)
+        return replace(self, kinds=None if wanted == frozenset(KINDS) else wanted)
+
     def superseded(self, memory: StoredMemory) -> bool:
         """Whether the memory was superseded by the end of the window (see `current`)."""
         return memory.superseded_by is not None and self.replaced_in_window(memory.valid_to)
@@ -59,6 +67,8 @@ class Scope:
     def admits(self, memory: StoredMemory) -> bool:
         """Whether a memory read by id meets the conditions the vector index can only approximate (its
         timestamps are whole seconds): checked on the hits of an index-only search."""
+        if self.kinds is not None and memory.kind not in self.kinds:
+            return False
         if self.occurred_after is not None and memory.occurred_at < self.occurred_after:
             return False
         if self.occurred_before is not None and memory.occurred_at >= self.occurred_before:
@@ -69,7 +79,8 @@ class Scope:
 
     @property
     def empty(self) -> bool:
-        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types))
+        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types,
+                                                     self.kinds))
 
     def restrictions(self) -> list[tuple[str, frozenset[str]]]:
         """(column, allowed values) for each bounded keyword column."""
@@ -96,6 +107,11 @@ class Scope:
                                   else epoch_seconds(self.occurred_before) - 1))
         # Expired: expires_at <= at. The payload is rounded up, so ceil(expires) <= floor(at) holds only then.
         excluded.append(Range("expires", lte=epoch_seconds(self.at)))
+        # Only a turn's point has `turn` (its seq, never negative).
+        if self.kinds == frozenset({TURN}):
+            ranges.append(Range("turn", gte=0))
+        elif self.kinds == frozenset({MEMORY}):
+            excluded.append(Range("turn", gte=0))
         return IndexFilter(tuple(conditions), ranges=tuple(ranges), excluded=tuple(excluded))
 
 

@@ -32,8 +32,9 @@ DESCRIPTIONS = {
     "append_memory": (
         "Append items to this conversation's own log: durable, ordered, append-only, one log per "
         "conversation_id. Use it to record the conversation itself (turns, tool calls, events) so that "
-        "recall_memory and replay_memory can bring it back later. Log items are never searched: a fact, "
-        "decision or preference worth finding later by meaning belongs in remember instead. "
+        "recall_memory and replay_memory can bring it back later. Log items are found by recall only where the "
+        "site indexes its logs or the conversation asks for it (index=true); a fact, decision or preference "
+        "worth finding later by meaning belongs in remember. "
         "The acknowledgement means durable (the items survive a crash); a batch is all-or-nothing. "
         "Returns {conversation_id, first_seq, last_seq, count, recorded_at, duplicate}. "
         f"{BASIC_ONLY} {CLIENT_RULE} Pass an idempotency_key to make a retry append nothing."),

@@ -49,8 +49,8 @@ def validation_message(exc: BaseException) -> str:
 
 def render_hits(hits: list[dict[str, Any]]) -> str:
     """The text rendering of recall and search_memory answers (docs/spec.md, "Hits and their text"); a
-    superseded hit gets one more line, `Superseded by: <reference> | valid_to=<ts>` (a hit without the
-    lifecycle fields, as on the public profile, has none)."""
+    superseded hit gets one more line, `Superseded by: <reference> | valid_to=<ts>`, an indexed log item one
+    more, `Conversation: <id> | seq=<n>` (a hit without those fields, as on the public profile, has none)."""
     if not hits:
         return "No matching memories."
     blocks = []
@@ -63,6 +63,9 @@ def render_hits(hits: list[dict[str, Any]]) -> str:
         )
         if hit.get("superseded_by"):
             block += f"\nSuperseded by: {hit['superseded_by']} | valid_to={hit.get('valid_to') or '-'}"
+        if hit.get("kind") == "turn":  # an indexed log item: where to replay_memory around it
+            block += (f"\nConversation: {hit['provenance'].get('conversation_id')} | "
+                      f"seq={hit['provenance'].get('seq')}")
         blocks.append(block)
     return "\n\n".join(blocks)
 

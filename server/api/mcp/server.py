@@ -19,7 +19,8 @@ from server.version import __version__
 
 INSTRUCTIONS = "\n".join((
     "Conversation logs (append_memory, recall_memory, replay_memory, list_conversations; the site's Basic "
-    "credential only): each conversation's own durable, ordered record; never searched.",
+    "credential only): each conversation's own durable, ordered record; searched by recall only where the site "
+    "or the conversation indexes its logs (hits of kind turn).",
     "Saved memories (remember, recall, search_memory, recall_context, forget; Bearer tokens with "
     "memory:read/memory:write work): facts, decisions and preferences found again by meaning.",
     "To look up: recall for a quick best-effort answer; search_memory when only a strict match will do (empty "

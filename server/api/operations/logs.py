@@ -35,6 +35,7 @@ class DeletedAnswer(TypedDict):
     deleted: bool
     item_count: int
     memories_unlinked: int
+    turns_deleted: int
 
 
 def require_basic(principal: Principal) -> None:
@@ -48,6 +49,7 @@ class LogOperations:
         self.store = store
         self.limits = limits
         self.observe = observe_append
+        self.appended: Callable[[], None] | None = None  # set once a log indexer runs (server/logs/indexing.py)
 
     def prepare(self, principal: Principal, params: AppendParams) -> tuple[list[str], str | None]:
         """Everything an append checks before it writes (cheap: the fast path runs it on the event loop)."""
@@ -58,9 +60,12 @@ class LogOperations:
                      prepared: tuple[list[str], str | None] | None = None) -> AppendAck:
         """`prepared`: what `prepare` returned for these params, when the caller ran it already."""
         payloads, key = prepared if prepared is not None else self.prepare(principal, params)
-        ack = await self.store.append(principal.site_id, params.conversation_id, payloads, key)
+        ack = await self.store.append(principal.site_id, params.conversation_id, payloads, key, index=params.index,
+                                      bucket=params.bucket)
         if self.observe is not None:
             self.observe(ack)
+        if self.appended is not None:  # the log indexer looks for items to index, after the acknowledgement
+            self.appended()
         return ack
 
     async def tail(self, principal: Principal, params: TailParams) -> list[RawItem]:
@@ -89,16 +94,17 @@ class LogOperations:
                 "next_cursor": encode_cursor(page.following) if page.following is not None else None}
 
     async def delete_conversation(self, principal: Principal, params: DeleteConversationParams) -> DeletedAnswer:
-        """Delete a conversation for good: its items, its idempotency keys, the links of memories whose
-        provenance names it. Answers once nothing of it is left; not_found for a conversation the site does
-        not have (or no longer has)."""
+        """Delete a conversation for good: its items, its idempotency keys, its indexed turns, the links of
+        memories whose provenance names it. Answers once nothing of it is left; not_found for a conversation the
+        site does not have (or no longer has)."""
         require_basic(principal)
         deleted = await anyio.to_thread.run_sync(delete_conversation, self.store, principal.site_id,
                                                  params.conversation_id)
         if deleted is None:
             raise NotFound(f"no conversation {params.conversation_id!r}")
         return {"conversation_id": deleted.conversation_id, "deleted": True, "item_count": deleted.item_count,
-                "memories_unlinked": deleted.memories_unlinked}
+                "memories_unlinked": deleted.memories_unlinked,
+                "turns_deleted": deleted.turns_deleted}
 
 
 def items_answer(rows: list[RawItem]) -> dict[str, list[dict[str, Any]]]:

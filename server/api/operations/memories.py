@@ -62,12 +62,15 @@ def retrieval_scope(principal: Principal, params: FilterParams) -> Scope:
     filters and its time window."""
     check_window(params.occurred_after, params.occurred_before)
     return read_scope(principal, filters_of(params)).within(occurred_after=params.occurred_after,
-                                                            occurred_before=params.occurred_before)
+                                                            occurred_before=params.occurred_before
+                                                            ).of_kinds(params.kinds)
 
 
 def described(params: FilterParams) -> dict[str, Any]:
     """The request's filters, for a retrieval plan."""
     found = filters_of(params).described()
+    if params.kinds is not None:
+        found["kinds"] = list(params.kinds)
     found.update({name: value for name, value in (("occurred_after", params.occurred_after),
                                                   ("occurred_before", params.occurred_before)) if value is not None})
     if params.include_superseded:
@@ -207,7 +210,7 @@ def listing(principal: Principal, params: ListMemoriesParams) -> tuple[Scope, di
     """What a listing reads: the caller's bounds narrowed by the filters, and the provenance it must carry."""
     check_window(params.occurred_after, params.occurred_before)
     scope = read_scope(principal, filters(project=params.project, team=params.team, bucket=params.bucket,
-                                          type=params.type, tags=params.tag))
+                                          type=params.type, tags=params.tag)).of_kinds(params.kinds)
     provenance = {key: value for key, value in (("source", params.provenance_source),
                                                 ("agent", params.provenance_agent),
                                                 ("conversation_id", params.provenance_conversation_id))

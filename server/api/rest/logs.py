@@ -58,7 +58,8 @@ def log_routes(ops: LogOperations) -> APIRouter:
             if key is not None and key != idempotency_header:
                 raise InvalidParameters("the Idempotency-Key header and the body's idempotency_key differ")
             key = idempotency_header
-        params = AppendParams(conversation_id=conversation_id, items=body.items, idempotency_key=key)
+        params = AppendParams(conversation_id=conversation_id, items=body.items, idempotency_key=key,
+                              index=body.index, bucket=body.bucket)
         ack = await ops.append(principal, params)
         return JSONResponse(dict(ack), status_code=200 if ack["duplicate"] else 201)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import ConfigDict
 
 from server.arguments import Params
-from server.logs.params import Count, IdempotencyKey, Items, Limit, Offset
+from server.logs.params import Bucket, Count, IdempotencyKey, Index, Items, Limit, Offset
 from server.memories.params import ListMemoriesParams
 
 TEXT_VALUES = ConfigDict(strict=False)
@@ -21,6 +21,8 @@ class AppendBody(Params):
 
     items: Items
     idempotency_key: IdempotencyKey = None
+    index: Index = None
+    bucket: Bucket = None
 
 
 class ItemsQuery(Params):

@@ -31,9 +31,11 @@ from server.storage.records import (
     ConversationDeleting,
     ConversationPage,
     ConversationSummary,
+    IndexingProgress,
     LogDeletion,
     PurgeStep,
     RawItem,
+    ToIndex,
     now_rfc3339,
 )
 from server.storage.sqlite.logs import DAY_US, same_payload
@@ -52,17 +54,22 @@ _MICROS = "(extract(epoch FROM {0}) * 1000000)::bigint"
 _ACTIVITY = ("GREATEST({0}, coalesce((SELECT max(last_activity_us) FROM conversations"
              " WHERE site_id = %(site)s), 0) + 1)")
 
+# Whether a new conversation's items are indexed: the append's choice, else its site's setting.
+_INDEXING = ("coalesce(%(choice)s::boolean, (SELECT s.index_logs FROM sites s WHERE s.id = %(site)s), false)")
 _UPSERT = f"""
     INSERT INTO conversations AS c (site_id, conversation_id, item_count, first_recorded_at, last_recorded_at,
-                                    last_activity_us)
+                                    last_activity_us, index_choice, indexing, bucket)
     SELECT %(site)s, %(cid)s, %(n)s, {_TEXT.format("ts")}, {_TEXT.format("ts")},
-           {_ACTIVITY.format(_MICROS.format("ts"))}
+           {_ACTIVITY.format(_MICROS.format("ts"))}, %(choice)s::boolean, {_INDEXING}, %(bucket)s::text
     FROM clock {{gate}}
     ON CONFLICT (site_id, conversation_id) DO UPDATE SET
         item_count = c.item_count + excluded.item_count,
         last_recorded_at = {_TEXT.format("clock_timestamp()")},
         last_activity_us = GREATEST({_MICROS.format("clock_timestamp()")}, c.last_activity_us + 1,
-                                    excluded.last_activity_us)
+                                    excluded.last_activity_us),
+        index_choice = coalesce(excluded.index_choice, c.index_choice),
+        indexing = coalesce(excluded.index_choice, c.indexing),
+        bucket = coalesce(excluded.bucket, c.bucket)
     WHERE NOT c.deleting
     RETURNING c.item_count - %(n)s AS first_seq, c.last_recorded_at AS recorded_at
 """
@@ -99,12 +106,16 @@ APPEND_KEYED = f"""
 IMPORT = f"""
     WITH conv AS (
         INSERT INTO conversations AS c (site_id, conversation_id, item_count, first_recorded_at,
-                                        last_recorded_at, last_activity_us)
-        VALUES (%(site)s, %(cid)s, %(n)s, %(at)s, %(at)s, {_ACTIVITY.format(_MICROS.format("clock_timestamp()"))})
+                                        last_recorded_at, last_activity_us, index_choice, indexing, bucket)
+        VALUES (%(site)s, %(cid)s, %(n)s, %(at)s, %(at)s, {_ACTIVITY.format(_MICROS.format("clock_timestamp()"))},
+                %(choice)s::boolean, {_INDEXING}, %(bucket)s::text)
         ON CONFLICT (site_id, conversation_id) DO UPDATE SET
             item_count = c.item_count + excluded.item_count,
             last_recorded_at = excluded.last_recorded_at,
-            last_activity_us = GREATEST(excluded.last_activity_us, c.last_activity_us + 1)
+            last_activity_us = GREATEST(excluded.last_activity_us, c.last_activity_us + 1),
+            index_choice = coalesce(excluded.index_choice, c.index_choice),
+            indexing = coalesce(excluded.index_choice, c.indexing),
+            bucket = coalesce(excluded.bucket, c.bucket)
         RETURNING c.item_count - %(n)s AS first_seq, %(at)s::text AS recorded_at
     ),
     items AS ({_ITEMS})
@@ -121,9 +132,11 @@ class PostgresLogStore:
         self._db = db
 
     async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
-                     idempotency_key: str | None) -> AppendAck:
+                     idempotency_key: str | None, *, index: bool | None = None,
+                     bucket: str | None = None) -> AppendAck:
         params: dict[str, Any] = {"site": site_id, "cid": conversation_id, "n": len(payloads),
-                                  "payloads": list(payloads), "key": idempotency_key}
+                                  "payloads": list(payloads), "key": idempotency_key, "choice": index,
+                                  "bucket": bucket}
         sql = APPEND if idempotency_key is None else APPEND_KEYED
 
         async def run(conn: AsyncConn) -> AppendAck:
@@ -177,10 +190,12 @@ class PostgresLogStore:
             "SELECT count(*) FROM conversations WHERE site_id = %s", [site_id]).fetchone())
         return int(row[0]) if row else 0
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
+                     bucket: str | None = None) -> list[str]:
         for _ in range(IMPORT_TRIES):
             try:
-                return self._db.write(lambda conn: import_log_items(conn, site_id, conversation_id, items))
+                return self._db.write(lambda conn: import_log_items(conn, site_id, conversation_id, items,
+                                                                    index=index, bucket=bucket))
             except RacedImport:
                 continue  # rolled back: read the conversation again
         raise Unavailable(f"conversation {conversation_id} kept changing while it was imported; retry")
@@ -230,8 +245,39 @@ class PostgresLogStore:
         # Each run removes whatever is left: running it again after a lost COMMIT does no harm.
         return self._db.write(lambda conn: purge_step(conn, site_id, conversation_id, budget), idempotent=True)
 
+    # --- indexing of log items (server/logs/indexing.py) ------------------------------------------------
 
-def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
+    def to_index(self, limit: int) -> list[ToIndex]:
+        rows = self._db.read(lambda conn: conn.execute(
+            "SELECT site_id, conversation_id, indexed_seq, item_count, first_recorded_at, bucket FROM conversations"
+            " WHERE indexing AND indexed_seq < item_count AND NOT deleting LIMIT %s", [limit]).fetchall())
+        return [ToIndex(int(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]), r[5]) for r in rows]
+
+    def index_waiting(self) -> int:
+        row = self._db.read(lambda conn: conn.execute(
+            "SELECT coalesce(sum(item_count - indexed_seq), 0) FROM conversations"
+            " WHERE indexing AND indexed_seq < item_count").fetchone())
+        return int(row[0]) if row else 0
+
+    def index_progress(self, site_id: int) -> IndexingProgress:
+        row = self._db.read(lambda conn: conn.execute(
+            "SELECT coalesce(sum(CASE WHEN indexing THEN item_count - indexed_seq ELSE 0 END), 0),"
+            " coalesce(sum(indexed_seq), 0), coalesce(sum(index_skipped), 0) FROM conversations"
+            " WHERE site_id = %s AND NOT deleting", [site_id]).fetchone())
+        return IndexingProgress(*(int(v) for v in row)) if row else IndexingProgress()
+
+    def mark_for_indexing(self, site_id: int, active_since_us: int) -> int:
+        # An append that created a conversation while its site's setting was being turned on may have read the
+        # former setting after the setting's own sweep of the conversations: this finds it.
+        return self._db.write(lambda conn: conn.execute(
+            "UPDATE conversations SET indexing = true WHERE site_id = %s AND last_activity_us >= %s"
+            " AND NOT indexing AND coalesce(index_choice, true)"
+            " AND EXISTS (SELECT 1 FROM sites WHERE id = %s AND index_logs)",
+            [site_id, active_since_us, site_id]).rowcount, single=True, idempotent=True)
+
+
+def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem], *,
+                     index: bool | None = None, bucket: str | None = None) -> list[str]:
     """Import one conversation's items inside the caller's transaction; outcomes as on SQLite
     (server.storage.sqlite.logs.import_log_items)."""
     # Locked: appenders wait until the import commits. A conversation that does not exist yet has no row to
@@ -253,7 +299,8 @@ def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequ
             end += 1
         batch = new[start:end]
         first = conn.execute(IMPORT, {"site": site_id, "cid": conversation_id, "n": len(batch),
-                                      "at": batch[0][1], "payloads": [text for _, _, text in batch]}).fetchone()
+                                      "at": batch[0][1], "payloads": [text for _, _, text in batch],
+                                      "choice": index, "bucket": bucket}).fetchone()
         if first is None or int(first[0]) != batch[0][0]:
             raise RacedImport(conversation_id)
         start = end
@@ -267,6 +314,13 @@ def purge_step(conn: Conn, site_id: int, conversation_id: str, budget: int) -> P
                        [site_id, conversation_id]).fetchone()
     if row is None or not row[0]:
         return PurgeStep(unlinked=0, items=0, keys=0, done=True)
+    # Its indexed turns first (each queued for removal from the vector index by trigger).
+    turns = conn.execute(
+        "DELETE FROM memories WHERE id = ANY(ARRAY(SELECT id FROM memories WHERE site_id = %s AND conversation_id = %s"
+        " AND kind = 'turn' LIMIT %s))", [site_id, conversation_id, budget]).rowcount
+    budget -= turns
+    if budget <= 0:
+        return PurgeStep(unlinked=0, items=0, keys=0, done=False, turns=turns)
     linked = conn.execute(
         "SELECT id, provenance FROM memories WHERE site_id = %s AND (provenance::jsonb) ->> 'conversation_id' = %s"
         " AND jsonb_typeof(provenance::jsonb -> 'conversation_id') = 'string' LIMIT %s FOR UPDATE",
@@ -294,7 +348,7 @@ def purge_step(conn: Conn, site_id: int, conversation_id: str, budget: int) -> P
     if done:
         conn.execute("DELETE FROM conversations WHERE site_id = %s AND conversation_id = %s",
                      [site_id, conversation_id])
-    return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done)
+    return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done, turns=turns)
 
 
 def plan_import(conversation_id: str, count: int, stored: dict[int, str],

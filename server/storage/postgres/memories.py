@@ -37,6 +37,7 @@ from server.storage.records import (
     NewMemory,
     StaleRow,
     StoredMemory,
+    ToIndex,
     Words,
     now_rfc3339,
 )
@@ -44,7 +45,7 @@ from server.storage.scope import Scope
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
+           " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
@@ -74,6 +75,28 @@ class PostgresMemoryStore:
             if created:
                 conn.execute(INSERT_FTS, [[row_id for row_id, _ in created], [terms for _, terms in created],
                                           [" ".join(fts_tokens(terms)) for _, terms in created]])
+            return outcomes
+
+        return self._db.write(insert_all)
+
+    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]],
+                     words: Words) -> list[Inserted] | None:
+        def insert_all(conn: Conn) -> list[Inserted] | None:
+            # The conversation's row lock orders indexers (of several servers) and a deletion's mark.
+            row = conn.execute("SELECT indexed_seq, first_recorded_at, deleting FROM conversations"
+                               " WHERE site_id = %s AND conversation_id = %s FOR UPDATE",
+                               [at.site_id, at.conversation_id]).fetchone()
+            if row is None or row[2] or int(row[0]) != at.indexed_seq or row[1] != at.first_recorded_at:
+                return None
+            store_words(conn, at.site_id, words, batch[0][1].model if batch else "")
+            outcomes = [insert(conn, at.site_id, memory, document) for memory, document in batch]
+            created = [(o.row_id, d.terms) for o, (_, d) in zip(outcomes, batch, strict=True) if o.row_id is not None]
+            if created:
+                conn.execute(INSERT_FTS, [[row_id for row_id, _ in created], [terms for _, terms in created],
+                                          [" ".join(fts_tokens(terms)) for _, terms in created]])
+            conn.execute("UPDATE conversations SET indexed_seq = %s, index_skipped = index_skipped + %s"
+                         " WHERE site_id = %s AND conversation_id = %s",
+                         [next_seq, skipped, at.site_id, at.conversation_id])
             return outcomes
 
         return self._db.write(insert_all)
@@ -275,11 +298,11 @@ def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept
     row = conn.execute(
         f"INSERT INTO memories ({ATTRIBUTES}, reference, site_id, created_at, updated_at, dedup_key,"
         " conversation_id, conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at,"
-        " indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-        " %s, 0) ON CONFLICT DO NOTHING RETURNING id",
+        " kind, indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " %s, %s, %s, 0) ON CONFLICT DO NOTHING RETURNING id",
         [*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
          conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
-         kept.valid_to, memory.expires_at]).fetchone()
+         kept.valid_to, memory.expires_at, memory.kind]).fetchone()
     if row is not None:
         # Ids are never reused here (an identity column), so no queued deletion can name this one.
         if live and memory.supersedes is not None:  # an import keeps the links it read instead
@@ -364,6 +387,6 @@ def stored(row: Mapping[str, Any]) -> StoredMemory:
         bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
         provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
         updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], expires_at=row["expires_at"], vector_model=row["vector_model"],
+        valid_to=row["valid_to"], expires_at=row["expires_at"], kind=row["kind"], vector_model=row["vector_model"],
         has_vector=bool(row["has_vector"]),
     )

@@ -41,7 +41,8 @@ class PostgresOutboxStore:
             return []
         rows = self._db.read(lambda conn: conn.cursor(binary=True).execute(
             "SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at, content,"
-            " occurred_at, valid_to, expires_at FROM memories WHERE id = ANY(%s::bigint[]) ORDER BY id",
+            " occurred_at, valid_to, expires_at, CASE WHEN kind = 'turn' THEN conversation_seq END AS turn_seq"
+            " FROM memories WHERE id = ANY(%s::bigint[]) ORDER BY id",
             [list(ids)]).fetchall())
         return [_index_row(row) for row in rows]
 
@@ -127,4 +128,5 @@ def _index_row(row: tuple[Any, ...]) -> IndexRow:
                     vector=np.frombuffer(blob, dtype=np.float32) if blob is not None else None,
                     vector_model=row[8], updated_at=str(row[9]), content=str(row[10]), occurred_at=str(row[11]),
                     valid_to=None if row[12] is None else str(row[12]),
-                    expires_at=None if row[13] is None else str(row[13]))
+                    expires_at=None if row[13] is None else str(row[13]),
+                    turn_seq=None if row[14] is None else int(row[14]))

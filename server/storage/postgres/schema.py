@@ -346,6 +346,19 @@ SCHEMA = [
     ALTER TABLE tokens ADD COLUMN label TEXT, ADD COLUMN last_used_at TEXT COLLATE "C";
     ALTER TABLE oauth_grants ADD COLUMN last_used_at TEXT COLLATE "C";
     """,
+    # 14: conversations recalled by topic (server/logs/indexing.py), as on SQLite
+    """
+    ALTER TABLE sites ADD COLUMN index_logs BOOLEAN NOT NULL DEFAULT false;
+    ALTER TABLE conversations
+        ADD COLUMN index_choice BOOLEAN,                   -- NULL: as the site; else its own
+        ADD COLUMN bucket TEXT COLLATE "C",                -- its turns' bucket (NULL: default)
+        ADD COLUMN indexing BOOLEAN NOT NULL DEFAULT false,
+        ADD COLUMN indexed_seq BIGINT NOT NULL DEFAULT 0,  -- items before it are done
+        ADD COLUMN index_skipped BIGINT NOT NULL DEFAULT 0;
+    CREATE INDEX conversations_to_index ON conversations (site_id, conversation_id)
+        WHERE indexing AND indexed_seq < item_count;
+    ALTER TABLE memories ADD COLUMN kind TEXT COLLATE "C" NOT NULL DEFAULT 'memory';
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

@@ -46,8 +46,23 @@ class PostgresSiteStore:
 
     def sites(self) -> list[SiteRecord]:
         rows = self._db.read(lambda conn: conn.execute(
-            "SELECT id, name, created_at, log_retention_days FROM sites ORDER BY name").fetchall())
-        return [SiteRecord(int(r[0]), str(r[1]), str(r[2]), None if r[3] is None else int(r[3])) for r in rows]
+            "SELECT id, name, created_at, log_retention_days, index_logs FROM sites ORDER BY name").fetchall())
+        return [SiteRecord(int(r[0]), str(r[1]), str(r[2]), None if r[3] is None else int(r[3]), bool(r[4]))
+                for r in rows]
+
+    def set_log_indexing(self, name: str, on: bool) -> bool:
+        def write(conn: Conn) -> bool:
+            row = conn.execute("UPDATE sites SET index_logs = %s WHERE name = %s RETURNING id", [on, name]).fetchone()
+            if row is None:
+                return False
+            # The conversations that follow their site (not those an append chose for). One created meanwhile
+            # by an append that read the former setting is found by the indexer (PostgresLogStore.
+            # mark_for_indexing).
+            conn.execute("UPDATE conversations SET indexing = %s WHERE site_id = %s AND index_choice IS NULL"
+                         " AND indexing != %s", [on, row[0], on])
+            return True
+
+        return self._db.write(write, idempotent=True)
 
     def set_log_retention(self, name: str, days: int | None) -> bool:
         return self._db.write(lambda conn: conn.execute(

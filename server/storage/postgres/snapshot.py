@@ -57,11 +57,11 @@ class PostgresSnapshot:
             self.close()
             raise
 
-    def _where(self, alias: str, *, memories: bool = False) -> tuple[str, list[Any]]:
-        clauses: list[str] = [f"{alias}.site_id = %s"] if self._site_id is not None else []
+    def _where(self, alias: str, *, memories: bool = False, site_key: str = "site_id") -> tuple[str, list[Any]]:
+        clauses: list[str] = [f"{alias}.{site_key} = %s"] if self._site_id is not None else []
         args: list[Any] = [self._site_id] if self._site_id is not None else []
-        if memories:
-            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s)")
+        if memories:  # indexed turns are not exported: an import indexes its log items again
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s) AND {alias}.kind = 'memory'")
             args.append(self._at)
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
 
@@ -97,6 +97,28 @@ class PostgresSnapshot:
                 if record[name] is None:
                     del record[name]
             yield record
+
+    def indexing_sites(self) -> list[str]:
+        """The names of the sites that index their logs."""
+        where, args = self._where("s", site_key="id")
+        try:
+            rows = self._conn.execute(f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'}"
+                                      " s.index_logs ORDER BY s.name", args).fetchall()
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+        return [str(row[0]) for row in rows]
+
+    def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
+        where, args = self._where("c")
+        try:
+            rows = self._conn.execute(
+                "SELECT s.name, c.conversation_id, c.index_choice, c.bucket FROM conversations c JOIN sites s"
+                f" ON s.id = c.site_id{where}{' AND' if where else ' WHERE'} NOT c.deleting"
+                " AND (c.index_choice IS NOT NULL OR c.bucket IS NOT NULL) ORDER BY c.site_id, c.conversation_id",
+                args).fetchall()
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+        return [(str(r[0]), str(r[1]), r[2], None if r[3] is None else str(r[3])) for r in rows]
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""

@@ -27,9 +27,11 @@ from server.storage.records import (
     ConversationDeleting,
     ConversationPage,
     ConversationSummary,
+    IndexingProgress,
     LogDeletion,
     PurgeStep,
     RawItem,
+    ToIndex,
     now_rfc3339,
 )
 from server.storage.sqlite.writer import Readers, Writer
@@ -46,9 +48,11 @@ class SqliteLogStore:
         self._readers = readers
 
     async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
-                     idempotency_key: str | None) -> AppendAck:
+                     idempotency_key: str | None, *, index: bool | None = None,
+                     bucket: str | None = None) -> AppendAck:
         return await after_deletion(lambda: self._writer.run(
-            lambda conn: append_batch(conn, site_id, conversation_id, payloads, idempotency_key)), conversation_id)
+            lambda conn: append_batch(conn, site_id, conversation_id, payloads, idempotency_key, index=index,
+                                      bucket=bucket)), conversation_id)
 
     def tail(self, site_id: int, conversation_id: str, count: int) -> list[RawItem]:
         rows: list[RawItem] = self._tuples().execute(
@@ -95,8 +99,10 @@ class SqliteLogStore:
                                           (site_id,)).fetchone()
         return int(row[0])
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem]) -> list[str]:
-        return self._writer.run_sync(lambda conn: import_log_items(conn, site_id, conversation_id, items))
+    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
+                     bucket: str | None = None) -> list[str]:
+        return self._writer.run_sync(lambda conn: import_log_items(conn, site_id, conversation_id, items, index=index,
+                                                                   bucket=bucket))
 
     # --- deletion ---------------------------------------------------------------------------------
 
@@ -138,11 +144,41 @@ class SqliteLogStore:
     def purge_step(self, site_id: int, conversation_id: str, budget: int) -> PurgeStep:
         return self._writer.run_sync(lambda conn: purge_step(conn, site_id, conversation_id, budget))
 
+    # --- indexing of log items (server/logs/indexing.py) ------------------------------------------------
+
+    def to_index(self, limit: int) -> list[ToIndex]:
+        rows = self._readers.get().execute(
+            "SELECT site_id, conversation_id, indexed_seq, item_count, first_recorded_at, bucket FROM conversations"
+            " WHERE indexing = 1 AND indexed_seq < item_count AND deleting = 0 LIMIT ?", (limit,)).fetchall()
+        return [ToIndex(int(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]), r[5]) for r in rows]
+
+    def index_waiting(self) -> int:
+        row = self._readers.get().execute(
+            "SELECT coalesce(sum(item_count - indexed_seq), 0) FROM conversations"
+            " WHERE indexing = 1 AND indexed_seq < item_count").fetchone()
+        return int(row[0])
+
+    def index_progress(self, site_id: int) -> IndexingProgress:
+        row = self._readers.get().execute(
+            "SELECT coalesce(sum(CASE WHEN indexing = 1 THEN item_count - indexed_seq ELSE 0 END), 0),"
+            " coalesce(sum(indexed_seq), 0), coalesce(sum(index_skipped), 0) FROM conversations"
+            " WHERE site_id = ? AND deleting = 0", (site_id,)).fetchone()
+        return IndexingProgress(waiting=int(row[0]), indexed=int(row[1]), skipped=int(row[2]))
+
+    def mark_for_indexing(self, site_id: int, active_since_us: int) -> int:
+        return self._writer.run_sync(lambda conn: conn.execute(
+            "UPDATE conversations SET indexing = 1 WHERE site_id = ? AND last_activity_us >= ? AND indexing = 0"
+            " AND coalesce(index_choice, 1) = 1 AND EXISTS (SELECT 1 FROM sites WHERE id = ? AND index_logs = 1)",
+            (site_id, active_since_us, site_id)).rowcount)
+
 
 def append_batch(conn: sqlite3.Connection, site_id: int, conversation_id: str, payloads: Sequence[str],
-                 idempotency_key: str | None, *, recorded_at: str | None = None) -> AppendAck:
+                 idempotency_key: str | None, *, recorded_at: str | None = None, index: bool | None = None,
+                 bucket: str | None = None) -> AppendAck:
     """Append one batch inside the caller's write transaction; return the acknowledgement.
-    ConversationDeleting if the conversation is being deleted (nothing is written)."""
+    ConversationDeleting if the conversation is being deleted (nothing is written). `index`: the
+    conversation's own choice to index its items (kept for later appends; None: as before, a new conversation
+    as its site); `bucket`: the bucket of its indexed turns."""
     row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = ? AND conversation_id = ?",
                        (site_id, conversation_id)).fetchone()
     if row is not None and row[1]:
@@ -157,6 +193,9 @@ def append_batch(conn: sqlite3.Connection, site_id: int, conversation_id: str, p
             return AppendAck(conversation_id=conversation_id, first_seq=prior[0], last_seq=prior[1],
                              count=prior[2], recorded_at=prior[3], duplicate=True)
     first_seq = row[0] if row else 0
+    # A new conversation is indexed as its site says, unless the append chooses; an append that chooses
+    # decides for the conversation from then on.
+    indexing = bool(index) if index is not None or row is not None else site_indexes_logs(conn, site_id)
     recorded_at = recorded_at or now_rfc3339()
     # Strictly increasing per site in commit order (we hold the write lock), so "newest activity first"
     # holds even if two commits share a microsecond or the wall clock steps back.
@@ -170,10 +209,13 @@ def append_batch(conn: sqlite3.Connection, site_id: int, conversation_id: str, p
     count = len(payloads)
     conn.execute(
         "INSERT INTO conversations (site_id, conversation_id, item_count, first_recorded_at, last_recorded_at,"
-        " last_activity_us) VALUES (?, ?, ?, ?, ?, ?)"
+        " last_activity_us, index_choice, indexing, bucket) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (site_id, conversation_id) DO UPDATE SET item_count = item_count + excluded.item_count,"
-        " last_recorded_at = excluded.last_recorded_at, last_activity_us = excluded.last_activity_us",
-        (site_id, conversation_id, count, recorded_at, recorded_at, activity_us),
+        " last_recorded_at = excluded.last_recorded_at, last_activity_us = excluded.last_activity_us,"
+        " index_choice = coalesce(excluded.index_choice, index_choice),"
+        " indexing = CASE WHEN excluded.index_choice IS NULL THEN indexing ELSE excluded.index_choice END,"
+        " bucket = coalesce(excluded.bucket, bucket)",
+        (site_id, conversation_id, count, recorded_at, recorded_at, activity_us, index, indexing, bucket),
     )
     last_seq = first_seq + count - 1
     if idempotency_key is not None:
@@ -186,8 +228,13 @@ def append_batch(conn: sqlite3.Connection, site_id: int, conversation_id: str, p
                      recorded_at=recorded_at, duplicate=False)
 
 
-def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: str,
-                     items: Sequence[RawItem]) -> list[str]:
+def site_indexes_logs(conn: sqlite3.Connection, site_id: int) -> bool:
+    row = conn.execute("SELECT index_logs FROM sites WHERE id = ?", (site_id,)).fetchone()
+    return bool(row and row[0])
+
+
+def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: str, items: Sequence[RawItem], *,
+                     index: bool | None = None, bucket: str | None = None) -> list[str]:
     """Import one conversation's items `(seq, recorded_at, payload text)` inside the caller's write transaction.
 
     Returns one outcome per item: "appended", "present" (that seq holds the identical payload), or an
@@ -230,7 +277,7 @@ def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: st
         while end < len(new) and new[end][1] == new[start][1]:
             end += 1
         append_batch(conn, site_id, conversation_id, [text for _, _, text in new[start:end]], None,
-                     recorded_at=new[start][1])
+                     recorded_at=new[start][1], index=index, bucket=bucket)
         start = end
     return outcomes
 
@@ -242,6 +289,13 @@ def purge_step(conn: sqlite3.Connection, site_id: int, conversation_id: str, bud
                        (site_id, conversation_id)).fetchone()
     if row is None or not row[0]:  # finished by another purger (or never marked): nothing of it is left
         return PurgeStep(unlinked=0, items=0, keys=0, done=True)
+    # Its indexed turns first (each queued for removal from the vector index by trigger).
+    turns = conn.execute(
+        "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE site_id = ? AND conversation_id = ?"
+        " AND kind = 'turn' LIMIT ?)", (site_id, conversation_id, budget)).rowcount
+    budget -= turns
+    if budget <= 0:
+        return PurgeStep(unlinked=0, items=0, keys=0, done=False, turns=turns)
     linked = conn.execute(
         "SELECT id, provenance FROM memories WHERE site_id = ? AND json_extract(provenance, '$.conversation_id') = ?"
         " LIMIT ?", (site_id, conversation_id, budget)).fetchall()
@@ -265,7 +319,7 @@ def purge_step(conn: sqlite3.Connection, site_id: int, conversation_id: str, bud
     done = left > 0  # each kind came short of its share: none of it is left
     if done:
         conn.execute("DELETE FROM conversations WHERE site_id = ? AND conversation_id = ?", (site_id, conversation_id))
-    return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done)
+    return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done, turns=turns)
 
 
 def same_payload(stored: str, text: str) -> bool:

@@ -30,6 +30,7 @@ from server.storage.records import (
     NewMemory,
     StaleRow,
     StoredMemory,
+    ToIndex,
     Words,
     now_rfc3339,
 )
@@ -39,7 +40,7 @@ from server.storage.sqlite.writer import Readers, Writer
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.expires_at, m.vector_model, m.vector IS NOT NULL AS has_vector")
+           " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 
@@ -62,6 +63,23 @@ class SqliteMemoryStore:
         def insert_all(conn: sqlite3.Connection) -> list[Inserted]:
             store_words(conn, site_id, words, batch[0][1].model if batch else "")
             return [insert(conn, site_id, memory, document, kept) for memory, document, kept in batch]
+
+        return self._writer.run_sync(insert_all)
+
+    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]],
+                     words: Words) -> list[Inserted] | None:
+        def insert_all(conn: sqlite3.Connection) -> list[Inserted] | None:
+            row = conn.execute("SELECT indexed_seq, first_recorded_at, deleting FROM conversations"
+                               " WHERE site_id = ? AND conversation_id = ?",
+                               (at.site_id, at.conversation_id)).fetchone()
+            if row is None or row[2] or int(row[0]) != at.indexed_seq or row[1] != at.first_recorded_at:
+                return None
+            store_words(conn, at.site_id, words, batch[0][1].model if batch else "")
+            inserted = [insert(conn, at.site_id, memory, document) for memory, document in batch]
+            conn.execute("UPDATE conversations SET indexed_seq = ?, index_skipped = index_skipped + ?"
+                         " WHERE site_id = ? AND conversation_id = ?",
+                         (next_seq, skipped, at.site_id, at.conversation_id))
+            return inserted
 
         return self._writer.run_sync(insert_all)
 
@@ -275,11 +293,11 @@ def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: 
     cur = conn.execute(
         "INSERT INTO memories (content, type, location, project, team, bucket, tags, metadata, provenance,"
         " occurred_at, reference, site_id, created_at, updated_at, dedup_key, conversation_id,"
-        " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at, indexed)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+        " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at, kind, indexed)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
         (*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
          conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
-         kept.valid_to, memory.expires_at),
+         kept.valid_to, memory.expires_at, memory.kind),
     )
     row_id = int(cur.lastrowid or 0)
     conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, document.terms))
@@ -317,6 +335,6 @@ def stored(row: sqlite3.Row) -> StoredMemory:
         bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
         provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
         updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], expires_at=row["expires_at"], vector_model=row["vector_model"],
+        valid_to=row["valid_to"], expires_at=row["expires_at"], kind=row["kind"], vector_model=row["vector_model"],
         has_vector=bool(row["has_vector"]),
     )

@@ -41,7 +41,8 @@ class SqliteOutboxStore:
             chunk = list(ids[start:start + CHUNK])
             found += [_index_row(row) for row in conn.execute(
                 "SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at, content,"
-                f" occurred_at, valid_to, expires_at FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()]
+                " occurred_at, valid_to, expires_at, CASE WHEN kind = 'turn' THEN conversation_seq END AS turn_seq"
+                f" FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()]
         return found
 
     # Each write job runs its statement on the writer thread and returns nothing of it (see writer.detached).
@@ -121,4 +122,5 @@ def _index_row(row: sqlite3.Row) -> IndexRow:
                     bucket=row["bucket"], type=row["type"], tags=tuple(json.loads(row["tags"])),
                     vector=np.frombuffer(blob, dtype=np.float32) if blob is not None else None,
                     vector_model=row["vector_model"], updated_at=row["updated_at"], content=row["content"],
-                    occurred_at=row["occurred_at"], valid_to=row["valid_to"], expires_at=row["expires_at"])
+                    occurred_at=row["occurred_at"], valid_to=row["valid_to"], expires_at=row["expires_at"],
+                    turn_seq=row["turn_seq"])

@@ -278,6 +278,20 @@ SCHEMA = [
     ALTER TABLE tokens ADD COLUMN last_used_at TEXT;
     ALTER TABLE oauth_grants ADD COLUMN last_used_at TEXT;    -- NULL: not known (granted before this step)
     """,
+    # 15: conversations recalled by topic (server/logs/indexing.py): a site's choice to index its log items, a
+    # conversation's own choice and bucket (given by an append), how far its items were turned into recallable
+    # entries and how many were skipped (no text); the entries are memories of kind `turn`.
+    """
+    ALTER TABLE sites ADD COLUMN index_logs INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE conversations ADD COLUMN index_choice INTEGER;         -- NULL: as the site; 0 or 1: its own
+    ALTER TABLE conversations ADD COLUMN bucket TEXT;                  -- its turns' bucket (NULL: default)
+    ALTER TABLE conversations ADD COLUMN indexing INTEGER NOT NULL DEFAULT 0;  -- its items are to be indexed
+    ALTER TABLE conversations ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;  -- items before it are done
+    ALTER TABLE conversations ADD COLUMN index_skipped INTEGER NOT NULL DEFAULT 0;  -- of those, without text
+    CREATE INDEX conversations_to_index ON conversations (site_id, conversation_id)
+        WHERE indexing = 1 AND indexed_seq < item_count;
+    ALTER TABLE memories ADD COLUMN kind TEXT NOT NULL DEFAULT 'memory';  -- memory, or turn (a log item's)
+    """,
 ]
 
 

@@ -49,12 +49,26 @@ class SqliteSiteStore:
 
     def sites(self) -> list[SiteRecord]:
         rows = self._readers.get().execute(
-            "SELECT id, name, created_at, log_retention_days FROM sites ORDER BY name").fetchall()
-        return [SiteRecord(int(r["id"]), r["name"], r["created_at"], r["log_retention_days"]) for r in rows]
+            "SELECT id, name, created_at, log_retention_days, index_logs FROM sites ORDER BY name").fetchall()
+        return [SiteRecord(int(r["id"]), r["name"], r["created_at"], r["log_retention_days"], bool(r["index_logs"]))
+                for r in rows]
 
     def set_log_retention(self, name: str, days: int | None) -> bool:
         return self._writer.run_sync(lambda conn: conn.execute(
             "UPDATE sites SET log_retention_days = ? WHERE name = ?", (days, name)).rowcount > 0)
+
+    def set_log_indexing(self, name: str, on: bool) -> bool:
+        def write(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT id FROM sites WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                return False
+            conn.execute("UPDATE sites SET index_logs = ? WHERE id = ?", (int(on), row[0]))
+            # The conversations that follow their site (not those an append chose for).
+            conn.execute("UPDATE conversations SET indexing = ? WHERE site_id = ? AND index_choice IS NULL"
+                         " AND indexing != ?", (int(on), row[0], int(on)))
+            return True
+
+        return self._writer.run_sync(write)
 
     def delete_site(self, name: str) -> bool:
         """Delete a site, its tokens and all its data (the index drops the orphaned points at start-up)."""

@@ -45,11 +45,11 @@ class SqliteSnapshot:
                 self._site_id = int(row[0])
             self.counts = self._counts()
 
-    def _where(self, alias: str, *, memories: bool = False) -> tuple[str, tuple[Any, ...]]:
-        clauses: list[str] = [f"{alias}.site_id = ?"] if self._site_id is not None else []
+    def _where(self, alias: str, *, memories: bool = False, site_key: str = "site_id") -> tuple[str, tuple[Any, ...]]:
+        clauses: list[str] = [f"{alias}.{site_key} = ?"] if self._site_id is not None else []
         args: list[Any] = [self._site_id] if self._site_id is not None else []
-        if memories:
-            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
+        if memories:  # indexed turns are not exported: an import indexes its log items again
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?) AND {alias}.kind = 'memory'")
             args.append(self._at)
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
 
@@ -90,6 +90,24 @@ class SqliteSnapshot:
                 if record[name] is None:
                     del record[name]
             yield record
+
+    def indexing_sites(self) -> list[str]:
+        """The names of the sites that index their logs."""
+        where, args = self._where("s", site_key="id")
+        with naming_damage(self._path):
+            rows = self._conn.execute(f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'}"
+                                      " s.index_logs = 1 ORDER BY s.name", args).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
+        where, args = self._where("c")
+        with naming_damage(self._path):
+            rows = self._conn.execute(
+                "SELECT s.name, c.conversation_id, c.index_choice, c.bucket FROM conversations c JOIN sites s"
+                f" ON s.id = c.site_id{where}{' AND' if where else ' WHERE'} c.deleting = 0"
+                " AND (c.index_choice IS NOT NULL OR c.bucket IS NOT NULL) ORDER BY c.site_id, c.conversation_id",
+                args).fetchall()
+        return [(str(r[0]), str(r[1]), None if r[2] is None else bool(r[2]), r[3]) for r in rows]
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
         """(site, conversation_id, (seq, recorded_at, payload text as stored)) per item."""

@@ -2,19 +2,11 @@
 
 "When did Caroline go to the support group?" is answered by a memory that tells a time ("I went
 yesterday", "last week", "on 7 May"); "How many times ...?" by one with a number; "Who ...?", "Where
-...?" or "What book ...?" by one naming something. On LoCoMo dev, 74% of the evidence turns of "when"
-questions name a period, against 8% of all turns. So when a query asks for one of these kinds, the memories
-holding that kind gain its weight (standard deviations of the fused score), as long as they are a minority of
-the candidates (at most MAX_FRACTION): a kind most memories hold singles nothing out (on the profiles
-benchmark more than half of a bucket's memories name someone).
-
-Measured on LoCoMo dev through the production ranking with the speaker boost (offline, the same candidates):
-R@5 / R@10 0.756 / 0.824 -> 0.767 / 0.836, temporal R@10 0.925 -> 0.944 (time alone: 0.760 / 0.829, temporal
-0.944; with numbers 0.762 / 0.831). Leave-one-conversation-out over a 60-point grid of the three weights:
-0.765 / 0.835, temporal 0.941 (four of five folds chose a time weight of 0.75 with these number and name
-weights, in-sample 0.768 / 0.836). On the profiles benchmark (offline) R@1 / R@5 / R@10 0.684 / 0.827 / 0.876
--> 0.685 / 0.827 / 0.876: its buckets are small and most of their memories name someone, so MAX_FRACTION
-holds the name kind back (without it R@1 0.675).
+...?" or "What book ...?" by one naming something. So when a query asks for one of these kinds, the
+memories holding that kind gain its weight (standard deviations of the fused score), as long as they are a
+minority of the candidates (at most MAX_FRACTION): a kind most memories hold singles nothing out (on the
+profiles benchmark more than half of a bucket's memories name someone).
+Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations

@@ -5,17 +5,10 @@ candidates are the union of the vector index's and the lexical index's best PREF
 conversation neighbours. Memories ranked recently are kept as ready-made candidates (checked against their
 version), so only the others are read in full: their vectors and terms are most of a recall's reads.
 
-Measured at 100k memories (bench/perf.py corpus, in-process, p50 per recall before -> after):
-- whether a scope is larger than FULL_SCAN_LIMIT is remembered for LARGE_SCOPE_SECONDS (a count walks
-  FULL_SCAN_LIMIT rows: 3.1 ms -> 0);
-- a cached candidate is a plain tuple of plain values (strings, numbers, arrays; `Row`): the garbage
-  collector stops tracking such tuples (not named tuples), so its full collections no longer walk the cache
-  (before, at 60k cached candidates: 236k tracked objects and 50-115 ms pauses, the p99 of recall);
-- the candidate set of a scope ranked whole is held (`Held`) and given again while the store's change
-  number stays and none of its memories expired, with its derived arrays: a 1,000-memory bucket's recall
-  ~11 -> ~2.5 ms beyond the query's embedding;
-- start-up fills the cache with the newest memories (`warm`) and prepares the held sets
-  (Retrieval.warm_up), so a bucket's first recall after a start costs what the next ones do.
+A scope's size test is remembered for LARGE_SCOPE_SECONDS; a cached candidate is a plain tuple of plain values
+(`Row`), which the garbage collector stops tracking; the candidate set of a scope ranked whole is held (`Held`)
+and given again while the store's change number stays and none of its memories expired; start-up fills the
+cache (`warm`) and prepares the held sets (Retrieval.warm_up). Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -39,25 +32,17 @@ from server.storage.records import CandidateRow
 from server.storage.scope import Scope
 
 FULL_SCAN_LIMIT = 5000
-# Measured on LoCoMo's 2,760 dev turns as one site, prefetch forced, R@5 / R@10 (top-10 overlap with ranking
-# every memory; candidates ranked for the first question): 200 0.759 / 0.823 (0.908; 992), 100 0.756 / 0.826
-# (0.880; 553); ranking every memory 0.753 / 0.815. At 100k memories (bench/perf.py's corpus) 100 rather than
-# 200 halves what every later stage of a whole-site recall works on (see README, Recall at scale).
+# Memories each prefetch brings: more buys no recall and makes every later stage of a large scope's recall
+# work on more.
 PREFETCH = 100
-# Memories kept as ready-made ranking candidates (~1.8 KB each beside its 384-dimension vector, kept compact
-# at 0.75 KB; measured at 100k, held sets included).
+# Memories kept as ready-made ranking candidates (their vectors kept compact).
 CANDIDATE_CACHE = 100_000
-# Candidates of the sets of scopes ranked whole kept for their next recall (`_whole`): ~0.5 KB each beyond
-# the cached candidate they share (their documents as arrays, their neighbours' positions).
+# Candidates of the sets of scopes ranked whole kept for their next recall (`_whole`), beyond the cached
+# candidates they share (their documents as arrays, their neighbours' positions).
 WHOLE_SET_CANDIDATES = 100_000
 # The lexical prefetch ranks the query's rarest terms by BM25 while their postings add up to at most this
 # many (see `lexical_ids`), and at most LEXICAL_POSTINGS_SHARE of the store's memories when that is more
-# than LEXICAL_POSTINGS_FLOOR. Measured on LoCoMo's 2,760 dev turns as one site, prefetch forced, budgets as
-# shares of the store, R@5 / R@10 (top-10 overlap with ranking every memory; in-process ms a recall):
-# 1% 0.756 / 0.826 (0.882; 16.0), 2% 0.756 / 0.827 (0.882; 17.5), 5% 0.760 / 0.825 (0.890; 18.7),
-# 20% 0.759 / 0.823 (0.909; 24.1), 50% 0.760 / 0.821 (0.913; 24.1); ranking every memory 0.753 / 0.815.
-# A larger share buys nothing but time: at 10k memories of bench/perf.py's corpus the fixed 2,000 (20%)
-# took 3.2 ms of a recall in-process, 5% (500) 0.5 ms, and the whole recall 20.4 -> 14.1 ms.
+# than LEXICAL_POSTINGS_FLOOR: a larger share buys nothing but time.
 LEXICAL_POSTINGS = 2000
 LEXICAL_POSTINGS_SHARE = 0.05
 LEXICAL_POSTINGS_FLOOR = 500
@@ -268,10 +253,8 @@ class CandidateSource:
     def warm(self, words: WordVectors, *, seconds: float = WARM_SECONDS) -> int:
         """Read the newest memories into the cache (as many as it still has room for: start-up prepares the
         held sets first, see Retrieval.warm_up), with their words' rows, so the
-        first recall of each bucket after a start does not read them one bucket at a time: at 100k memories
-        a first recall of a 1,000-memory bucket spent 8 ms reading its rows, 3.5 ms analysing them and 7.5 ms
-        finding their words (25 ms in all -> 11 ms; 1.2 s at start-up for 100k). Stops after `seconds`;
-        returns how many were read."""
+        first recall of each bucket after a start does not read them one bucket at a time. Stops after
+        `seconds`; returns how many were read."""
         deadline = time.monotonic() + seconds
         read = 0
         for rows in self.store.newest(self.model, self.cache_size):
@@ -322,15 +305,7 @@ class CandidateSource:
         `lexical_postings` rather than by the corpus (BM25 over a common term reads its whole posting list,
         growing with the corpus): the memories holding the query's rarest terms (postings adding up to at
         most `postings_budget`), best first by BM25. Memories reached only through common terms come from
-        the dense prefetch and their neighbours.
-
-        Measured (LoCoMo's 2,760 turns as one site, prefetch forced, PREFETCH 50, the postings budget
-        scaled to the corpus as 1,000 is to 100k): adding the newest memories holding the common terms after
-        the selective ones, as this did before, gave R@5 / R@10 0.707 / 0.783 (top-10 overlap with the
-        exact ranking 0.845); without them 0.698 / 0.781 (0.819); without them and a 2x budget (this one)
-        0.708 / 0.784 (0.822), 5x 0.705 / 0.784 (0.836). At 100k those walks cost 2.7 ms of a 21 ms recall;
-        BM25 over the selective postings costs ~3 us a posting in FTS5 (a 2,000 budget: 6 ms at most, 0.1 ms
-        at the median), and PostgreSQL reads every matching row."""
+        the dense prefetch and their neighbours."""
         terms = sorted(set(analyze_query(query)))
         if not terms:
             return []

@@ -1,6 +1,6 @@
 """What recall does with the calendar dates texts name (server/ranking/periods.py reads them): the boost for
 memories dated where a query points, the dated prefetch's windows, the days a memory is about in the vector
-index, and the dates as lexical terms.
+index, and the dates as lexical terms. Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -19,21 +19,8 @@ from server.ranking.periods import Period, periods
 
 # --- ranking: a soft boost for memories dated where the query points ------------------------------------
 
-# A memory gains DATE_BOOST z units when a date its content names (resolved against its occurred_at:
-# "yesterday", "last Friday") falls in a window around a period the query names, or, for a day or a week,
-# when its own occurred_at does. The window opens DATE_BEFORE_DAYS before the period and closes
-# DATE_AFTER_DAYS after it, since what happened is often told a few days later. Its own date is not used for
-# a month or longer: "who was her manager in March 2024?" is answered by what was written before March as
-# much as in it (bench/evolving.py "as of" questions with time windows, top-1: 0.561 with the own date left
-# out of coarse periods, 0.470 with it). Through the benchmarks (README), R@5 / R@10: LoCoMo dev 0.723 /
-# 0.805 -> 0.725 / 0.807 (temporal 0.865 / 0.912 -> 0.871 / 0.925); profiles event_by_date 0.747 / 0.824 ->
-# 0.824 / 0.901, relative_date 0.879 / 0.939 -> 0.970 / 1.000. Chosen with offline harnesses of the three
-# datasets (the same candidates, production ranking without query expansion), R@5 / R@10:
-#   LoCoMo dev (84 of 760 questions name a date): 0.725 / 0.792 -> 0.727 / 0.795 (temporal 0.852 / 0.893 ->
-#                                                 0.865 / 0.899); boost 0.5: 0.726 / 0.792, 1.5: 0.723 / 0.792
-#   profiles, event_by_date (91 questions):       0.736 / 0.813 -> 0.802 / 0.890; relative_date 0.879 / 0.939
-#                                                 -> 0.970 / 1.000; overall 0.814 / 0.864 -> 0.827 / 0.876
-#   profiles with the own date only:              event_by_date unchanged (its dates are in the content)
+# A memory dated in a window around a period the query names gains DATE_BOOST z units; the window runs from
+# DATE_BEFORE_DAYS before the period to DATE_AFTER_DAYS after it: what happened is often told days later.
 DATE_BOOST = 1.0
 DATE_BEFORE_DAYS = 1
 DATE_AFTER_DAYS = 10
@@ -98,10 +85,7 @@ def prefetch_windows(asked: Sequence[Period]) -> list[tuple[int, int]]:
 
 
 # At most this many days per memory in the vector index, so a text naming many dates cannot blow up its
-# point (its up to MAX_PERIODS weeks would be 112 days). What the days cost a write, measured on 10,000
-# texts of bench/perf.py's corpus (one day each, their own): 23 us to read (as read_spans; ~110 us for a
-# text naming three relative dates), 17 bytes more payload (113 -> 130 as JSON), 20-30 us more an embedded
-# index upsert (122 -> 151 and 154 -> 174 us a point in two runs, its range index).
+# point (its up to MAX_PERIODS weeks would be 112 days).
 MAX_MEMORY_DAYS = 32
 
 
@@ -126,8 +110,9 @@ def memory_days(content: str, occurred_at: str) -> list[int]:
 
 def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[Candidate],
                texts: DatedTexts = DATED_TEXTS) -> np.ndarray:
-    """`fused` with DATE_BOOST added for every candidate dated inside a window around a period in `asked`
-    (see DATE_BOOST for which of its dates count)."""
+    """`fused` with DATE_BOOST added for every candidate dated inside a window around a period in `asked`:
+    by a date its content names, or for a day or a week by its own (a month or longer is answered by what was
+    written before it as much as in it: "who was her manager in March 2024?")."""
     if not asked:
         return fused
     out = np.asarray(fused, dtype=np.float64).copy()
@@ -201,23 +186,8 @@ def dated_spans(candidates: CandidateSet, texts: DatedTexts = DATED_TEXTS) -> Da
 
 # --- dates as lexical terms ------------------------------------------------------------------------------
 
-# The days and weeks a memory's content names, resolved against its occurred_at as the boost resolves them
-# ("yesterday", "last Friday", "on 2023-05-08", "last week"), are terms of its lexical document, written when
-# it is saved: `day20230507` for each day, `week2023w19` for each ISO week (server/ranking/lexical.py,
-# DATE_TERM). A query naming a day or a week looks for the same terms, each at DATE_TERM_WEIGHT of a query
-# term (shared among a period's terms), so the memory that told of the day in other words ("last Monday",
-# "8/5") matches it lexically as well as through DATE_BOOST, weighted by how rare that day is. The terms are
-# not counted in a document's length nor paired with its words (server/ranking/term_arrays.py).
-# Measured in-process (bench/offline.py, 2026-12-03), R@1 / R@5 / R@10 or top-1:
-#   profiles event_by_date 0.505 / 0.824 / 0.901 -> 0.582 / 0.835 / 0.901, relative_date 0.697 / 0.970 /
-#   1.000 -> 0.788 / 0.970 / 1.000, overall 0.701 / 0.842 / 0.887 -> 0.716 / 0.844 / 0.887, no category lower;
-#   LoCoMo dev R@5 / R@10 unchanged in every category (0.767 / 0.836); evolving unchanged in every mode.
-# Measured and not kept: months, quarters and years as terms too (`month202405`): profiles event_by_date 0.670
-#   / 0.868 / 0.912, but evolving past top-1 with windows and links 0.609 -> 0.594 ("as of March 2024" is
-#   answered by what was written before March, and the month's term lifts what names March); the memory's own
-#   day as a term too: LoCoMo R@5 0.767 -> 0.765; the terms counted in the document's length: profiles
-#   attribute R@1 0.644 -> 0.628, single fact 0.972 -> 0.965, evolving "changed in" 0.440 -> 0.420; a
-#   query's terms at half weight: profiles event_by_date R@1 0.626 -> 0.593 (with months).
+# The days and weeks a memory's content names are terms of its lexical document (`day20230507`, `week2023w19`:
+# lexical.DATE_TERM), so a memory telling of a day in other words ("last Monday") matches a query naming it.
 DATE_TERM_WEIGHT = 1.0
 DATE_TERM_DAYS = 7  # the days of one named period that become terms (a weekend is two)
 

@@ -11,13 +11,7 @@ pool is what the caller may see anyway. A class noun the question asks instances
 David play?") that no candidate uses reaches further, to CLASS_MIN_SIMILARITY: its instances ("cello") are
 what the memories name.
 
-Measured on LoCoMo dev, categories 1-4 (bench/locomo_explore.py --only round3), on top of the round-2
-ranking (R@5 0.725, R@10 0.792): R@5 0.721, R@10 0.805; open-domain R@10 0.468 -> 0.502, multi-hop
-0.436 -> 0.450, temporal 0.893 -> 0.912, single-hop 0.910 -> 0.917. Nearby settings (min similarity
-0.55-0.65, weight 0.3-0.7) give 0.793-0.802; a weight of 1.0 loses R@5 (0.70). Leave-one-conversation-
-out over a 48-point grid (min similarity 0.45-0.7 x 3 or 6 neighbours x weight 0.2-0.5, folds choosing by
-the mean of R@5 and R@10): R@5 0.721, R@10 0.801 held out, the folds choosing 0.5 / 3 / 0.3 (four) or
-these values (one).
+Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -32,23 +26,9 @@ from server.ranking.languages import STOP_WORDS
 from server.ranking.lexical import stem
 
 # Cosine between single-word embeddings above which a candidate word counts as a near-synonym.
-# Measured and not kept (2026-12-03, bench/offline.py, with the date terms of server/ranking/dates.py): a lower
-# threshold for any query word no candidate uses ("pets" for "tortoise", "instruments" for "cello"; kept for a
-# class noun only: CLASS_MIN_SIMILARITY), to close the profiles category gap to the dense side (R@5 / R@10 0.589 /
-# 0.692 here). 0.5: category R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.545 / 0.586 / 0.707, but
-# single fact R@5 0.993 -> 0.986, event by date R@1 0.582 -> 0.560, LoCoMo multi-hop R@10 0.569 -> 0.564, evolving
-# current top-1 with recency 0.517 -> 0.513; 0.45 with 5 neighbours: category 0.545 / 0.579 / 0.700, LoCoMo multi-hop
-# R@10 0.564, single-hop 0.922 -> 0.920, evolving "as of" 0.313 -> 0.308.
 EXPANSION_MIN_SIMILARITY = 0.6
-# The threshold for a class noun the question asks instances of ("Which instruments does David play?", "Does
-# Ana have any pets?", "What vendors does Cinder use?") that no candidate uses: the memories name the instances
-# ("cello", "my tortoise", "Twilio sends the SMS codes"), which the model places further from the class than a
-# synonym ("sports" and "swim": 0.53). Measured in-process (bench/offline.py, 2026-12-03): profiles category
-# R@1 / R@5 / R@10 0.525 / 0.593 / 0.692 -> 0.545 / 0.598 / 0.702 (dense alone 0.515 / 0.593 / 0.697), every
-# other profiles and evolving figure unchanged; LoCoMo dev R@5 / R@10 0.767 / 0.837 -> 0.767 / 0.836: one
-# open-domain question ("What attributes describe John?") keeps three of its four evidence turns in the first
-# ten instead of four (open-domain R@10 0.502 -> 0.496). "types of", "kinds of" name no class: taken as one,
-# "What types of yoga has Maria practiced?" lost an evidence turn too (multi-hop R@10 0.569 -> 0.566).
+# The threshold for a class noun the question asks instances of ("which instruments", "any pets") that no
+# candidate uses: the memories name the instances ("cello"), further from the class than a synonym is.
 CLASS_MIN_SIMILARITY = 0.5
 # The two words after "which", "what" or "any", of which the plural nouns are the class ("which musical
 # instruments", "any pets").

@@ -6,7 +6,7 @@ At recall time it loads the visible candidate set (the whole visible set when it
 memories; otherwise the union of FTS5 and vector-index candidates), wraps each memory in a `Candidate`,
 and calls `rank(query, query_vector, candidates, limit=...)`.
 
-Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/locomo_explore.py):
+Ranking (constants below; measurements: docs/ranking.md):
   1. dense: cosine of the query vector with each candidate's stored vector;
   2. lexical: BM25+ over the candidates' analysed text (stemmed, stop words dropped), where each
      candidate's lexical document also holds its conversation neighbours' terms at a fraction of a count
@@ -15,8 +15,9 @@ Ranking (constants below, measured on LoCoMo dev, categories 1-4, see bench/loco
      terms are expanded with near-synonyms found among the candidates' words by the embedding model
      (server/ranking/expansion.py), each counted at a fraction of a query term;
   3. both are z-scored over the candidate set and mixed with weight W_LEXICAL (less when the query's words
-     but names occur nowhere, or when the sides put different candidates first and the dense side's best
-     stands out more: NAME_ONLY_W_LEXICAL, DISAGREE_DENSE_RATIO), and a small length prior
+     but names occur nowhere, when few of its content terms do or the dense side's best are in another
+     language, or when the sides put different candidates first and the dense side's best stands out more:
+     NAME_ONLY_W_LEXICAL, COVERAGE_FULL, CROSS_LINGUAL_W_LEXICAL, DISAGREE_DENSE_RATIO), and a small length prior
      (LENGTH_PRIOR_WEIGHT x z-scored log term count: one-word replies are rarely what is asked for) is added;
   4. neighbour score blending: each candidate adds NEIGHBOUR_SCORE_WEIGHTS x its neighbours' fused
      scores, so a turn whose neighbours match rises, while the entry itself is what is returned;
@@ -39,112 +40,40 @@ from server.ranking.lexical import analyze_query, is_date_term
 from server.ranking.per_text import PerText
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
 
-# --- tuned constants (LoCoMo dev, categories 1-4, 760 questions; effects are R@10 deltas measured in
-# bench/locomo_explore.py, see the report there; figures before the 'round 2' block are from round 1,
-# i.e. without BM25_DELTA / BIGRAM_WEIGHT / LENGTH_PRIOR_WEIGHT) ---
-
-# Weight of the lexical side in the z-score fusion; dense gets 1 - W_LEXICAL. z-score fusion instead of
-# reciprocal-rank fusion: +0.07 on plain fusion (RRF 0.623 -> 0.696), +0.03 in the full ranking
-# (0.760 -> 0.790); 0.3-0.5 within 0.01. Without the dense side 0.747, without the lexical side 0.554.
+# Weight of the lexical side in the z-score fusion; dense gets 1 - W_LEXICAL.
 W_LEXICAL = 0.4
 
-# BM25 parameters for the lexical side. BM25 alone: b 0.75 -> 0.5 +0.009 (short turns want less length
-# normalisation), k1 flat in 0.6-2.0. In the full ranking vs k1 1.2 b 0.75: R@10 +0.002 (k1 0.6 b 0.5
-# chosen by 3 of 5 leave-one-conversation-out folds).
+# BM25 parameters for the lexical side: short turns want less length normalisation than Lucene's 0.75.
 BM25_K1 = 0.6
 BM25_B = 0.5
 
 # Lexical context: a memory's lexical document is its own analysed text (weight 1) plus the terms of the
 # entries of the same conversation at seq offsets +-1 and +-2, each counted at this fraction of a term.
-# BM25 alone 0.641 -> 0.72 (previous entry alone); full ranking without it 0.755 -> with it 0.790
-# (R@5 0.665 -> 0.701).
 LEXICAL_CONTEXT_WEIGHTS: dict[int, float] = {-2: 0.5, -1: 0.5, 1: 0.5, 2: 0.5}
 
 # Neighbour score blending on the fused z-score: F'(i) = F(i) + sum_o w_o * F(i + o) over same-conversation
-# entries (absent neighbours count as an average candidate, 0). Full ranking without it 0.777 -> 0.790
-# (R@5 unchanged 0.701); on plain fusion 0.696 -> 0.750. Both neighbour components off: 0.699.
-# Round 2, with BM25_DELTA / BIGRAM_WEIGHT / LENGTH_PRIOR_WEIGHT below: R@5 / R@10 without the blend
-# 0.711 / 0.794, +-1 at 0.1 / 0.15 / 0.2 / 0.25 -> 0.724/0.792, 0.721/0.794, 0.719/0.791, 0.725/0.792; kept
-# at 0.25 (every LOCO fold picks it; it trades cat-1 R@10 0.462 -> 0.436 for R@5 +0.014).
-# Measured and not kept (2026-12-03, bench/offline.py, production ranking, LoCoMo dev R@5 / R@10 against 0.767 /
-# 0.836): scoring provenance groups (same conversation_id and day, i.e. a session) and adding w x the group's
-# score to each member's, before the speaker, answer and date boosts or after them. Group score the best
-# member's, log-sum-exp of the members', the best other member's, or the mean of the best three, at w 0.1 /
-# 0.25 / 0.5: every one lower, best 0.765 / 0.834 (best member, after the boosts, w 0.1); at 0.25 0.757-0.759
-# / 0.826-0.831, at 0.5 0.747-0.759 / 0.821-0.829, multi-hop R@10 0.569 -> 0.48-0.55 (a strong session lifts
-# its chatter over the other sessions' evidence). Profiles and evolving memories have no provenance: unchanged.
+# entries (absent neighbours count as an average candidate, 0).
 NEIGHBOUR_SCORE_WEIGHTS: dict[int, float] = {-2: 0.125, -1: 0.25, 1: 0.25, 2: 0.125}
 
-# --- round 2 (bench/locomo_explore.py --only round2). Baseline = the round-1 ranking, R@5 0.701 R@10 0.790.
-# The three below together: R@5 0.725 R@10 0.792, identical in leave-one-conversation-out cross-validation
-# (every fold picks these values from a 81-point grid of delta x bigram x length prior x W_LEXICAL).
-# Tried and dropped (no gain or a loss; the same script reproduces each): query-adaptive fusion weight
-# (idf- or spread-based, -0.001..-0.06), RM3 lexical feedback (-0.002..-0.02), z over the top-N only,
-# rank/z mixes, idf powers, binary query tf, date-token field weight, session boosts, second-pass blends,
-# similarity-gated neighbour blending, stop-word-free query embedding mixed into the dense side.
-
 # BM25+ lower bound: a candidate containing a query term gets at least idf x BM25_DELTA for it, so that
-# long (context-expanded) documents are not pushed under short ones lacking the term. Alone: R@5 +0.007
-# (0.701 -> 0.708), R@10 +0.001; 0.25-1.0 all within 0.003.
+# long (context-expanded) documents are not pushed under short ones lacking the term.
 BM25_DELTA = 0.5
 
 # Bigram (adjacent analysed-term pair) BM25+ added to the unigram BM25 before z-scoring, with the same
-# neighbour context. Alone R@5 +0.007..+0.010, R@10 -0.001..-0.002; with the other two: R@5 0.712 -> 0.725.
+# neighbour context: a phrase signal.
 BIGRAM_WEIGHT = 0.25
 
 # Length prior: + LENGTH_PRIOR_WEIGHT x z(log(1 + number of analysed terms)) on the fused score (before
-# the neighbour blend). Alone R@5 +0.007, R@10 +0.003 at 0.2; 0.3 -0.009, 0.5 -0.019 R@10 vs 0.2.
+# the neighbour blend): one-word replies are rarely what is asked for.
 LENGTH_PRIOR_WEIGHT = 0.2
 
-
-# When none of the query's content words (its terms but for capitalised names) occurs in any candidate, the
-# lexical side scores on the names (and expansions) alone: z-scored, that nearly flat signal lifts the short
-# memories holding the name ("Who is in David's family?" with "famili" nowhere). Such a query is fused with
-# less lexical weight and length prior. Profiles (bench/profiles.py, offline and through the server) R@1 / R@5
-# / R@10: category 0.465 / 0.579 / 0.685 -> 0.525 / 0.589 / 0.692 (dense alone 0.515 / 0.593 / 0.697),
-# attribute 0.606 / 0.789 / 0.839 -> 0.644 / 0.806 / 0.850, preference 0.743 / 0.882 / 0.914 -> 0.750 /
-# 0.895 / 0.921, overall 0.681 / 0.832 / 0.882 -> 0.701 / 0.842 / 0.887, none lower; it fires on 76 of 99
-# category questions, 10 of 760 LoCoMo questions (figures identical) and no evolving one. A weight of 0.15
-# (every leave-one-bucket-out fold's pick) brings category to within 0.002 of dense but costs single-fact
-# R@1 0.972 -> 0.957; a gate on a small share of candidates instead of none costs LoCoMo 0.767 / 0.836 ->
-# 0.762 / 0.831; counting the query's expansions (server/ranking/expansion.py) as its words keeps less of the
-# gain (category 0.465 / 0.591 / 0.687, overall 0.688 / 0.835 / 0.886, through the server).
-# The category gap left (0.589 / 0.692 against dense 0.593 / 0.697 at R@5 / R@10) closed at R@5 with the
-# disagreement rule below (0.593), and at every k when a class noun the question asks instances of came to
-# reach them in query expansion (0.545 / 0.598 / 0.702: CLASS_MIN_SIMILARITY in server/ranking/expansion.py;
-# the same lower threshold for every word no candidate uses lost elsewhere, figures beside
-# EXPANSION_MIN_SIMILARITY).
+# When none of the query's content words (its terms but for names) occurs in any candidate, the lexical side
+# scores on names alone, a nearly flat signal that lifts short memories: such a query leans on the dense side.
 NAME_ONLY_W_LEXICAL = 0.25
 NAME_ONLY_LENGTH_PRIOR = 0.1
 
-# When the two sides put different candidates first, the side whose best candidate stands further above the
-# rest of the set (in its own z units) is the one to follow: the lexical weight (W_LEXICAL, or
-# NAME_ONLY_W_LEXICAL) is multiplied by DISAGREE_FACTOR when the dense side's best z exceeds
-# DISAGREE_DENSE_RATIO x the lexical side's best z, and by DISAGREE_COMMON_FACTOR when the dense side's best is
-# merely above the lexical side's while more than DISAGREE_COMMON_SHARE of the candidates hold a query word
-# other than a name (then the lexical side separates little: every version of a fact names its subject and
-# attribute). Measured 2026-12-03 with bench/offline.py (production ranking, against the figures without it):
-# profiles category R@1 / R@5 / R@10 0.525 / 0.589 / 0.692 -> 0.525 / 0.593 / 0.692 (dense alone 0.589-0.593 /
-# 0.697 at R@5 / R@10); evolving "as of" top-1 with links, windows and recency 0.626 -> 0.641 (dense alone
-# 0.641); every other LoCoMo, profiles and evolving category and mode unchanged (LoCoMo 0.767 / 0.837,
-# temporal R@10 0.946); confirmed through bench/locomo.py, bench/profiles.py and bench/evolving.py the same day,
-# where evolving "as of" with time windows and no links (a mode bench/offline.py does not run) also rose, 0.561
-# -> 0.571 (past 0.611 -> 0.616), and nothing else moved.
-# The ratio rule fires on 2 of 760 LoCoMo questions, 92 of 696 profiles questions and 2-5 of 649 evolving ones;
-# the common-word rule on no LoCoMo or profiles question, 3 evolving ones without time windows and 14 with them
-# (a window's candidate set is small). Both gains are one question each. From a grid: factor 0.75 at ratios
-# 1.1-1.5, 0.25-0.5 at shares 0.3-0.7 give the same figures; a factor of 0.5 or less under the ratio rule costs
-# LoCoMo open-domain R@10 0.502 -> 0.496, the common-word rule at a ratio of 1.1 or more keeps only the profiles
-# gain (evolving "as of" 0.636), and at 1.0 for both rules evolving current top-1 with links and no recency
-# falls 0.496 -> 0.491. Measured and not kept (none closed a gap without a loss): the lexical weight scaled by
-# the share of the query's idf mass the best lexical candidate holds (below 0.2-0.7: x 0-0.75; above 0.8-1.0:
-# x 1.25-1.5), by the share of candidates holding a query word alone (x 0-0.75 below 2-50% or above 30-50%),
-# and by which side's top-1 / top-2 z gap is larger (gap ratio 1.5-4, x 0-0.75 / x 1-2). No weight brought
-# evolving "as of" without links and windows to the lexical side alone (0.354): lexical weight x 0 / 0.5 / 1 /
-# 1.25 / 2 gave 0.278 / 0.323 / 0.313 / 0.328 / 0.318; reading the period the question names as the time it
-# asks about did (0.520: server/ranking/recency.py, as_of_first). A single lower lexical weight cannot close
-# the category gap either: at 0.1 category reaches 0.603 / 0.697 but its R@1 falls to 0.495 and LoCoMo to
-# 0.686 / 0.768.
+# When the two sides put different candidates first, follow the side whose best stands further above the rest
+# (see `disagreement_factor`); with a query word most candidates hold, the lexical side separates little.
 DISAGREE_DENSE_RATIO = 1.2
 DISAGREE_FACTOR = 0.75
 DISAGREE_COMMON_SHARE = 0.4
@@ -154,9 +83,8 @@ DISAGREE_COMMON_FACTOR = 0.5
 # candidate: a question asked in another language than the memories matches their words only by chance.
 COVERAGE_FULL = 0.5
 
-# When most of the dense side's best candidates are written in another language than the query, the lexical
-# side matches only names, numbers and borrowed words: the fusion leans on the dense side, which reads across
-# languages. LANGUAGE_TOP: how many of the dense side's best are looked at.
+# When most of the dense side's LANGUAGE_TOP best are in another language than the query, the lexical side
+# matches only names, numbers and borrowed words: the fusion leans on the dense side, which reads across them.
 CROSS_LINGUAL_W_LEXICAL = 0.1
 LANGUAGE_TOP = 10
 LANGUAGES: PerText[str] = PerText(lambda text, occurred_at: detect(text))
@@ -205,8 +133,10 @@ def content_term_coverage(terms: Sequence[str], docs: CandidateDocuments) -> flo
 
 
 def disagreement_factor(dense_z: np.ndarray, lexical_z: np.ndarray, share: float) -> float:
-    """What the lexical weight is multiplied by for this candidate set (1, DISAGREE_FACTOR or
-    DISAGREE_COMMON_FACTOR; see DISAGREE_DENSE_RATIO)."""
+    """What the lexical weight is multiplied by for this candidate set: 1 when both sides put the same
+    candidate first; DISAGREE_COMMON_FACTOR when the dense side's best z is above the lexical side's and more
+    than DISAGREE_COMMON_SHARE of the candidates hold a content term (`share`); DISAGREE_FACTOR when the
+    dense side's best z exceeds DISAGREE_DENSE_RATIO x the lexical side's."""
     if len(dense_z) < 2:
         return 1.0
     top_dense, top_lexical = int(np.argmax(dense_z)), int(np.argmax(lexical_z))
@@ -239,11 +169,8 @@ def format_date(occurred_at: str | None) -> str | None:
 
 
 def document_text(content: str, occurred_at: str | None) -> str:
-    """The text embedded and lexically indexed for a memory: '[8 May 2023] <content>'.
-
-    Date in the text for both sides: full ranking 0.768 -> 0.790 R@10 (prefix beat suffix and a
-    weekday form by ~0.005 in fusion).
-    Without a usable occurred_at it is the content alone.
+    """The text embedded and lexically indexed for a memory: '[8 May 2023] <content>' (the date helps both
+    sides). Without a usable occurred_at it is the content alone.
     """
     date = format_date(occurred_at)
     return f"[{date}] {content}" if date else content

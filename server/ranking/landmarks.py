@@ -8,13 +8,7 @@ for, which shares only the subject's name with the question. So a landmark's ter
 query term on the lexical side (unigrams; the dense side and the adjacent-term pairs keep the whole question).
 "before" followed by a date ("before 16 November 2023", "the week before last Friday") is left alone: that is a
 period, which server/ranking/periods.py reads.
-
-Measured in-process (bench/offline.py, 2026-12-03, production ranking with the date terms), top-1 on
-bench/evolving.py's "before" questions (171 of 419 past ones): without links or windows 0.029 -> 0.158
-(dense alone 0.094), with links, windows and recency 0.497 -> 0.643 (dense alone 0.550); past questions
-0.212 -> 0.265 and 0.609 -> 0.668; every other evolving figure unchanged. LoCoMo dev R@5 / R@10 0.767 /
-0.836 -> 0.767 / 0.837 (temporal R@10 0.944 -> 0.946; 2 of its 760 questions have a landmark), profiles
-unchanged (none has). A weight of 0.5: "before" 0.094 and 0.585.
+Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations

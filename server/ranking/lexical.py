@@ -90,7 +90,7 @@ def analyzed_text(text: str, language: str | None = None) -> str:
 
 
 # Generic BM25 defaults (Lucene's). recall's ranking passes its own tuned values (server.ranking.fusion
-# BM25_K1 / BM25_B); on LoCoMo dev BM25 alone moved by <= 0.01 R@10 over k1 0.6-2.0, b 0.3-1.0.
+# BM25_K1 / BM25_B; measurements: docs/ranking.md).
 K1 = 1.2
 B = 0.75
 

@@ -9,6 +9,7 @@ without a year ("on May 7") are resolved against `anchor` (the day the text was 
 Written for speed and predictability rather than coverage: one compiled pattern per family, English month
 and weekday names, no locale guessing (numeric dates only in ISO form, `YYYY-MM-DD` and `YYYY-MM`; `D/M/YYYY`
 is not read, since 04/05/2024 is ambiguous). It runs on every `recall` query, so it must cost microseconds.
+Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -33,11 +34,7 @@ SHORT_YEAR_PIVOT = 70  # '70 to '99 are 1970-1999, '00 to '69 2000-2069
 
 _MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
-# A year in full, or as an apostrophe and two digits ("Oct '22", "summer ’19": `_year` reads it). The short
-# form, measured in-process (bench/offline.py, 2026-12-03): profiles event_by_date R@1 / R@5 / R@10 0.582 /
-# 0.835 / 0.901 -> 0.626 / 0.868 / 0.956 (its notes and questions write "October '22"); single_fact R@1 0.972 ->
-# 0.965, one question: a bucket with one more memory naming a date holds the time kind back (answers.py,
-# MAX_FRACTION); LoCoMo dev and bench/evolving.py unchanged.
+# A year in full, or as an apostrophe and two digits ("Oct '22", "summer ’19": `_year` reads it).
 _YEAR = r"(?P<year>(?:19|20|21)\d\d|['’]\d\d)"
 _NUMBER = r"(?P<n>\d+|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + r")"
 
@@ -166,9 +163,8 @@ def _absolute(text: str, taken: list[tuple[int, int]]) -> list[Period]:
 
 def _relative(text: str, anchor: date, taken: list[tuple[int, int]]) -> list[Period]:
     found: list[Period] = []
-    # Each family only where the lowercased text holds a word it needs (the patterns ignore case and cost
-    # 2-6 us each on a short text): reading bench/perf.py's corpus texts 16 -> 15 us each, most of them
-    # naming a month or a digit, so the month families still run.
+    # Each family only where the lowercased text holds a word it needs: the patterns ignore case and cost
+    # more than that test.
     lower = text.lower()
     month = _MONTH_HINT.search(lower) is not None
     families: list[tuple[re.Pattern[str], Callable[[re.Match[str], date], Period | None]]] = []
@@ -269,8 +265,7 @@ def _last_next(which: str, unit: str, anchor: date) -> Period | None:
         first_month = SEASONS[unit][0]
         year = anchor.year if first_month <= anchor.month else anchor.year - 1  # this season's year
         # "last summer" said in or before a summer is the year before's, said after one (in December) the one
-        # just over: profiles relative_date R@1 0.788 -> 0.818, LoCoMo dev and evolving unchanged (offline,
-        # 2026-12-03). "next" is the next one to start.
+        # just over. "next" is the next one to start.
         if which == "next":
             year += 1
         elif which == "last" and _season(year, unit).last >= anchor:

@@ -1,5 +1,6 @@
 """The read path of saved memories: `recall` (hybrid ranking over the candidate set) and `search_memory`
-(strict: the vector index's nearest, at or above a threshold). Blocking: call from a worker thread."""
+(strict: the vector index's nearest, at or above a threshold). Blocking: call from a worker thread.
+The ranking step by step, and its measurements: docs/ranking.md."""
 
 from __future__ import annotations
 
@@ -39,10 +40,8 @@ RANKINGS = ("production", "dense", "lexical")
 # Searches of the vector index made at start-up, before the server reports ready (see `warm_up`).
 WARM_UP_SEARCHES = 32
 WARM_UP_QUERY = "warm up"
-# Start-up prepares the scopes ranked whole for at most this long (see `_prepare_scopes`): the 100 buckets of
-# 1,000 memories of bench/perf.py's 100k corpus take 2-8 s on 2 cores, depending on the machine; one left
-# unprepared costs its first recall ~100 ms (5 s left a third of them so on the slower machine: recall p99 in
-# one bucket 3.2x its p50).
+# Start-up prepares the scopes ranked whole for at most this long (see `_prepare_scopes`): long enough for a
+# 100k-memory store on a slow machine, as a scope left unprepared pays for it on its first recall.
 PREPARE_SECONDS = 20.0
 # recall looks this many times `limit` down the ranking for superseded memories to place below their successor.
 DEMOTION_WINDOW = 3
@@ -183,14 +182,12 @@ class Retrieval:
     def warm_up(self, searches: int = WARM_UP_SEARCHES) -> None:
         """Run the query model once, prepare the held sets (`_prepare_scopes`), read the newest memories into
         the candidate cache (CandidateSource.warm) and search the vector index with `searches` random
-        directions, so the first recalls after a start do not pay for first touches: at 100k memories the
-        first ten recalls' dense prefetch took 16, 14, 12, 10 ... 4 ms without it, then ~2 ms. Best effort: a
-        store or an index that cannot be read is simply not warmed (recall reports it itself)."""
+        directions, so the first recalls after a start do not pay for first touches. Best effort: a store or
+        an index that cannot be read is simply not warmed (recall reports it itself)."""
         self.embedder.embed_query(WARM_UP_QUERY)
         try:
             # The held sets first: each keeps its vectors in one matrix, which its cached memories then use,
-            # so reading the newest memories after them does not copy those vectors again (at 100k memories
-            # the other order peaked 95 MB higher and kept 120 MB more; see README, Recall at scale).
+            # so reading the newest memories after them does not copy those vectors again.
             self._prepare_scopes()
             log.info("read %d memories into the candidate cache", self.source.warm(self.words))
         except Exception as exc:  # noqa: BLE001 - a damaged page is reported by /readyz and the reads
@@ -206,8 +203,7 @@ class Retrieval:
     def _prepare_scopes(self, seconds: float = PREPARE_SECONDS) -> None:
         """Recall once in each site and bucket small enough to be ranked whole (CandidateSource.
         scopes_ranked_whole), so that its candidate set and what the ranking derives from it are ready for
-        its first recall: at 100k memories the first recall of a 1,000-memory bucket cost 11 ms beyond the
-        query's embedding, the next ones 2.5 ms."""
+        its first recall, which would otherwise cost several times the next ones."""
         deadline, prepared = time.monotonic() + seconds, 0
         for scope in self.source.scopes_ranked_whole():
             if time.monotonic() > deadline:

@@ -1,39 +1,12 @@
-"""Recency where the query asks for it: "who leads Atlas now?", "our current deploy day", "the latest
-decision on auth".
+"""Recency where the query asks for it: "who leads Atlas now?", "the latest decision on auth".
 
-A query with one of the RECENT cue words asks for the state of things as it is now. The memories that
-answer it are often several versions of one fact (the old value, then the new one), about equally relevant;
-the newest should come first. So, for such a query only: among the best RECENCY_TOP candidates of the
-ranking, the relevant ones are those whose dense similarity to the query is within RECENCY_DENSE_MARGIN of
-the best of them and whose fused score is within RECENCY_FUSED_MARGIN of the top; they are placed first,
-newest first. Every other query (a plain topical one) is ranked exactly as before.
-
-Measured on bench/evolving.py (current-value questions, top-1; see the README): without supersede links
-0.27 -> 0.51, with them (half of the updates) 0.50 -> 0.62. Tried and dropped there: a recency term added
-to every candidate's fused score (z-scored time, at most 0.45), the same window on fused scores alone
-(0.49), grouping candidates by their similarity to the top hit (0.51 at best, and worse on past questions),
-treating a window's end (occurred_before) as a request for recency (past questions 0.57 -> 0.50-0.58),
-and removing the cue words from the query (0.24); the cue words weighing nothing on the lexical side
-(current top-1 with recency 0.517 -> 0.509, with links 0.613 -> 0.609; LoCoMo 0.767 / 0.837 -> 0.768 / 0.838).
-
-The same order answers a question about a past period the caller gave no time window for: "Who was Maria's
-manager in March 2024?", "Which team was Ivo on in Q3 2024?". What was the case then is the newest relevant
-memory written by the period's end; one written later tells what came after. So when a query names a month, a
-quarter, a season or a year (server/ranking/dates.py, as_of_end), asks nothing about the present, and the
-request has no occurred_after / occurred_before, the relevant memories written by the end of that period are
-placed first, newest first (as_of_first); only a period named with its year: one relative to today ("last
-year", "in June") says little about memories that may be from any time; and not a period that bounds a range
-("since March 2024", "before 2024"). Not when one of the best RECENCY_TOP names a date inside the period:
-then the question is about what happened then ("What did Kenji do in October '22?") and the date boost has
-placed that memory. With a window the window does the work: the order inside it measured lower.
-Measured in-process (bench/offline.py, 2026-12-03), top-1 on bench/evolving.py without windows: "as of" 0.313
--> 0.520 (lexical alone 0.354, dense 0.268), "changed in" 0.440 -> 0.680, with `supersedes` links 0.202 ->
-0.293 and 0.200 -> 0.320; with windows unchanged (0.571 and 0.920; inside the window it gave 0.540 and 0.820).
-LoCoMo dev unchanged in every category (it reorders 3 of 760 questions; 35 name a period with its year),
-profiles too (relative_date R@1 lost a question, 0.788 -> 0.758, until "last summer" said in December came to
-mean the summer just over: server/ranking/periods.py). Without the test for a memory naming the period,
-profiles event_by_date R@1 / R@5 fell 0.626 / 0.868 -> 0.549 / 0.780: the older facts about the person were
-raised above the event.
+A query with a RECENT cue word asks for the state of things now; the memories answering it are often several
+versions of one fact, about equally relevant. So among the best RECENCY_TOP, the relevant ones (dense within
+RECENCY_DENSE_MARGIN of the best of them, fused within RECENCY_FUSED_MARGIN of the top) are placed first,
+newest first (`newest_first`). A question about a past period named with its year and no time window ("Who was
+Maria's manager in March 2024?") is answered by the newest relevant memory written by the period's end
+(`as_of_first`, the period from dates.as_of_end). Every other query is ranked as before.
+Measurements: docs/ranking.md.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ FULL_SCAN_LIMIT = 5000
 # Measured on LoCoMo's 2,760 dev turns as one site, prefetch forced, R@5 / R@10 (top-10 overlap with ranking
 # every memory; candidates ranked for the first question): 200 0.759 / 0.823 (0.908; 992), 100 0.756 / 0.826
 # (0.880; 553); ranking every memory 0.753 / 0.815. At 100k memories (bench/perf.py's corpus) 100 rather than
-# 200 halves what every later stage of a whole-site recall works on (see README, Recall at scale).
+# 200 halves what every later stage of a whole-site recall works on (see docs/benchmarks.md, Recall at scale).
 PREFETCH = 100
 # Memories kept as ready-made ranking candidates (~1.8 KB each beside its 384-dimension vector, kept compact
 # at 0.75 KB; measured at 100k, held sets included).

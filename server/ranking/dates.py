@@ -25,7 +25,7 @@ from server.ranking.periods import Period, periods
 # DATE_AFTER_DAYS after it, since what happened is often told a few days later. Its own date is not used for
 # a month or longer: "who was her manager in March 2024?" is answered by what was written before March as
 # much as in it (bench/evolving.py "as of" questions with time windows, top-1: 0.561 with the own date left
-# out of coarse periods, 0.470 with it). Through the benchmarks (README), R@5 / R@10: LoCoMo dev 0.723 /
+# out of coarse periods, 0.470 with it). Through the benchmarks (docs/benchmarks.md), R@5 / R@10: LoCoMo dev 0.723 /
 # 0.805 -> 0.725 / 0.807 (temporal 0.865 / 0.912 -> 0.871 / 0.925); profiles event_by_date 0.747 / 0.824 ->
 # 0.824 / 0.901, relative_date 0.879 / 0.939 -> 0.970 / 1.000. Chosen with offline harnesses of the three
 # datasets (the same candidates, production ranking without query expansion), R@5 / R@10:

@@ -190,7 +190,7 @@ class Retrieval:
         try:
             # The held sets first: each keeps its vectors in one matrix, which its cached memories then use,
             # so reading the newest memories after them does not copy those vectors again (at 100k memories
-            # the other order peaked 95 MB higher and kept 120 MB more; see README, Recall at scale).
+            # the other order peaked 95 MB higher and kept 120 MB more; see docs/benchmarks.md, Recall at scale).
             self._prepare_scopes()
             log.info("read %d memories into the candidate cache", self.source.warm(self.words))
         except Exception as exc:  # noqa: BLE001 - a damaged page is reported by /readyz and the reads

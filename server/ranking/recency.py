@@ -8,7 +8,7 @@ ranking, the relevant ones are those whose dense similarity to the query is with
 the best of them and whose fused score is within RECENCY_FUSED_MARGIN of the top; they are placed first,
 newest first. Every other query (a plain topical one) is ranked exactly as before.
 
-Measured on bench/evolving.py (current-value questions, top-1; see the README): without supersede links
+Measured on bench/evolving.py (current-value questions, top-1; see docs/benchmarks.md): without supersede links
 0.27 -> 0.51, with them (half of the updates) 0.50 -> 0.62. Tried and dropped there: a recency term added
 to every candidate's fused score (z-scored time, at most 0.45), the same window on fused scores alone
 (0.49), grouping candidates by their similarity to the top hit (0.51 at best, and worse on past questions),

@@ -3,7 +3,7 @@
 #   docker build -t memory-server .
 #   docker run -p 127.0.0.1:8765:8765 -v memory-data:/data memory-server
 #
-# docker-compose.yml runs it with a Qdrant server; see "Deploying with Docker" in README.md.
+# docker-compose.yml runs it with a Qdrant server; see "Deploying with Docker" in docs/operations.md.
 
 FROM python:3.11-slim AS build
 

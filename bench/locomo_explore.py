@@ -430,7 +430,7 @@ def explore(ex: Explorer) -> None:
     def fz(c, w=0.4, lex=None, how=DP):
         return (1 - w) * zscore(D(c, how)) + w * zscore(L(c, how) if lex is None else lex)
 
-    section("baselines (README reference: dense .510, BM25 .563, RRF .597, RRF+date .627)")
+    section("baselines (reference figures: dense .510, BM25 .563, RRF .597, RRF+date .627)")
     report(b, "dense cosine, plain content", lambda c: D(c, "plain"))
     report(b, "BM25 stemmed, no stop words, plain", lambda c: L(c, "plain", analyzer=an_nostop))
     report(b, "RRF(dense, BM25 no-stop) plain", lambda c: rrf(D(c, "plain"), L(c, "plain", analyzer=an_nostop)))

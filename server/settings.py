@@ -112,7 +112,7 @@ class Settings(BaseSettings):
                           "higher."
     )
     search_min_score: float = Field(
-        0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see README for calibration)."
+        0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see docs/tools.md, Scores, for calibration)."
     )
 
     log_format: Literal["text", "json"] = Field("text", description="Log line format.")

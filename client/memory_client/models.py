@@ -46,7 +46,7 @@ class Memory(MemoryFields):
 
 
 class Hit(MemoryFields):
-    """A ranked result of `recall` or `search`; `score` as the README of the server defines it per tool."""
+    """A ranked result of `recall` or `search`; `score` as the server's docs/tools.md ("Scores") defines it per tool."""
 
     score: float
     updated_at: datetime | None = None

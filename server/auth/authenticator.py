@@ -35,6 +35,9 @@ VERIFIED_CACHE = 10_000
 
 
 class Authenticator:
+    """Who a request is: a site's Basic credential, a scoped token or an OAuth access token, checked against
+    the stores on every request."""
+
     def __init__(self, sites: SiteStore, *, nowait: bool = False, oauth: OAuthStore | None = None,
                  resource: str = "", clock: Callable[[], float] = time.time, usage: UsageLog | None = None) -> None:
         self._sites = sites

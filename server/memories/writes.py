@@ -65,6 +65,9 @@ def document_terms(content: str, occurred_at: str | None) -> str:
 
 
 class MemoryWrites:
+    """Every change to saved memories: validated, written to the store with its outbox row in one transaction,
+    then indexed (remember, patch, supersede, forget)."""
+
     def __init__(self, store: MemoryStore, index: IndexSync, embedder: Embedder, words: WordVectors, *,
                  max_content_bytes: int) -> None:
         self.store = store

@@ -90,6 +90,9 @@ EMPTY_HELD = Held(fingerprint(()), CandidateSet(()))
 
 
 class CandidateSource:
+    """The memories a recall ranks: the whole visible set when small, else the union of the vector and lexical
+    prefetches and their conversation neighbours, read through a cache of ready-made candidates."""
+
     def __init__(self, store: CandidateStore, index: VectorIndex, *, model: str,
                  full_scan_limit: int = FULL_SCAN_LIMIT, lexical_postings: int = LEXICAL_POSTINGS,
                  cache_size: int = CANDIDATE_CACHE, whole_set_candidates: int = WHOLE_SET_CANDIDATES,

@@ -61,6 +61,9 @@ class Degraded(Protocol):
 
 
 class Retrieval:
+    """Reads of saved memories by meaning: `recall` (candidates, fusion, adjustments), `search_memory` (the
+    vector index with strict filters) and the words a query is expanded with."""
+
     def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
                  words: WordVectors, *, ranking: str = "production", recency: bool = True,
                  dates: bool = True, speakers: bool = True, answers: bool = True,

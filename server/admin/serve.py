@@ -116,9 +116,15 @@ def _open_index_for_serving(settings: Settings) -> VectorIndex:
     from server.services import open_configured_index
 
     try:
-        return open_configured_index(settings)
+        index = open_configured_index(settings)
     except Exception as exc:  # locked by another server, unreadable, unreachable: each says what to do
         fail(exc)
+    try:
+        index.info()  # a Qdrant server is first reached here: unreachable, the start fails saying so
+    except Exception as exc:
+        index.close()
+        fail(exc)
+    return index
 
 
 def _open_services_for_serving(settings: Settings, index: VectorIndex | None) -> Services:

@@ -51,6 +51,11 @@ SEEDED_CONVERSATION = "conv-fuzz-seeded"
 STATS: dict[str, dict[int, int]] = {}
 
 
+# Stored text holds no NUL and no lone surrogate: such a request is refused (422) where text is stored, and
+# may still be answered otherwise (a log item's payload keeps a NUL escaped; an unknown reference is 404 first).
+UNSTORABLE_TEXT = "stored text holds no NUL and no lone surrogate"
+
+
 def semantic_rule(case: Any) -> str | None:
     """A rule of the API that a JSON Schema cannot state, which a schema-valid request may break; such a
     request may be rejected (422) although it fits the schema."""
@@ -67,7 +72,7 @@ def semantic_rule(case: Any) -> str | None:
     if header is not None and body.get("idempotency_key") not in (None, header):
         return "the Idempotency-Key header and the body's idempotency_key must agree"
     if any(text_fault(text) for text in strings([case.body, case.query, case.path_parameters, headers])):
-        return "stored text holds no NUL and no lone surrogate"
+        return UNSTORABLE_TEXT
     return None
 
 
@@ -186,7 +191,9 @@ def test_every_response_is_documented(api_schema: Any, fuzz_server: LiveServer, 
         case.validate_response(response, excluded_checks=excluded or None)
         codes[response.status_code] = codes.get(response.status_code, 0) + 1
         assert response.status_code != 500
-        if semantic and mode is GenerationMode.POSITIVE and response.status_code != 200:
+        if semantic == UNSTORABLE_TEXT:
+            assert response.status_code in (200, 201, 404, 422), response.text
+        elif semantic and mode is GenerationMode.POSITIVE and response.status_code != 200:
             assert response.status_code == 422, response.text
 
     run()

@@ -8,21 +8,15 @@ either (a sqlite3.Row or a psycopg dict row) reads the same way.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from server.storage.records import NewMemory, StoredMemory
+from server.storage.records import NewMemory, Row, StoredMemory
 
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
            " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
-
-
-class Row(Protocol):
-    """A row read with COLUMNS, its values by column name."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
 
 
 def stored(row: Row) -> StoredMemory:

@@ -17,6 +17,7 @@ from server.storage.records import NewMemory, Row, StoredMemory
 COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
            " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
+OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")  # exported only when set
 
 
 def stored(row: Row) -> StoredMemory:
@@ -40,3 +41,14 @@ def attribute_values(memory: NewMemory) -> list[Any]:
 
 def vector_blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def exported(record: dict[str, Any]) -> dict[str, Any]:
+    """A memory's export line from its public columns (JSON as text): the JSON parsed, and the optional
+    fields written only when set, so an export that uses none of them reads as before."""
+    for name in ("tags", "metadata", "provenance"):
+        record[name] = json.loads(record[name])
+    for name in OPTIONAL_FIELDS:
+        if record[name] is None:
+            del record[name]
+    return record

@@ -28,6 +28,7 @@ PURGE_BUDGET = 500
 # How long an append waits for the deletion of its conversation to finish before it answers `unavailable`.
 DELETION_WAIT_S = 10.0
 FIRST_POLL_S, MAX_POLL_S = 0.01, 0.2
+DAY_US = 86_400_000_000  # a day of retention, in the microseconds of last_activity_us
 
 
 def deleting_message(conversation_id: str) -> str:

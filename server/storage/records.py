@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -390,3 +390,9 @@ class StaleRow(Exception):
 
 class WouldBlock(Exception):
     """A nowait read would have had to wait (a lock); ask again without nowait."""
+
+
+class Row(Protocol):
+    """A row as both backends read it (a sqlite3.Row, a psycopg dict row): its values by column name."""
+
+    def __getitem__(self, key: str, /) -> Any: ...

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from server.errors import Unavailable
-from server.storage.deletion import after_deletion, deleting_message, unlinked_provenance
+from server.storage.deletion import DAY_US, after_deletion, deleting_message, unlinked_provenance
+from server.storage.log_import import new_batches, plan_import
 from server.storage.postgres.database import AsyncConn, Conn, Database
 from server.storage.records import (
-    APPENDED,
-    PRESENT,
     AppendAck,
     ConversationDeleting,
     ConversationPage,
@@ -38,7 +37,6 @@ from server.storage.records import (
     ToIndex,
     now_rfc3339,
 )
-from server.storage.sqlite.logs import DAY_US, same_payload
 
 MAX_BIGINT = 2**63 - 1
 IMPORT_TRIES = 5
@@ -278,8 +276,8 @@ class PostgresLogStore:
 
 def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequence[RawItem], *,
                      index: bool | None = None, bucket: str | None = None) -> list[str]:
-    """Import one conversation's items inside the caller's transaction; outcomes as on SQLite
-    (server.storage.sqlite.logs.import_log_items)."""
+    """Import one conversation's items inside the caller's transaction; one outcome per item
+    (server.storage.log_import.plan_import)."""
     # Locked: appenders wait until the import commits. A conversation that does not exist yet has no row to
     # lock, so the import checks that its seqs are still the next ones (RacedImport).
     row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = %s AND conversation_id = %s"
@@ -292,18 +290,12 @@ def import_log_items(conn: Conn, site_id: int, conversation_id: str, items: Sequ
         "SELECT seq, payload FROM log_items WHERE site_id = %s AND conversation_id = %s AND seq = ANY(%s)",
         [site_id, conversation_id, known]).fetchall()) if known else {}
     outcomes, new = plan_import(conversation_id, count, stored, items)
-    start = 0
-    while start < len(new):
-        end = start + 1
-        while end < len(new) and new[end][1] == new[start][1]:
-            end += 1
-        batch = new[start:end]
+    for batch in new_batches(new):
         first = conn.execute(IMPORT, {"site": site_id, "cid": conversation_id, "n": len(batch),
                                       "at": batch[0][1], "payloads": [text for _, _, text in batch],
                                       "choice": index, "bucket": bucket}).fetchone()
         if first is None or int(first[0]) != batch[0][0]:
             raise RacedImport(conversation_id)
-        start = end
     return outcomes
 
 
@@ -349,29 +341,3 @@ def purge_step(conn: Conn, site_id: int, conversation_id: str, budget: int) -> P
         conn.execute("DELETE FROM conversations WHERE site_id = %s AND conversation_id = %s",
                      [site_id, conversation_id])
     return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done, turns=turns)
-
-
-def plan_import(conversation_id: str, count: int, stored: dict[int, str],
-                items: Sequence[RawItem]) -> tuple[list[str], list[RawItem]]:
-    """Each item's outcome and the new items, given the conversation's count and its stored payloads."""
-    outcomes: list[str] = []
-    new: list[RawItem] = []
-    for seq, recorded_at, text in items:
-        if seq < count:
-            if seq in stored and same_payload(stored[seq], text):
-                outcomes.append(PRESENT)
-            else:
-                outcomes.append(f"conflict: conversation {conversation_id} already has a different item at seq {seq}")
-        elif seq == count + len(new):
-            new.append((seq, recorded_at, text))
-            outcomes.append(APPENDED)
-        elif seq < count + len(new):  # the same seq twice in this run of lines
-            if new[seq - count][2] == text:
-                outcomes.append(PRESENT)
-            else:
-                outcomes.append(f"conflict: seq {seq} of conversation {conversation_id} appears twice in the file "
-                                "with different payloads")
-        else:
-            outcomes.append(f"gap: conversation {conversation_id} has {count + len(new)} items, so the next seq "
-                            f"must be {count + len(new)}, not {seq}")
-    return outcomes, new

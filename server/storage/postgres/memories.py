@@ -11,17 +11,16 @@ totals row BM25 needs is locked only for the moment before COMMIT.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from psycopg.rows import dict_row
 
 from server.errors import InvalidParameters, Unavailable
 from server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from server.storage.listing import order_column
+from server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.lexicon import fts_tokens
 from server.storage.postgres.scope import scope_sql
@@ -43,9 +42,6 @@ from server.storage.records import (
 )
 from server.storage.scope import Scope
 
-COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
@@ -300,8 +296,8 @@ def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept
         " conversation_id, conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at,"
         " kind, indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
         " %s, %s, %s, 0) ON CONFLICT DO NOTHING RETURNING id",
-        [*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
-         conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
+        [*attribute_values(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
+         conversation_id, seq, vector_blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
          kept.valid_to, memory.expires_at, memory.kind]).fetchone()
     if row is not None:
         # Ids are never reused here (an identity column), so no queued deletion can name this one.
@@ -336,11 +332,11 @@ def update(conn: Conn, site_id: int, reference: str, memory: NewMemory, based_on
     assignments = ("content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
                    " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
                    " conversation_id = %s, conversation_seq = %s, supersedes = %s, expires_at = %s, indexed = 0")
-    values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
+    values: list[Any] = [*attribute_values(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
                          memory.supersedes, memory.expires_at]
     if document is not None:
         assignments += ", vector = %s, vector_model = %s"
-        values += [_blob(document.vector), document.model]
+        values += [vector_blob(document.vector), document.model]
         store_words(conn, site_id, words, document.model)
     conn.execute(f"UPDATE memories SET {assignments} WHERE id = %s", [*values, now.id])
     if document is not None:
@@ -361,32 +357,9 @@ def store_words(conn: Conn, site_id: int, words: Words, model: str) -> None:
     if not words.words or words.vectors is None:
         return
     # The last vector of a repeated word wins, as with SQLite's INSERT OR REPLACE.
-    latest = dict(zip(words.words, (_blob(v) for v in words.vectors), strict=True))
+    latest = dict(zip(words.words, (vector_blob(v) for v in words.vectors), strict=True))
     conn.execute(
         "INSERT INTO memory_words (site_id, word, model, vector) SELECT %s, w.word, %s, w.vector"
         " FROM unnest(%s::text[], %s::bytea[]) AS w (word, vector)"
         " ON CONFLICT (site_id, word) DO UPDATE SET model = excluded.model, vector = excluded.vector",
         [site_id, model, list(latest), list(latest.values())])
-
-
-def _attributes(memory: NewMemory) -> list[Any]:
-    """content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at."""
-    return [memory.content, memory.type, memory.location, memory.project, memory.team, memory.bucket,
-            json.dumps(list(memory.tags), ensure_ascii=False), json.dumps(memory.metadata, ensure_ascii=False),
-            json.dumps(memory.provenance, ensure_ascii=False), memory.occurred_at]
-
-
-def _blob(vector: np.ndarray) -> bytes:
-    return np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def stored(row: Mapping[str, Any]) -> StoredMemory:
-    return StoredMemory(
-        id=int(row["id"]), reference=row["reference"], site_id=int(row["site_id"]), content=row["content"],
-        type=row["type"], location=row["location"], project=row["project"], team=row["team"],
-        bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
-        provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
-        updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], expires_at=row["expires_at"], kind=row["kind"], vector_model=row["vector_model"],
-        has_vector=bool(row["has_vector"]),
-    )

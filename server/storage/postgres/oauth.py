@@ -16,7 +16,6 @@ Sign-in reads never wait on the event loop: `token(nowait=True)` raises WouldBlo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,6 @@ from psycopg.rows import dict_row
 from server.storage.oauth_records import (
     CODE_REPLAY_WINDOW_S,
     REFRESH,
-    Bounds,
     IssuedToken,
     NewGrant,
     OAuthClient,
@@ -35,17 +33,22 @@ from server.storage.oauth_records import (
     OAuthTokenRecord,
     PendingAuthorization,
 )
+from server.storage.oauth_rows import (
+    GRANTS,
+    TOKENS,
+    bounds_values,
+    client_of,
+    code_of,
+    grant_of,
+    json_list,
+    pending_of,
+    token_of,
+)
 from server.storage.postgres.database import Conn, Database
 from server.storage.records import WouldBlock, now_rfc3339, rfc3339_at
 
 Row = dict[str, Any]
 
-_GRANT = ("SELECT g.*, s.name AS site, c.client_name FROM oauth_grants g JOIN sites s ON s.id = g.site_id"
-          " LEFT JOIN oauth_clients c ON c.client_id = g.client_id")
-_TOKEN = ("SELECT t.kind, t.scopes AS token_scopes, t.expires_at AS token_expires_at, t.rotated, g.*,"
-          " s.name AS site, c.client_name FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
-          " JOIN sites s ON s.id = g.site_id LEFT JOIN oauth_clients c ON c.client_id = g.client_id"
-          " WHERE t.token_hash = %s")
 
 
 class PostgresOAuthStore:
@@ -68,9 +71,7 @@ class PostgresOAuthStore:
         row = self._one("SELECT * FROM oauth_clients WHERE client_id = %s", [client_id])
         if row is None:
             return None
-        return OAuthClient(client_id=row["client_id"], secret_hash=row["secret_hash"], client_name=row["client_name"],
-                           metadata=row["metadata"], created_at=float(row["created_at"]),
-                           granted_at=_float(row["granted_at"]))
+        return client_of(row)
 
     def forget_unused_clients(self, *, registered_before: float) -> int:
         return self._db.write(lambda conn: conn.execute(
@@ -100,7 +101,7 @@ class PostgresOAuthStore:
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         row = self._one("SELECT * FROM oauth_requests WHERE request_hash = %s AND expires_at > %s",
                         [request_hash, now])
-        return _pending(row) if row else None
+        return pending_of(row) if row else None
 
     def set_request_csrf(self, request_hash: str, csrf_hash: str, *, now: float) -> bool:
         return self._db.write(lambda conn: conn.execute(
@@ -112,7 +113,7 @@ class PostgresOAuthStore:
         row = self._db.write(lambda conn: _cursor(conn).execute(
             "DELETE FROM oauth_requests WHERE request_hash = %s RETURNING *", [request_hash]).fetchone(),
             single=True)
-        return _pending(row) if row is not None and float(row["expires_at"]) > now else None
+        return pending_of(row) if row is not None and float(row["expires_at"]) > now else None
 
     # --- codes ------------------------------------------------------------------------------------
 
@@ -128,8 +129,8 @@ class PostgresOAuthStore:
                 "INSERT INTO oauth_codes (code_hash, client_id, site_id, scopes, teams, projects, buckets, resource,"
                 " code_challenge, redirect_uri, redirect_uri_explicit, expires_at)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [code_hash, code.client_id, code.site_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), code.resource, code.code_challenge, code.redirect_uri,
+                [code_hash, code.client_id, code.site_id, *bounds_values(b),
+                 code.resource, code.code_challenge, code.redirect_uri,
                  int(code.redirect_uri_explicit), code.expires_at])
             return True
 
@@ -139,11 +140,7 @@ class PostgresOAuthStore:
         row = self._one("SELECT * FROM oauth_codes WHERE code_hash = %s", [code_hash])
         if row is None:
             return None
-        return OAuthCode(client_id=row["client_id"], site_id=int(row["site_id"]), bounds=_bounds(row),
-                         resource=row["resource"], code_challenge=row["code_challenge"],
-                         redirect_uri=row["redirect_uri"], redirect_uri_explicit=bool(row["redirect_uri_explicit"]),
-                         expires_at=float(row["expires_at"]), used=row["grant_id"] is not None,
-                         grant_id=row["grant_id"])
+        return code_of(row)
 
     def redeem_code(self, code_hash: str, grant: NewGrant, tokens: Sequence[IssuedToken], *, now: float) -> bool:
         def redeem(conn: Conn) -> bool:
@@ -162,8 +159,8 @@ class PostgresOAuthStore:
             conn.execute(
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
                 " created_at, expires_at, last_used_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [grant.id, grant.site_id, grant.client_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)])
+                [grant.id, grant.site_id, grant.client_id, *bounds_values(b),
+                 grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)])
             _insert_tokens(conn, grant.id, tokens)
             # Last: a client's row is locked after the site, code and grant (forget_unused_clients locks no
             # other row, so the order holds).
@@ -177,11 +174,10 @@ class PostgresOAuthStore:
     def token(self, token_hash: str, *, nowait: bool = False) -> OAuthTokenRecord | None:
         if nowait:
             raise WouldBlock("a PostgreSQL read waits on the network")
-        row = self._one(_TOKEN, [token_hash])
+        row = self._one(f"{TOKENS} WHERE t.token_hash = %s", [token_hash])
         if row is None:
             return None
-        return OAuthTokenRecord(grant=_grant(row), kind=row["kind"], scopes=tuple(json.loads(row["token_scopes"])),
-                                expires_at=float(row["token_expires_at"]), rotated=bool(row["rotated"]))
+        return token_of(row)
 
     def rotate_refresh(self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float,
                        grant_expires_at: float) -> bool:
@@ -211,8 +207,8 @@ class PostgresOAuthStore:
 
     def grants(self, site_id: int) -> list[OAuthGrant]:
         rows = self._db.read(lambda conn: _cursor(conn).execute(
-            f"{_GRANT} WHERE g.site_id = %s ORDER BY g.created_at, g.id", [site_id]).fetchall())
-        return [_grant(row) for row in rows]
+            f"{GRANTS} WHERE g.site_id = %s ORDER BY g.created_at, g.id", [site_id]).fetchall())
+        return [grant_of(row) for row in rows]
 
     def revoke_grant(self, grant_id: str) -> bool:
         return self._db.write(lambda conn: conn.execute(
@@ -251,34 +247,5 @@ def _insert_tokens(conn: Conn, grant_id: str, tokens: Sequence[IssuedToken]) -> 
         "INSERT INTO oauth_tokens (token_hash, grant_id, kind, scopes, expires_at)"
         " SELECT t.token_hash, %s, t.kind, t.scopes, t.expires_at"
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[]) AS t (token_hash, kind, scopes, expires_at)",
-        [grant_id, [t.token_hash for t in tokens], [t.kind for t in tokens], [_json(t.scopes) for t in tokens],
+        [grant_id, [t.token_hash for t in tokens], [t.kind for t in tokens], [json_list(t.scopes) for t in tokens],
          [t.expires_at for t in tokens]])
-
-
-def _json(values: tuple[str, ...] | None) -> str | None:
-    return json.dumps(list(values)) if values is not None else None
-
-
-def _float(raw: float | None) -> float | None:
-    return float(raw) if raw is not None else None
-
-
-def _tuple(raw: str | None) -> tuple[str, ...] | None:
-    return tuple(json.loads(raw)) if raw is not None else None
-
-
-def _bounds(row: Row) -> Bounds:
-    return Bounds(scopes=tuple(json.loads(row["scopes"])), teams=_tuple(row["teams"]),
-                  projects=_tuple(row["projects"]), buckets=_tuple(row["buckets"]))
-
-
-def _pending(row: Row) -> PendingAuthorization:
-    return PendingAuthorization(client_id=row["client_id"], params=row["params"], expires_at=float(row["expires_at"]),
-                                csrf_hash=row["csrf_hash"])
-
-
-def _grant(row: Row) -> OAuthGrant:
-    return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
-                      client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
-                      last_used_at=row["last_used_at"])

@@ -8,16 +8,15 @@ once: the sign-in middleware then asks again from a worker thread, never blockin
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from psycopg.rows import dict_row
 
 from server.errors import InvalidParameters
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.oauth import delete_site_rows
 from server.storage.postgres.schema import SITE_TABLES
 from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
-
-TOKEN_COLUMNS = ("t.id, t.site_id, s.name, t.scopes, t.teams, t.projects, t.buckets, t.created_at,"
-                 " t.revoked_at, t.label, t.last_used_at")
+from server.storage.site_rows import SESSION_COLUMNS, TOKEN_COLUMNS, bound_json, session_of, token_of
 
 
 class PostgresSiteStore:
@@ -78,14 +77,14 @@ class PostgresSiteStore:
         self._db.write(lambda conn: conn.execute(
             "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at, label)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), _bound_json(token.teams),
-             _bound_json(token.projects), _bound_json(token.buckets), token.created_at, token.label]), single=True)
+            [token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), bound_json(token.teams),
+             bound_json(token.projects), bound_json(token.buckets), token.created_at, token.label]), single=True)
 
     def tokens(self, site_id: int) -> list[TokenRecord]:
-        rows = self._db.read(lambda conn: conn.execute(
+        rows = self._db.read(lambda conn: conn.cursor(row_factory=dict_row).execute(
             f"SELECT {TOKEN_COLUMNS} FROM tokens t JOIN sites s ON s.id = t.site_id WHERE t.site_id = %s"
             " ORDER BY t.created_at, t.id", [site_id]).fetchall())
-        return [_token(row) for row in rows]
+        return [token_of(row) for row in rows]
 
     def revoke_token(self, token_id: str) -> bool:
         return self._db.write(lambda conn: conn.execute(
@@ -110,13 +109,11 @@ class PostgresSiteStore:
              session.created_at, session.seen_at]), single=True, idempotent=True)
 
     def session(self, id_hash: str) -> SessionRecord | None:
-        row = self._db.read(lambda conn: conn.execute(
-            "SELECT id_hash, site_id, site, kind, credential, created_at, seen_at FROM console_sessions"
-            " WHERE id_hash = %s", [id_hash]).fetchone())
+        row = self._db.read(lambda conn: conn.cursor(row_factory=dict_row).execute(
+            f"SELECT {SESSION_COLUMNS} FROM console_sessions WHERE id_hash = %s", [id_hash]).fetchone())
         if row is None:
             return None
-        return SessionRecord(id_hash=str(row[0]), site_id=int(row[1]), site=str(row[2]), kind=str(row[3]),
-                             credential=str(row[4]), created_at=float(row[5]), seen_at=float(row[6]))
+        return session_of(row)
 
     def touch_session(self, id_hash: str, seen_at: float) -> None:
         # GREATEST: replicas touching one session at once never move its activity back.
@@ -145,10 +142,10 @@ class PostgresSiteStore:
     def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
         if nowait:
             raise WouldBlock("a PostgreSQL read waits on the network")
-        row = self._db.read(lambda conn: conn.execute(
+        row = self._db.read(lambda conn: conn.cursor(row_factory=dict_row).execute(
             f"SELECT {TOKEN_COLUMNS} FROM tokens t JOIN sites s ON s.id = t.site_id WHERE t.token_hash = %s",
             [token_hash]).fetchone())
-        return _token(row) if row else None
+        return token_of(row) if row else None
 
 
 def delete_site(conn: Conn, name: str) -> bool:
@@ -164,19 +161,3 @@ def delete_site(conn: Conn, name: str) -> bool:
     delete_site_rows(conn, site_id)  # OAuth codes, grants and their tokens
     conn.execute("DELETE FROM sites WHERE id = %s", [site_id])
     return True
-
-
-def _bound_json(values: tuple[str, ...] | None) -> str | None:
-    return json.dumps(sorted(set(values))) if values else None
-
-
-def _bound(raw: Any) -> tuple[str, ...] | None:
-    return tuple(json.loads(raw)) if raw else None
-
-
-def _token(row: tuple[Any, ...]) -> TokenRecord:
-    return TokenRecord(id=str(row[0]), site_id=int(row[1]), site=str(row[2]), scopes=tuple(json.loads(row[3])),
-                       teams=_bound(row[4]), projects=_bound(row[5]), buckets=_bound(row[6]),
-                       created_at=str(row[7]), revoked_at=None if row[8] is None else str(row[8]),
-                       label=None if row[9] is None else str(row[9]),
-                       last_used_at=None if row[10] is None else str(row[10]))

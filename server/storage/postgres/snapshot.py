@@ -9,7 +9,6 @@ through server-side cursors, so an export of any size holds a page at a time.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from psycopg import IsolationLevel
 from psycopg.rows import TupleRow
 
 from server.errors import NotFound, Unavailable
+from server.storage.memory_rows import exported
 from server.storage.postgres.errors import postgres_failure, unreachable
 from server.storage.postgres.schema import schema_version
 from server.storage.records import RawItem, now_rfc3339
@@ -26,8 +26,6 @@ PAGE = 1000
 MEMORY_FIELDS = ("site", "reference", "content", "type", "location", "project", "team", "bucket", "tags",
                  "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes", "superseded_by",
                  "valid_to", "expires_at")
-# Written only when set, so an export that uses none of them reads as before.
-OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")
 
 
 class PostgresSnapshot:
@@ -90,13 +88,7 @@ class PostgresSnapshot:
                " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
                f" m.valid_to, m.expires_at FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id")
         for row in self._stream("memories", sql, args):
-            record = dict(zip(MEMORY_FIELDS, row, strict=True))
-            for name in ("tags", "metadata", "provenance"):
-                record[name] = json.loads(record[name])
-            for name in OPTIONAL_FIELDS:
-                if record[name] is None:
-                    del record[name]
-            yield record
+            yield exported(dict(zip(MEMORY_FIELDS, row, strict=True)))
 
     def indexing_sites(self) -> list[str]:
         """The names of the sites that index their logs."""

@@ -12,17 +12,15 @@ step is one job of the writer, so appends to other conversations run between any
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from server.errors import Unavailable
-from server.storage.deletion import after_deletion, deleting_message, unlinked_provenance
+from server.storage.deletion import DAY_US, after_deletion, deleting_message, unlinked_provenance
+from server.storage.log_import import new_batches, plan_import
 from server.storage.records import (
-    APPENDED,
-    PRESENT,
     AppendAck,
     ConversationDeleting,
     ConversationPage,
@@ -37,7 +35,6 @@ from server.storage.records import (
 from server.storage.sqlite.writer import Readers, Writer
 
 MAX_SQLITE_INT = 2**63 - 1  # larger Python ints cannot be bound as SQLite parameters
-DAY_US = 86_400_000_000
 # The items of a conversation, unless it is being deleted (site_id, conversation_id bound twice).
 VISIBLE_ITEMS = ("FROM log_items WHERE site_id = ? AND conversation_id = ? AND NOT EXISTS (SELECT 1 FROM"
                  " conversations c WHERE c.site_id = ? AND c.conversation_id = ? AND c.deleting = 1)")
@@ -235,50 +232,23 @@ def site_indexes_logs(conn: sqlite3.Connection, site_id: int) -> bool:
 
 def import_log_items(conn: sqlite3.Connection, site_id: int, conversation_id: str, items: Sequence[RawItem], *,
                      index: bool | None = None, bucket: str | None = None) -> list[str]:
-    """Import one conversation's items `(seq, recorded_at, payload text)` inside the caller's write transaction.
-
-    Returns one outcome per item: "appended", "present" (that seq holds the identical payload), or an
-    error message (a different payload at that seq, or a seq that would leave a gap). New items must
-    continue the conversation: seq == its item count. Consecutive new items sharing a recorded_at go in
-    as one batch, so each keeps its recorded_at and the batches keep their boundaries.
-    """
+    """Import one conversation's items `(seq, recorded_at, payload text)` inside the caller's write transaction;
+    one outcome per item (server.storage.log_import.plan_import)."""
     row = conn.execute("SELECT item_count, deleting FROM conversations WHERE site_id = ? AND conversation_id = ?",
                        (site_id, conversation_id)).fetchone()
     if row is not None and row[1]:
         raise Unavailable(deleting_message(conversation_id))
     count = int(row[0]) if row else 0
-    outcomes: list[str] = []
-    new: list[RawItem] = []
-    for seq, recorded_at, text in items:
-        if seq < count:
-            stored = conn.execute(
-                "SELECT payload FROM log_items WHERE site_id = ? AND conversation_id = ? AND seq = ?",
-                (site_id, conversation_id, seq),
-            ).fetchone()
-            if stored is not None and same_payload(stored[0], text):
-                outcomes.append(PRESENT)
-            else:
-                outcomes.append(f"conflict: conversation {conversation_id} already has a different item at seq {seq}")
-        elif seq == count + len(new):
-            new.append((seq, recorded_at, text))
-            outcomes.append(APPENDED)
-        elif seq < count + len(new):  # the same seq twice in this run of lines
-            if new[seq - count][2] == text:
-                outcomes.append(PRESENT)
-            else:
-                outcomes.append(f"conflict: seq {seq} of conversation {conversation_id} appears twice in the file "
-                                "with different payloads")
-        else:
-            outcomes.append(f"gap: conversation {conversation_id} has {count + len(new)} items, so the next seq "
-                            f"must be {count + len(new)}, not {seq}")
-    start = 0
-    while start < len(new):
-        end = start + 1
-        while end < len(new) and new[end][1] == new[start][1]:
-            end += 1
-        append_batch(conn, site_id, conversation_id, [text for _, _, text in new[start:end]], None,
-                     recorded_at=new[start][1], index=index, bucket=bucket)
-        start = end
+    stored: dict[int, str] = {}
+    for seq in sorted({seq for seq, _, _ in items if seq < count}):
+        row = conn.execute("SELECT payload FROM log_items WHERE site_id = ? AND conversation_id = ? AND seq = ?",
+                           (site_id, conversation_id, seq)).fetchone()
+        if row is not None:
+            stored[seq] = row[0]
+    outcomes, new = plan_import(conversation_id, count, stored, items)
+    for batch in new_batches(new):
+        append_batch(conn, site_id, conversation_id, [text for _, _, text in batch], None,
+                     recorded_at=batch[0][1], index=index, bucket=bucket)
     return outcomes
 
 
@@ -320,13 +290,3 @@ def purge_step(conn: sqlite3.Connection, site_id: int, conversation_id: str, bud
     if done:
         conn.execute("DELETE FROM conversations WHERE site_id = ? AND conversation_id = ?", (site_id, conversation_id))
     return PurgeStep(unlinked=len(linked), items=items, keys=keys, done=done, turns=turns)
-
-
-def same_payload(stored: str, text: str) -> bool:
-    """Whether a stored payload is the imported one: the same JSON, keys in the same order."""
-    if stored == text:
-        return True
-    try:  # stored by some other writer in another spacing: compare the canonical forms
-        return json.dumps(json.loads(stored), ensure_ascii=False, separators=(",", ":"), allow_nan=False) == text
-    except ValueError:
-        return False

@@ -7,17 +7,15 @@ index drops the point even if the process dies before it could.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from server.errors import InvalidParameters
 from server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from server.storage.listing import order_column
+from server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
 from server.storage.records import (
     BY_CREATED,
     CONFLICT,
@@ -38,9 +36,6 @@ from server.storage.scope import Scope
 from server.storage.sqlite.scope import marks, scope_sql
 from server.storage.sqlite.writer import Readers, Writer
 
-COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 
@@ -104,11 +99,11 @@ class SqliteMemoryStore:
             assignments = ("content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
                            " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
                            " conversation_id = ?, conversation_seq = ?, supersedes = ?, expires_at = ?, indexed = 0")
-            values: list[Any] = [*_attributes(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
+            values: list[Any] = [*attribute_values(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
                                  memory.supersedes, memory.expires_at]
             if document is not None:
                 assignments += ", vector = ?, vector_model = ?"
-                values += [_blob(document.vector), document.model]
+                values += [vector_blob(document.vector), document.model]
                 conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?", (document.terms, row_id))
                 store_words(conn, site_id, words, document.model)
             conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values, row_id))
@@ -295,8 +290,8 @@ def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: 
         " occurred_at, reference, site_id, created_at, updated_at, dedup_key, conversation_id,"
         " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at, kind, indexed)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
-        (*_attributes(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
-         conversation_id, seq, _blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
+        (*attribute_values(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
+         conversation_id, seq, vector_blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
          kept.valid_to, memory.expires_at, memory.kind),
     )
     row_id = int(cur.lastrowid or 0)
@@ -313,28 +308,5 @@ def store_words(conn: sqlite3.Connection, site_id: int, words: Words, model: str
         return
     conn.executemany(
         "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
-        [(site_id, w, model, _blob(v)) for w, v in zip(words.words, words.vectors, strict=True)],
-    )
-
-
-def _attributes(memory: NewMemory) -> list[Any]:
-    """content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at."""
-    return [memory.content, memory.type, memory.location, memory.project, memory.team, memory.bucket,
-            json.dumps(list(memory.tags), ensure_ascii=False), json.dumps(memory.metadata, ensure_ascii=False),
-            json.dumps(memory.provenance, ensure_ascii=False), memory.occurred_at]
-
-
-def _blob(vector: np.ndarray) -> bytes:
-    return np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def stored(row: sqlite3.Row) -> StoredMemory:
-    return StoredMemory(
-        id=int(row["id"]), reference=row["reference"], site_id=int(row["site_id"]), content=row["content"],
-        type=row["type"], location=row["location"], project=row["project"], team=row["team"],
-        bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
-        provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
-        updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], expires_at=row["expires_at"], kind=row["kind"], vector_model=row["vector_model"],
-        has_vector=bool(row["has_vector"]),
+        [(site_id, w, model, vector_blob(v)) for w, v in zip(words.words, words.vectors, strict=True)],
     )

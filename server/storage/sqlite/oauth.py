@@ -7,7 +7,6 @@ wins. Token reads for sign-in may use a connection that never waits (as `SqliteS
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -15,7 +14,6 @@ from pathlib import Path
 
 from server.storage.oauth_records import (
     CODE_REPLAY_WINDOW_S,
-    Bounds,
     IssuedToken,
     NewGrant,
     OAuthClient,
@@ -24,16 +22,20 @@ from server.storage.oauth_records import (
     OAuthTokenRecord,
     PendingAuthorization,
 )
+from server.storage.oauth_rows import (
+    GRANTS,
+    TOKENS,
+    bounds_values,
+    client_of,
+    code_of,
+    grant_of,
+    json_list,
+    pending_of,
+    token_of,
+)
 from server.storage.records import WouldBlock, now_rfc3339, rfc3339_at
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.writer import Readers, Writer
-
-_GRANT = ("SELECT g.*, s.name AS site, c.client_name FROM oauth_grants g JOIN sites s ON s.id = g.site_id"
-          " LEFT JOIN oauth_clients c ON c.client_id = g.client_id")
-_TOKEN = ("SELECT t.kind, t.scopes AS token_scopes, t.expires_at AS token_expires_at, t.rotated, g.*,"
-          " s.name AS site, c.client_name FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
-          " JOIN sites s ON s.id = g.site_id LEFT JOIN oauth_clients c ON c.client_id = g.client_id"
-          " WHERE t.token_hash = ?")
 
 
 class SqliteOAuthStore:
@@ -63,9 +65,7 @@ class SqliteOAuthStore:
         row = self._readers.get().execute("SELECT * FROM oauth_clients WHERE client_id = ?", (client_id,)).fetchone()
         if row is None:
             return None
-        return OAuthClient(client_id=row["client_id"], secret_hash=row["secret_hash"], client_name=row["client_name"],
-                           metadata=row["metadata"], created_at=float(row["created_at"]),
-                           granted_at=_float(row["granted_at"]))
+        return client_of(row)
 
     def forget_unused_clients(self, *, registered_before: float) -> int:
         return self._writer.run_sync(lambda conn: conn.execute(
@@ -90,7 +90,7 @@ class SqliteOAuthStore:
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         row = self._readers.get().execute(
             "SELECT * FROM oauth_requests WHERE request_hash = ? AND expires_at > ?", (request_hash, now)).fetchone()
-        return _pending(row) if row else None
+        return pending_of(row) if row else None
 
     def set_request_csrf(self, request_hash: str, csrf_hash: str, *, now: float) -> bool:
         return self._writer.run_sync(lambda conn: conn.execute(
@@ -101,7 +101,7 @@ class SqliteOAuthStore:
         def take(conn: sqlite3.Connection) -> PendingAuthorization | None:
             row = conn.execute("DELETE FROM oauth_requests WHERE request_hash = ? RETURNING *",
                                (request_hash,)).fetchone()
-            return _pending(row) if row is not None and float(row["expires_at"]) > now else None
+            return pending_of(row) if row is not None and float(row["expires_at"]) > now else None
 
         return self._writer.run_sync(take)
 
@@ -116,8 +116,8 @@ class SqliteOAuthStore:
             conn.execute(
                 "INSERT INTO oauth_codes (code_hash, client_id, site_id, scopes, teams, projects, buckets, resource,"
                 " code_challenge, redirect_uri, redirect_uri_explicit, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (code_hash, code.client_id, code.site_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), code.resource, code.code_challenge, code.redirect_uri,
+                (code_hash, code.client_id, code.site_id, *bounds_values(b),
+                 code.resource, code.code_challenge, code.redirect_uri,
                  int(code.redirect_uri_explicit), code.expires_at))
             return True
 
@@ -127,11 +127,7 @@ class SqliteOAuthStore:
         row = self._readers.get().execute("SELECT * FROM oauth_codes WHERE code_hash = ?", (code_hash,)).fetchone()
         if row is None:
             return None
-        return OAuthCode(client_id=row["client_id"], site_id=int(row["site_id"]), bounds=_bounds(row),
-                         resource=row["resource"], code_challenge=row["code_challenge"],
-                         redirect_uri=row["redirect_uri"], redirect_uri_explicit=bool(row["redirect_uri_explicit"]),
-                         expires_at=float(row["expires_at"]), used=row["grant_id"] is not None,
-                         grant_id=row["grant_id"])
+        return code_of(row)
 
     def redeem_code(self, code_hash: str, grant: NewGrant, tokens: Sequence[IssuedToken], *, now: float) -> bool:
         def redeem(conn: sqlite3.Connection) -> bool:
@@ -144,8 +140,8 @@ class SqliteOAuthStore:
             conn.execute(
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
                 " created_at, expires_at, last_used_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (grant.id, grant.site_id, grant.client_id, _json(b.scopes), _json(b.teams), _json(b.projects),
-                 _json(b.buckets), grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)))
+                (grant.id, grant.site_id, grant.client_id, *bounds_values(b),
+                 grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)))
             _insert_tokens(conn, grant.id, tokens)
             conn.execute("UPDATE oauth_clients SET granted_at = ? WHERE client_id = ?", (now, grant.client_id))
             return True
@@ -155,11 +151,10 @@ class SqliteOAuthStore:
     # --- tokens and grants ------------------------------------------------------------------------
 
     def token(self, token_hash: str, *, nowait: bool = False) -> OAuthTokenRecord | None:
-        row = self._read(nowait, _TOKEN, (token_hash,))
+        row = self._read(nowait, f"{TOKENS} WHERE t.token_hash = ?", (token_hash,))
         if row is None:
             return None
-        return OAuthTokenRecord(grant=_grant(row), kind=row["kind"], scopes=tuple(json.loads(row["token_scopes"])),
-                                expires_at=float(row["token_expires_at"]), rotated=bool(row["rotated"]))
+        return token_of(row)
 
     def rotate_refresh(self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float,
                        grant_expires_at: float) -> bool:
@@ -181,9 +176,9 @@ class SqliteOAuthStore:
         return self._writer.run_sync(rotate)
 
     def grants(self, site_id: int) -> list[OAuthGrant]:
-        rows = self._readers.get().execute(f"{_GRANT} WHERE g.site_id = ? ORDER BY g.created_at, g.id",
+        rows = self._readers.get().execute(f"{GRANTS} WHERE g.site_id = ? ORDER BY g.created_at, g.id",
                                            (site_id,)).fetchall()
-        return [_grant(row) for row in rows]
+        return [grant_of(row) for row in rows]
 
     def revoke_grant(self, grant_id: str) -> bool:
         return self._writer.run_sync(lambda conn: conn.execute(
@@ -212,33 +207,4 @@ class SqliteOAuthStore:
 
 def _insert_tokens(conn: sqlite3.Connection, grant_id: str, tokens: Sequence[IssuedToken]) -> None:
     conn.executemany("INSERT INTO oauth_tokens (token_hash, grant_id, kind, scopes, expires_at) VALUES (?,?,?,?,?)",
-                     [(t.token_hash, grant_id, t.kind, _json(t.scopes), t.expires_at) for t in tokens])
-
-
-def _json(values: tuple[str, ...] | None) -> str | None:
-    return json.dumps(list(values)) if values is not None else None
-
-
-def _float(raw: float | None) -> float | None:
-    return float(raw) if raw is not None else None
-
-
-def _tuple(raw: str | None) -> tuple[str, ...] | None:
-    return tuple(json.loads(raw)) if raw is not None else None
-
-
-def _bounds(row: sqlite3.Row) -> Bounds:
-    return Bounds(scopes=tuple(json.loads(row["scopes"])), teams=_tuple(row["teams"]),
-                  projects=_tuple(row["projects"]), buckets=_tuple(row["buckets"]))
-
-
-def _pending(row: sqlite3.Row) -> PendingAuthorization:
-    return PendingAuthorization(client_id=row["client_id"], params=row["params"], expires_at=float(row["expires_at"]),
-                                csrf_hash=row["csrf_hash"])
-
-
-def _grant(row: sqlite3.Row) -> OAuthGrant:
-    return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
-                      client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
-                      last_used_at=row["last_used_at"])
+                     [(t.token_hash, grant_id, t.kind, json_list(t.scopes), t.expires_at) for t in tokens])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from server.errors import InvalidParameters
 from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
+from server.storage.site_rows import SESSION_COLUMNS, TOKEN_COLUMNS, bound_json, session_of, token_of
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.schema import SITE_TABLES
 from server.storage.sqlite.writer import Readers, Writer
@@ -87,14 +88,14 @@ class SqliteSiteStore:
         self._writer.run_sync(lambda conn: conn.execute(
             "INSERT INTO tokens (id, site_id, token_hash, scopes, teams, projects, buckets, created_at, label)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), _bound_json(token.teams),
-             _bound_json(token.projects), _bound_json(token.buckets), token.created_at, token.label)))
+            (token.id, token.site_id, token_hash, json.dumps(sorted(token.scopes)), bound_json(token.teams),
+             bound_json(token.projects), bound_json(token.buckets), token.created_at, token.label)))
 
     def tokens(self, site_id: int) -> list[TokenRecord]:
         rows = self._readers.get().execute(
-            "SELECT t.*, s.name AS site FROM tokens t JOIN sites s ON s.id = t.site_id WHERE t.site_id = ?"
+            f"SELECT {TOKEN_COLUMNS} FROM tokens t JOIN sites s ON s.id = t.site_id WHERE t.site_id = ?"
             " ORDER BY t.created_at", (site_id,)).fetchall()
-        return [_token(row) for row in rows]
+        return [token_of(row) for row in rows]
 
     def revoke_token(self, token_id: str) -> bool:
         return self._writer.run_sync(lambda conn: conn.execute(
@@ -116,12 +117,11 @@ class SqliteSiteStore:
              session.created_at, session.seen_at)))
 
     def session(self, id_hash: str) -> SessionRecord | None:
-        row = self._readers.get().execute("SELECT * FROM console_sessions WHERE id_hash = ?", (id_hash,)).fetchone()
+        row = self._readers.get().execute(f"SELECT {SESSION_COLUMNS} FROM console_sessions WHERE id_hash = ?",
+                                          (id_hash,)).fetchone()
         if row is None:
             return None
-        return SessionRecord(id_hash=row["id_hash"], site_id=int(row["site_id"]), site=row["site"], kind=row["kind"],
-                             credential=row["credential"], created_at=float(row["created_at"]),
-                             seen_at=float(row["seen_at"]))
+        return session_of(row)
 
     def touch_session(self, id_hash: str, seen_at: float) -> None:
         self._writer.run_sync(lambda conn: conn.execute(
@@ -143,9 +143,9 @@ class SqliteSiteStore:
         return SiteCredential(int(row["id"]), row["name"], row["secret_hash"]) if row else None
 
     def token(self, token_hash: str, *, nowait: bool = False) -> TokenRecord | None:
-        row = self._read(nowait, "SELECT t.*, s.name AS site FROM tokens t JOIN sites s ON s.id = t.site_id"
+        row = self._read(nowait, f"SELECT {TOKEN_COLUMNS} FROM tokens t JOIN sites s ON s.id = t.site_id"
                                  " WHERE t.token_hash = ?", (token_hash,))
-        return _token(row) if row else None
+        return token_of(row) if row else None
 
     def _read(self, nowait: bool, sql: str, args: tuple[object, ...]) -> sqlite3.Row | None:
         if not nowait:
@@ -160,19 +160,3 @@ class SqliteSiteStore:
             return row
         except sqlite3.Error as exc:
             raise WouldBlock(str(exc)) from exc
-
-
-def _bound_json(values: tuple[str, ...] | None) -> str | None:
-    return json.dumps(sorted(set(values))) if values else None
-
-
-def _bound(raw: str | None) -> tuple[str, ...] | None:
-    return tuple(json.loads(raw)) if raw else None
-
-
-def _token(row: sqlite3.Row) -> TokenRecord:
-    return TokenRecord(id=row["id"], site_id=int(row["site_id"]), site=row["site"],
-                       scopes=tuple(json.loads(row["scopes"])), teams=_bound(row["teams"]),
-                       projects=_bound(row["projects"]), buckets=_bound(row["buckets"]),
-                       created_at=row["created_at"], revoked_at=row["revoked_at"], label=row["label"],
-                       last_used_at=row["last_used_at"])

@@ -8,16 +8,14 @@ A conversation being deleted is left out, with its items.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from server.errors import NotFound
+from server.storage.memory_rows import exported
 from server.storage.records import RawItem, now_rfc3339
 from server.storage.sqlite.connection import connect, naming_damage
-
-OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")
 
 
 class SqliteSnapshot:
@@ -83,13 +81,7 @@ class SqliteSnapshot:
             f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id",
             args,
         ):
-            record = dict(row)
-            for name in ("tags", "metadata", "provenance"):
-                record[name] = json.loads(row[name])
-            for name in OPTIONAL_FIELDS:  # written only when set: an export that uses none reads as before
-                if record[name] is None:
-                    del record[name]
-            yield record
+            yield exported(dict(row))
 
     def indexing_sites(self) -> list[str]:
         """The names of the sites that index their logs."""

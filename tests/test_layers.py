@@ -26,7 +26,7 @@ def imported(path: Path) -> Iterator[str]:
 
 
 def package(module: str) -> str:
-    """`server.x` for any module under server/x (a top-level module is its own package)."""
+    """The package of a module under server/ (the first two parts of its name: a top-level module is its own)."""
     return ".".join(module.split(".")[:2])
 
 

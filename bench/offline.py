@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from server.api.operations.memories import retrieval_scope  # noqa: E402
 from server.memories.params import RecallParams  # noqa: E402
+from server.operations.memories import retrieval_scope  # noqa: E402
 from server.services import open_services  # noqa: E402
 from server.settings import Settings  # noqa: E402
 

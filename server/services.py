@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from embeddings.base import Embedder
-from server.api.operations.logs import LogOperations
-from server.api.operations.memories import MemoryOperations, unavailable_until_loaded
 from server.auth.admin import ensure_site
 from server.auth.authenticator import Authenticator
 from server.auth.principal import Principal, site_principal
@@ -27,6 +25,8 @@ from server.logs.indexing import LogIndexer
 from server.logs.validation import LogLimits
 from server.memories.maintenance import start_maintenance
 from server.memories.system import STARTUP_SYNC_LIMIT, Memories, build_memories, repair
+from server.operations.logs import LogOperations
+from server.operations.memories import MemoryOperations, unavailable_until_loaded
 from server.settings import Settings
 from server.storage.factory import open_storage
 from server.storage.protocols import Storage

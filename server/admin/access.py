@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Protocol, TypeVar
 
 import typer
 
@@ -19,22 +19,43 @@ from server.storage.oauth_records import OAuthGrant
 from server.storage.protocols import SiteStore, Storage
 from server.storage.records import IndexingProgress, SiteRecord, TokenRecord
 
+if TYPE_CHECKING:
+    from server.services import Services
+
 T = TypeVar("T")
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
 
 
 def with_storage(data_dir: object, work: Callable[[Settings, Storage], T]) -> T:
     """Run one administrative change on the data directory's store (the schema is brought up to date)."""
+    return _with_opened(data_dir, open_storage, work)
+
+
+def with_services(data_dir: object, work: Callable[[Services], T]) -> T:
+    """Run one command through the operations a server builds (`Services`), over the data directory's store."""
+    from server.services import open_services
+
+    return _with_opened(data_dir, open_services, lambda _, services: work(services))
+
+
+def _with_opened(data_dir: object, open_: Callable[[Settings], C], work: Callable[[Settings, C], T]) -> T:
     settings = load_settings(data_dir=data_dir)
     try:
-        storage = open_storage(settings)
+        opened = open_(settings)
     except OSError as exc:  # e.g. the data directory is a file, or not writable
         fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
     try:
-        return work(settings, storage)
+        return work(settings, opened)
     except AppError as exc:
         fail(exc)
     finally:
-        storage.close()
+        opened.close()
 
 
 def with_sites(data_dir: object, work: Callable[[SiteStore], T]) -> T:
@@ -219,18 +240,15 @@ def conversation_delete(
     provenance names it (the memories stay). Safe while the server runs."""
     import anyio
 
-    from server.api.operations.logs import LogOperations
     from server.auth.principal import site_principal
     from server.logs.params import DeleteConversationParams
-    from server.logs.validation import LogLimits
 
-    def delete(settings: Settings, storage: Storage) -> dict[str, object]:
+    def delete(services: Services) -> dict[str, object]:
         params = DeleteConversationParams(conversation_id=conversation_id)
-        principal = site_principal(admin.require_site(storage.sites, site), site)
-        ops = LogOperations(storage.logs, LogLimits(settings.max_payload_bytes, settings.max_batch_bytes))
-        return dict(anyio.run(ops.delete_conversation, principal, params))
+        principal = site_principal(admin.require_site(services.storage.sites, site), site)
+        return dict(anyio.run(services.logs.delete_conversation, principal, params))
 
-    deleted = with_storage(data_dir, delete)
+    deleted = with_services(data_dir, delete)
     turns = f", {deleted['turns_deleted']} indexed turns" if deleted["turns_deleted"] else ""
     typer.echo(f"deleted conversation {conversation_id}: {deleted['item_count']} items{turns}, "
                f"{deleted['memories_unlinked']} memories unlinked")

@@ -2,7 +2,8 @@
 
 The index directory (server/index/edge_files.py) holds a lock file, the live shard, and index_info.json
 naming what the index was built with and which shard directory is live; that file is replaced atomically,
-so a crash during reset() or optimize() leaves the previous complete shard in charge.
+so a crash during reset() or optimize() leaves the previous complete shard in charge. What the shard is told
+(its configuration, payload indexes and search filters) is server/index/edge_schema.py.
 
 Engine facts this module is built around (qdrant-edge-py 0.9.0, measured):
 - An upsert is in the WAL (an mmap) when update() returns: it survives a process crash, not power loss;
@@ -31,30 +32,9 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-from qdrant_edge import (
-    CountRequest,
-    Distance,
-    EdgeConfig,
-    EdgeOptimizersConfig,
-    EdgeShard,
-    EdgeVectorParams,
-    FieldCondition,
-    Filter,
-    IntegerIndexParams,
-    KeywordIndexParams,
-    MatchAny,
-    Memory,
-    Point,
-    Query,
-    QueryRequest,
-    RangeFloat,
-    ScrollRequest,
-    UpdateOperation,
-    VectorStorageDatatype,
-)
+from qdrant_edge import CountRequest, EdgeShard, Point, ScrollRequest, UpdateOperation
 
 from .base import (
     FILTER_FIELDS,
@@ -67,10 +47,8 @@ from .base import (
     IndexUnavailable,
     as_vector,
     batched,
-    checked_conditions,
     plain_payload,
 )
-from .base import Range as Bounds
 from .edge_files import (
     SHARD_PREFIX,
     SharedLock,
@@ -82,9 +60,10 @@ from .edge_files import (
     remove_stale_shards,
     write_info,
 )
+from .edge_schema import HELD_KEYWORD_FIELDS, RANGE_INDEX, keyword_index, search_request, shard_config
 
-if TYPE_CHECKING:
-    from qdrant_edge import ConditionType  # declared by the stubs only
+__all__ = ["HELD_KEYWORD_FIELDS", "INDEXING_THRESHOLD_KB", "MIN_FREE_BYTES", "RANGE_INDEX", "SCROLL_PAGE",
+           "SHARD_PREFIX", "UPSERT_BATCH", "EdgeIndex"]
 
 SCROLL_PAGE = 1_000
 # Points per engine call: each call holds the GIL, so huge batches would stall other threads.
@@ -93,25 +72,6 @@ UPSERT_BATCH = 512
 INDEXING_THRESHOLD_KB = 10_000
 # Free space an index write needs: a WAL segment Edge may map and fill (32 MiB) with room to spare.
 MIN_FREE_BYTES = 64 * 1024 * 1024
-
-# The payload indexes, as they are held (measured on bench/perf.py's 100k corpus, a shard opened alone: 255 ->
-# 231 MB of RSS, searches as fast within noise: whole store 1.3-1.7 ms, a bucket 0.6 ms, a day 0.2 ms):
-# - the range fields are only ever asked for ranges, so they have no lookup map of exact values (-16 MB);
-# - the fields a scope rarely restricts are read from their files on demand rather than held (-8 MB); the
-#   site, in every filter, and the bucket, in most, stay in memory.
-# Fixed when a shard is created: an older shard keeps its indexes until `reindex`.
-RANGE_INDEX = IntegerIndexParams(lookup=False, range=True)
-HELD_KEYWORD_FIELDS = ("site", "bucket")
-
-
-def _keyword_index(name: str) -> KeywordIndexParams:
-    return KeywordIndexParams(memory=None if name in HELD_KEYWORD_FIELDS else Memory.Cold)
-
-
-def _range(bounds: Bounds) -> FieldCondition:
-    return FieldCondition(bounds.field, range=RangeFloat(
-        gte=None if bounds.gte is None else float(bounds.gte), lte=None if bounds.lte is None else float(bounds.lte)))
-
 
 # Runs in the child process; `nice` so the server's request threads keep the CPU first. The fsync
 # walk makes the whole copy durable (copytree does not sync) before index_info.json may point at it.
@@ -177,9 +137,9 @@ class EdgeIndex:
             self._generation += 1
             self._journal = None
             try:
-                shard = EdgeShard.create(str(new_dir), self._config(info.dimension))
+                shard = EdgeShard.create(str(new_dir), shard_config(info.dimension, self._threshold_kb))
                 for name in FILTER_FIELDS:
-                    shard.update(UpdateOperation.create_field_index(name, _keyword_index(name)))
+                    shard.update(UpdateOperation.create_field_index(name, keyword_index(name)))
                 for name in RANGE_FIELDS:
                     shard.update(UpdateOperation.create_field_index(name, RANGE_INDEX))
                 shard.flush()
@@ -207,20 +167,9 @@ class EdgeIndex:
             self._apply(UpdateOperation.delete_points([int(i) for i in chunk]))
 
     def search(self, vector: np.ndarray, *, where: IndexFilter, limit: int) -> list[IndexHit]:
-        query = as_vector(vector, self._dimension())
-        conditions = checked_conditions(where)
-        if conditions is None or limit <= 0:
+        request = search_request(as_vector(vector, self._dimension()), where, limit)
+        if request is None:
             return []
-        must: list[ConditionType] = [FieldCondition(c.field, match=MatchAny(list(c.values))) for c in conditions]
-        must += [_range(r) for r in where.ranges]
-        must_not: list[ConditionType] = [_range(r) for r in where.excluded]
-        request = QueryRequest(
-            limit=limit,
-            query=Query.Nearest(query),
-            filter=Filter(must=must, must_not=must_not or None) if must or must_not else None,
-            with_payload=False,
-            with_vector=False,
-        )
         with self._rw.shared():
             hits = self._live().query(request)
         return [IndexHit(id=int(h.id), score=float(h.score)) for h in hits]
@@ -329,17 +278,6 @@ class EdgeIndex:
             os.close(self._lock_fd)
 
     # -- internals ---------------------------------------------------------------------------------
-
-    def _config(self, dimension: int) -> EdgeConfig:
-        # Vectors at half precision: Edge reads them all into memory at open, and at 100k memories that is
-        # 73 MB rather than 146 of the server's RSS. Measured on bench/perf.py's 100k corpus (200 queries):
-        # the same top 10 as exact float32 search, scores within 9e-5, a search 2.6 ms rather than 2.9.
-        # Fixed when a shard is created: an older float32 shard keeps its vectors until `reindex`.
-        return EdgeConfig(
-            vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine,
-                                     datatype=VectorStorageDatatype.Float16),
-            optimizers=EdgeOptimizersConfig(indexing_threshold=self._threshold_kb),
-        )
 
     def _check_open(self) -> None:
         if self._closed:

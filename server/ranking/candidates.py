@@ -22,6 +22,7 @@ import numpy as np
 
 from server.errors import Unavailable
 from server.index.base import Range, VectorIndex
+from server.index.filters import scope_filter
 from server.ranking.candidate_set import CONVERSATION_ID, Candidate, CandidateSet, Row, compact
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze_query, prefetch_terms
@@ -296,7 +297,7 @@ class CandidateSource:
 
     def _dense_ids(self, scope: Scope, vector: np.ndarray, *about: Range) -> list[int]:
         """The index's nearest in the scope and inside every range of `about`."""
-        where = scope.index_filter()
+        where = scope_filter(scope)
         where = replace(where, ranges=where.ranges + about)
         try:
             return [hit.id for hit in self.index.search(vector, where=where, limit=self.prefetch)]

@@ -17,6 +17,7 @@ import numpy as np
 from embeddings.base import Embedder
 from server.errors import Unavailable
 from server.index.base import IndexFilter, VectorIndex
+from server.index.filters import scope_filter
 from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
@@ -225,7 +226,7 @@ class Retrieval:
             return []
         vector = self.embedder.embed_query(query)
         try:
-            found = self.index.search(vector, where=scope.index_filter(), limit=limit)
+            found = self.index.search(vector, where=scope_filter(scope), limit=limit)
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
         # The index's time window is whole seconds, widened: the exact one is checked on the rows read back.

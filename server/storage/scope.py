@@ -1,13 +1,13 @@
 """Which memories a request may see: the site, the caller's bounds and the request's own filters, as one
-`Scope` every store applies (its SQL in each backend's scope module, its vector-index filter here)."""
+`Scope` every store applies (its SQL in each backend's scope module, its vector-index filter in
+server.index.filters)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from server.index.base import Condition, IndexFilter, Range
-from server.storage.records import KINDS, MEMORY, TURN, StoredMemory, epoch_seconds, now_rfc3339
+from server.storage.records import KINDS, StoredMemory, now_rfc3339
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,32 +87,6 @@ class Scope:
         return [(column, allowed) for column, allowed in (("team", self.teams), ("project", self.projects),
                                                           ("bucket", self.buckets), ("type", self.types))
                 if allowed is not None]
-
-    def index_filter(self) -> IndexFilter:
-        conditions = [Condition("site", (str(self.site_id),))]
-        conditions += [Condition(column, tuple(sorted(allowed))) for column, allowed in self.restrictions()]
-        conditions += [Condition("tags", (tag,)) for tag in sorted(self.tags)]
-        # Whole seconds, widened to hold every memory of the window (the exact window is applied to the
-        # rows read back): occurred_at >= after -> floor(occurred) >= floor(after), < before -> <= floor(before).
-        ranges = []
-        if self.occurred_after is not None or self.occurred_before is not None:
-            ranges.append(Range("occurred",
-                                gte=None if self.occurred_after is None else epoch_seconds(self.occurred_after),
-                                lte=None if self.occurred_before is None else epoch_seconds(self.occurred_before)))
-        # Superseded by the window's end: valid_to < before -> floor(valid_to) <= floor(before) - 1 leaves out
-        # only memories that are (the rest is checked exactly); without an end, any valid_to.
-        excluded = []
-        if self.current:
-            excluded.append(Range("valid_to", lte=None if self.occurred_before is None
-                                  else epoch_seconds(self.occurred_before) - 1))
-        # Expired: expires_at <= at. The payload is rounded up, so ceil(expires) <= floor(at) holds only then.
-        excluded.append(Range("expires", lte=epoch_seconds(self.at)))
-        # Only a turn's point has `turn` (its seq, never negative).
-        if self.kinds == frozenset({TURN}):
-            ranges.append(Range("turn", gte=0))
-        elif self.kinds == frozenset({MEMORY}):
-            excluded.append(Range("turn", gte=0))
-        return IndexFilter(tuple(conditions), ranges=tuple(ranges), excluded=tuple(excluded))
 
 
 def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:

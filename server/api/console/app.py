@@ -1,7 +1,7 @@
 """The web console at /ui/: server-rendered pages over the same operations as MCP and REST.
 
 A third transport, thin like the other two: each page reads its form into an operation's parameter model and
-calls that operation (server.api.operations) with the signed-in principal, so a token's scopes and bounds
+calls that operation (server.operations) with the signed-in principal, so a token's scopes and bounds
 apply here exactly as they do over REST. Sessions and CSRF: server.api.console.sessions; headers and
 cross-site checks: server.api.console.security. Pages: memories, logs, access, status (one module each).
 """

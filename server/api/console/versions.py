@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.api.operations.memories import MemoryOperations
 from server.auth.principal import Principal
 from server.errors import NotFound
 from server.memories.params import ReferenceParams
+from server.operations.memories import MemoryOperations
 
 MAX_SHOWN = 20  # versions shown on either side of the memory (a longer chain ends in "and more")
 

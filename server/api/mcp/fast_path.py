@@ -25,12 +25,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.api.failures import unexpected
 from server.api.metrics import Metrics
-from server.api.operations.logs import LogOperations
 from server.api.principal import principal_of
 from server.arguments import Params
 from server.auth.principal import Principal
 from server.errors import AppError
 from server.logs.params import AppendParams, ListConversationsParams, ReplayParams, TailParams
+from server.operations.logs import LogOperations
 from server.storage.health import StorageHealth
 from server.storage.records import RawItem
 

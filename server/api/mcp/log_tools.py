@@ -14,10 +14,10 @@ from fastmcp.tools.base import ToolResult
 
 from server.api.mcp.registry import register
 from server.api.mcp.results import ok_result
-from server.api.operations.logs import LogOperations, items_answer
 from server.api.schemas import AppendResult, ConversationsResult, ItemsResult
 from server.auth.principal import Principal
 from server.logs.params import AppendParams, ListConversationsParams, ReplayParams, TailParams
+from server.operations.logs import LogOperations, items_answer
 from server.settings import Settings
 
 # What every log tool's description ends with: who may call it and what to do when a call fails.

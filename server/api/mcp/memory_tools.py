@@ -15,10 +15,10 @@ from fastmcp.tools.base import ToolResult
 
 from server.api.mcp.registry import register
 from server.api.mcp.results import ok_result, public_hits, render_hits, text_result
-from server.api.operations.memories import MemoryOperations
 from server.api.schemas import ContextPack, Forgotten, PublicResults, Remembered, Results
 from server.auth.principal import Principal
 from server.memories.params import ContextParams, RecallParams, ReferenceParams, RememberParams, SearchParams
+from server.operations.memories import MemoryOperations
 from server.ranking import context
 from server.settings import Settings
 

@@ -1,4 +1,4 @@
-"""The conversation-log routes under /v1: each is one operation of server.api.operations.logs."""
+"""The conversation-log routes under /v1: each is one operation of server.operations.logs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Header, Path, Query
 from fastapi.responses import JSONResponse
 
-from server.api.operations.logs import LogOperations, items_answer
 from server.api.rest.errors import COMMON, documented
 from server.api.rest.params import AppendBody, ItemsQuery
 from server.api.rest.security import BasicCaller, valid_unicode
@@ -24,6 +23,7 @@ from server.logs.params import (
     TailParams,
 )
 from server.logs.validation import CONVERSATION_ID, CONVERSATION_ID_RULE, MAX_ITEMS
+from server.operations.logs import LogOperations, items_answer
 
 PREFIX = "/v1"
 ConversationId = Annotated[str, Path(

@@ -1,4 +1,4 @@
-"""The saved-memory routes under /v1: each is one operation of server.api.operations.memories."""
+"""The saved-memory routes under /v1: each is one operation of server.operations.memories."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
-from server.api.operations.memories import MemoryOperations
 from server.api.rest.errors import COMMON, documented
 from server.api.rest.params import ListMemoriesQuery
 from server.api.rest.security import AnyCaller, valid_unicode
@@ -20,6 +19,7 @@ from server.memories.params import (
     SearchParams,
     UpdateParams,
 )
+from server.operations.memories import MemoryOperations
 
 PREFIX = "/v1"
 Reference = Annotated[str, Path(description="The memory's reference (as `remember` returned it).")]

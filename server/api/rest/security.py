@@ -15,10 +15,10 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
 
-from server.api.operations.logs import require_basic
 from server.api.principal import require_principal
 from server.auth.principal import Principal
 from server.errors import InvalidParameters
+from server.operations.logs import require_basic
 
 # A JSON string escape of a UTF-16 surrogate; only a lone one (no pair) is invalid text.
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")

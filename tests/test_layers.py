@@ -1,0 +1,57 @@
+"""The packages' layering, read from the source: the transports sit on top (only the entry point that serves
+them imports server.api), and no two packages of server/ import each other, directly or through others."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# `memory-server serve` builds the app and the stdio MCP server: the one place outside the API that needs it.
+SERVES_THE_API = {"server/admin/serve.py"}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted((ROOT / "server").rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), path
+
+
+def imported(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+
+
+def package(module: str) -> str:
+    """The package of a module under server/ (the first two parts of its name: a top-level module is its own)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_only_the_entry_point_imports_the_api() -> None:
+    outside = [f"{name}: {module}" for name, path in modules()
+               if not name.startswith("server/api/") and name not in SERVES_THE_API
+               for module in imported(path) if module == "server.api" or module.startswith("server.api.")]
+    assert outside == []
+
+
+def test_no_two_packages_import_each_other() -> None:
+    edges: dict[str, set[str]] = {}
+    for name, path in modules():
+        source = package(name.removesuffix(".py").replace("/", "."))
+        edges.setdefault(source, set()).update(
+            package(m) for m in imported(path) if m.startswith("server.") and package(m) != source)
+
+    def reachable(start: str) -> set[str]:
+        seen: set[str] = set()
+        stack = [start]
+        while stack:
+            for following in edges.get(stack.pop(), ()):
+                if following not in seen:
+                    seen.add(following)
+                    stack.append(following)
+        return seen
+
+    assert sorted(p for p in edges if p in reachable(p)) == []

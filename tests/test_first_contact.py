@@ -192,8 +192,8 @@ def test_token_list_has_a_header_row(tmp_path: Path) -> None:
     assert run_cli("token", "list", "--site", "acme", data_dir=data).stdout == ""  # nothing to head
     made = parse_fields(run_cli("token", "create", "--site", "acme", "--scope", "memory:read", data_dir=data).stdout)
     lines = run_cli("token", "list", "--site", "acme", data_dir=data).stdout.splitlines()
-    assert lines[0].split("\t") == ["ID", "SCOPES", "BOUNDS", "STATE", "OAUTH CLIENT"]
-    assert lines[1].split("\t") == [made["id"], "memory:read", "unbounded", "active"]
+    assert lines[0].split("\t") == ["ID", "SCOPES", "BOUNDS", "STATE", "LABEL OR OAUTH CLIENT", "LAST USED"]
+    assert lines[1].split("\t") == [made["id"], "memory:read", "unbounded", "active", "label: -", "last used: never"]
 
 
 def test_import_help_wraps_its_paragraphs_evenly(tmp_path: Path) -> None:

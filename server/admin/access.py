@@ -175,7 +175,7 @@ def token_create(
     typer.echo(f"id: {token_id}\ntoken: {token}")
 
 
-TOKEN_LIST_HEADER = "ID\tSCOPES\tBOUNDS\tSTATE\tOAUTH CLIENT"
+TOKEN_LIST_HEADER = "ID\tSCOPES\tBOUNDS\tSTATE\tLABEL OR OAUTH CLIENT\tLAST USED"
 
 
 @token_app.command("list")

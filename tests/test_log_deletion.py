@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 import threading
 import time
@@ -183,9 +184,11 @@ async def test_cli_deletes_a_conversation_while_the_server_runs(srv: LiveServer)
                                                 "provenance": {"conversation_id": gone, "seq": 7}})
 
         out = ok(srv, "conversation", "delete", "--site", site, gone)
-        assert out.strip() == f"deleted conversation {gone}: 1200 items, 1 memories unlinked"
+        # The server's retention task (every 0.2 s here) finishes any deletion under way, this one too: the
+        # memory's link is then removed by whichever purge step came first, and counted by that purger.
+        assert re.fullmatch(rf"deleted conversation {gone}: 1200 items, [01] memories unlinked", out.strip())
         assert await items_of(client, gone) == [] and await listed(client) == {kept}
-        assert not any(gone in json.dumps(record) for record in exported(srv, site))
+        assert not any(gone in json.dumps(record) for record in exported(srv, site))  # the memory's link too
 
         for args, says in [((gone,), "not_found"), ((cid(),), "not_found"), (("bad id",), "invalid_parameters"),
                            (("short",), "conversation_id must be")]:

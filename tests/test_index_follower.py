@@ -79,7 +79,7 @@ class Deployment:
     def found(self, replica: Replica, query: str) -> list[str]:
         """search_memory's answer on this replica: straight from its own vector index."""
         scope = read_scope(self.principal, Filters())
-        return [hit["content"] for hit in replica.memories.retrieval.search(scope, query, 5, 0.3)]
+        return [hit["content"] for hit in replica.memories.retrieval.search(scope, query, 5, 0.55)]
 
 
 @pytest.fixture

@@ -53,17 +53,25 @@ class Q4Blocks:
 @dataclass(frozen=True)
 class Int8Columns:
     """A [rows, cols] weight matrix as int8 [cols, rows] with one scale per row of the original (an output):
-    w = value * scale. onnxruntime multiplies it with int8 activations (DynamicQuantizeMatMul), several
-    times faster than float on CPUs with integer dot-product instructions."""
+    w = value * scale. onnxruntime multiplies it with int8 activations (MatMulInteger), several times faster
+    than float on CPUs with integer dot-product instructions.
+
+    `smooth` (one factor per input) moves the range of a few outlier input channels into the weights: the
+    input is divided by it before being quantized and `values` were made from the weights times it, so the
+    product is unchanged while one large channel no longer coarsens the steps of all the others."""
 
     values: np.ndarray
     scales: np.ndarray
+    smooth: np.ndarray | None = None
 
     @classmethod
-    def of(cls, weights: np.ndarray) -> Int8Columns:
+    def of(cls, weights: np.ndarray, smooth: np.ndarray | None = None) -> Int8Columns:
+        if smooth is not None:
+            weights = weights * smooth[None, :]
         scales = np.maximum(np.abs(weights).max(axis=1), 1e-12) / 127.0
         values = np.clip(np.rint(weights / scales[:, None]), -127, 127).astype(np.int8)
-        return cls(values=np.ascontiguousarray(values.T), scales=scales.astype(np.float32))
+        return cls(values=np.ascontiguousarray(values.T), scales=scales.astype(np.float32),
+                   smooth=None if smooth is None else smooth.astype(np.float32))
 
 
 # A linear layer's weight: float32 [out, in] (torch's Linear layout), or the same in 4-bit blocks or int8.
@@ -118,16 +126,45 @@ def build_graph(encoder: Encoder) -> bytes:
     """The serialized ONNX model: inputs `word_vectors` float32 [batch, length, hidden] and `mask` float32
     [batch, length] (1 for a token, 0 for padding); output `pooled` float32 [batch, hidden], the mean of the
     last layer over the mask (not normalised)."""
+    return build_tapped_graph(encoder, taps=False)[0]
+
+
+def build_tapped_graph(encoder: Encoder, *, taps: bool = True) -> tuple[bytes, dict[str, str]]:
+    """build_graph's model, which with `taps` also outputs the input of every linear layer ("l<n>.qkv",
+    "l<n>.ao", "l<n>.fi", "l<n>.fo" -> the output's name): what int8 calibration measures."""
     builder = _GraphBuilder(encoder)
     pooled = builder.encode()
     hidden = encoder.hidden
+    tapped = builder.linear_inputs if taps else {}
     return onnx_proto.model(
         nodes=builder.nodes, initializers=builder.initializers,
         inputs=[onnx_proto.value_info("word_vectors", onnx_proto.FLOAT, ["batch", "length", hidden]),
                 onnx_proto.value_info("mask", onnx_proto.FLOAT, ["batch", "length"])],
-        outputs=[onnx_proto.value_info(pooled, onnx_proto.FLOAT, ["batch", hidden])],
+        outputs=[onnx_proto.value_info(pooled, onnx_proto.FLOAT, ["batch", hidden])]
+        + [onnx_proto.value_info(name, onnx_proto.FLOAT, ["batch", "length", builder.encoder_width(name)])
+           for name in tapped.values()],
         opsets={"": _OPSET, _MS_DOMAIN: 1},
-    )
+    ), tapped
+
+
+def _joined(*linears: Linear) -> Linear:
+    """Linear layers reading the same input as one layer whose outputs are theirs side by side."""
+    bias = np.concatenate([linear.bias for linear in linears])
+    weights = [linear.weight for linear in linears]
+    if all(isinstance(w, Int8Columns) for w in weights):
+        int8 = [w for w in weights if isinstance(w, Int8Columns)]
+        smooth = int8[0].smooth
+        if all(w.smooth is None for w in int8) or all(
+                w.smooth is not None and smooth is not None and np.array_equal(w.smooth, smooth) for w in int8):
+            return Linear(Int8Columns(values=np.concatenate([w.values for w in int8], axis=1),
+                                      scales=np.concatenate([w.scales for w in int8]), smooth=smooth), bias)
+    if all(isinstance(w, Q4Blocks) for w in weights):
+        q4 = [w for w in weights if isinstance(w, Q4Blocks)]
+        return Linear(Q4Blocks(packed=np.concatenate([w.packed for w in q4]),
+                               scales=np.concatenate([w.scales for w in q4])), bias)
+    if all(isinstance(w, np.ndarray) for w in weights):
+        return Linear(np.concatenate([np.asarray(w) for w in weights]), bias)
+    raise ValueError("the projections of one attention layer must share a weight format")
 
 
 class _GraphBuilder:
@@ -139,6 +176,7 @@ class _GraphBuilder:
         self.initializers: list[bytes] = []
         self._names: set[str] = set()
         self._widths: dict[str, int] = {}  # tensors whose last dimension is not the hidden size
+        self.linear_inputs: dict[str, str] = {}  # "l<n>.<part>" -> the tensor that linear part reads
         self._count = 0
 
     def encode(self) -> str:
@@ -154,9 +192,8 @@ class _GraphBuilder:
         return self._pool(x)
 
     def _layer(self, x: str, layer: Layer, padding: str, prefix: str) -> str:
-        q = self._linear(x, layer.query, f"{prefix}.q")
-        k = self._linear(x, layer.key, f"{prefix}.k")
-        v = self._linear(x, layer.value, f"{prefix}.v")
+        q, k, v = self._split(self._linear(x, _joined(layer.query, layer.key, layer.value), f"{prefix}.qkv"),
+                              self.encoder.hidden, 3)
         context = self._node("MultiHeadAttention", [q, k, v, "", padding], domain=_MS_DOMAIN,
                              num_heads=self.encoder.heads)
         attended = self._linear(context, layer.attention_out, f"{prefix}.ao")
@@ -165,6 +202,14 @@ class _GraphBuilder:
         self._widths[inner] = layer.intermediate.bias.shape[0]
         out = self._linear(inner, layer.output, f"{prefix}.fo")
         return self._norm(self._node("Add", [x, out]), layer.output_norm, f"{prefix}.oln")
+
+    def _split(self, x: str, width: int, parts: int) -> list[str]:
+        """One product of three projections (one pass over x) cut back into them along the last axis."""
+        self._count += 1
+        names = [f"split{self._count}_{part}" for part in range(parts)]
+        sizes = self._const(f"split_{width}x{parts}", np.array([width] * parts))
+        self.nodes.append(onnx_proto.node("Split", [x, sizes], names, name=f"n{self._count}", attributes={"axis": -1}))
+        return names
 
     def _pool(self, x: str) -> str:
         mask = self._node("Unsqueeze", ["mask", self._const("axis2", np.array([2]))])
@@ -175,6 +220,7 @@ class _GraphBuilder:
                           output="pooled")
 
     def _linear(self, x: str, linear: Linear, prefix: str) -> str:
+        self.linear_inputs[prefix] = x
         bias = self._const(f"{prefix}.b", linear.bias.astype(np.float32))
         if isinstance(linear.weight, Int8Columns):
             return self._int8_linear(x, linear.weight, bias, prefix)
@@ -196,18 +242,23 @@ class _GraphBuilder:
         width = self.encoder_width(x)
         inner = self._const(f"rows_of_{width}", np.array([-1, width]))
         rows = self._node("Reshape", [x, inner])
-        peak = self._node("ReduceMax", [self._node("Abs", [rows])], axes=[1], keepdims=0)
-        scale = self._node("Max", [self._node("Div", [peak, self._const("i127", np.float32(127.0))]),
-                                   self._const("tiny_scale", np.float32(1e-12))])
-        column = self._node("Unsqueeze", [scale, self._const("axis1", np.array([1]))])
-        shifted = self._node("Add", [self._node("Round", [self._node("Div", [rows, column])]),
-                                     self._const("f128", np.float32(128.0))])
-        quantized = self._node("Cast", [self._node("Clip", [shifted, self._const("f0", np.float32(0.0)),
-                                                            self._const("f255", np.float32(255.0))])], to=2)
-        product = self._node("MatMulInteger", [quantized, self._const(f"{prefix}.w", weight.values),
-                                               self._const("zp128", np.uint8(128))])
-        scaled = self._node("Mul", [self._node("Mul", [self._node("Cast", [product], to=onnx_proto.FLOAT), column]),
-                                    self._const(f"{prefix}.s", weight.scales)])
+        if weight.smooth is not None:  # the input divided channel by channel (the weights were multiplied)
+            rows = self._node("Mul", [rows, self._const(f"{prefix}.sm", (1.0 / weight.smooth).astype(np.float32))])
+        # Each row's own range [min(row, 0), max(row, 0)] in 255 steps, so that an input of one sign (the
+        # feed-forward's, after GELU) uses all of them; the zero point comes off after the product.
+        nought, steps = self._const("f0", np.float32(0.0)), self._const("f255", np.float32(255.0))
+        low = self._node("Min", [self._node("ReduceMin", [rows], axes=[1], keepdims=1), nought])
+        high = self._node("Max", [self._node("ReduceMax", [rows], axes=[1], keepdims=1), nought])
+        column = self._node("Max", [self._node("Div", [self._node("Sub", [high, low]), steps]),
+                                    self._const("tiny_scale", np.float32(1e-12))])
+        zero = self._node("Round", [self._node("Div", [self._node("Neg", [low]), column])])
+        shifted = self._node("Add", [self._node("Round", [self._node("Div", [rows, column])]), zero])
+        quantized = self._node("Cast", [self._node("Clip", [shifted, nought, steps])], to=2)
+        product = self._node("MatMulInteger", [quantized, self._const(f"{prefix}.w", weight.values)])
+        column_sums = weight.values.astype(np.float32).sum(axis=0)
+        exact = self._node("Sub", [self._node("Cast", [product], to=onnx_proto.FLOAT),
+                                   self._node("Mul", [zero, self._const(f"{prefix}.cs", column_sums)])])
+        scaled = self._node("Mul", [self._node("Mul", [exact, column]), self._const(f"{prefix}.s", weight.scales)])
         leading = self._node("Slice", [self._node("Shape", [x]), self._const("zero", np.array([0])),
                                         self._const("minus1", np.array([-1]))])
         out_shape = self._node("Concat", [leading, self._const(f"{prefix}.n", np.array([len(weight.scales)]))], axis=0)

@@ -89,7 +89,7 @@ def load_embedder(
 
         if engine == "torch":
             log.warning("%s runs on onnxruntime only; the torch engine setting is ignored", choice.name)
-        return load_e5(choice.name, **options)
+        return load_e5(choice.name, threads=threads, batch_size=batch_size, query_cache_size=query_cache_size)
     if engine == "onnx":
         from embeddings.bert import bert_parts
 

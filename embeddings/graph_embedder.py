@@ -27,6 +27,9 @@ if TYPE_CHECKING:  # imported when a session opens: importing this module stays 
 # Documents are tokenised and length-sorted this many batches at a time: most of the padding saving of
 # sorting everything, with memory bounded for a large reindex.
 _SORT_WINDOW_BATCHES = 16
+# A batch holds at most this many tokens, padding included: 64 windows of 512 tokens held 2 GB of attention
+# scores at once; two windows of 512 run no slower than more, and 40 short texts are still one batch.
+_BATCH_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,13 @@ class GraphEmbedder:
         windows = self._windows(self._parts.tokenize(texts))
         # Longest first, batched: rows of similar length pad little; each window knows its text.
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].ids))
-        batches = [[windows[i] for i in order[first:first + self._batch_size]]
-                   for first in range(0, len(order), self._batch_size)]
+        batches: list[list[_Window]] = []
+        for i in order:
+            # The first window of a batch is its longest, so it sets the padded width.
+            if (not batches or len(batches[-1]) == self._batch_size
+                    or (len(batches[-1]) + 1) * len(batches[-1][0].ids) > _BATCH_TOKENS):
+                batches.append([])
+            batches[-1].append(windows[i])
         sums = np.zeros((len(texts), self.dimension), dtype=np.float64)
         weights = np.zeros(len(texts), dtype=np.float64)
         for batch, pooled in zip(batches, self._run_all(batches), strict=True):

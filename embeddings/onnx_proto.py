@@ -7,10 +7,14 @@ of protobuf encoding.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 
 import numpy as np
+
+from embeddings.protobuf import bytes_field as _bytes
+from embeddings.protobuf import float_field
+from embeddings.protobuf import string_field as _str
+from embeddings.protobuf import varint_field as _int
 
 # TensorProto.DataType
 _DATA_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.int32): 6,
@@ -18,35 +22,6 @@ _DATA_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8)
 FLOAT, INT32 = 1, 6
 # AttributeProto.AttributeType
 _ATTR_FLOAT, _ATTR_INT, _ATTR_INTS = 1, 2, 7
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative ints are ten-byte two's complement varints
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _key(field: int, wire_type: int) -> bytes:
-    return _varint(field << 3 | wire_type)
-
-
-def _int(field: int, value: int) -> bytes:
-    return _key(field, 0) + _varint(value)
-
-
-def _bytes(field: int, value: bytes) -> bytes:
-    return _key(field, 2) + _varint(len(value)) + value
-
-
-def _str(field: int, value: str) -> bytes:
-    return _bytes(field, value.encode("utf-8"))
 
 
 def tensor(name: str, array: np.ndarray) -> bytes:
@@ -63,7 +38,7 @@ def attribute(name: str, value: int | float | list[int]) -> bytes:
     if isinstance(value, bool) or isinstance(value, int):
         return _str(1, name) + _int(3, int(value)) + _int(20, _ATTR_INT)
     if isinstance(value, float):
-        return _str(1, name) + _key(2, 5) + struct.pack("<f", value) + _int(20, _ATTR_FLOAT)
+        return _str(1, name) + float_field(2, value) + _int(20, _ATTR_FLOAT)
     return _str(1, name) + b"".join(_int(8, v) for v in value) + _int(20, _ATTR_INTS)
 
 

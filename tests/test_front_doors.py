@@ -30,7 +30,7 @@ from server.settings import Settings
 from server.storage.factory import open_storage
 from server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthClient, OAuthCode
 from server.storage.oauth_records import PendingAuthorization as Pending
-from server.storage.records import rfc3339_at
+from server.timestamps import rfc3339_at
 
 from conftest import make_settings, query
 from oauth_support import Owner, RawClient, parse_form, pkce

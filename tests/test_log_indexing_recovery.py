@@ -17,7 +17,7 @@ import pytest
 
 from server.auth import admin
 from server.storage.factory import open_storage
-from server.storage.records import now_rfc3339
+from server.timestamps import now_rfc3339
 
 from conftest import make_settings, query
 from procs import ServerProcess, parse_fields, run_cli

@@ -28,8 +28,9 @@ from server.ranking.recall import Retrieval
 from server.ranking.term_arrays import TERM_IDS
 from server.services import Services, open_services
 from server.storage.factory import open_storage
-from server.storage.records import Document, Words, now_rfc3339
+from server.storage.records import Document, Words
 from server.storage.scope import Scope
+from server.timestamps import now_rfc3339
 
 from tests.conftest import make_settings
 

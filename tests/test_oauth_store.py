@@ -33,7 +33,7 @@ from server.settings import Settings
 from server.storage.factory import open_storage
 from server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthCode
 from server.storage.protocols import Storage
-from server.storage.records import now_rfc3339
+from server.timestamps import now_rfc3339
 
 from conftest import make_settings, query
 from oauth_support import pkce

@@ -67,10 +67,9 @@ from server.storage.records import (
     TokenRecord,
     Words,
     WouldBlock,
-    now_rfc3339,
-    rfc3339_at,
 )
 from server.storage.scope import Scope
+from server.timestamps import now_rfc3339, rfc3339_at
 
 from conftest import make_settings
 from tests.postgres import PostgresServer

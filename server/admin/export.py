@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from server.storage.protocols import Snapshot
-from server.storage.records import now_rfc3339
+from server.timestamps import now_rfc3339
 
 FORMAT_VERSION = 1
 

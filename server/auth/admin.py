@@ -10,7 +10,8 @@ from server.auth.secrets import check_site_name, hash_secret, new_secret, new_to
 from server.errors import InvalidParameters, NotFound
 from server.storage.oauth_records import OAuthGrant
 from server.storage.protocols import OAuthStore, SiteStore
-from server.storage.records import SiteRecord, TokenRecord, now_rfc3339
+from server.storage.records import SiteRecord, TokenRecord
+from server.timestamps import now_rfc3339
 
 
 def create_site(sites: SiteStore, name: str, *, secret: str | None = None) -> str:

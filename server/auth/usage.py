@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from server.storage.protocols import OAuthStore, SiteStore
-from server.storage.records import now_rfc3339
+from server.timestamps import now_rfc3339
 
 log = logging.getLogger("memory_server.auth")
 

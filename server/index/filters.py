@@ -4,8 +4,9 @@ the payload rounds (the exact conditions are applied to the rows read back: `Sco
 from __future__ import annotations
 
 from server.index.base import Condition, IndexFilter, Range
-from server.storage.records import MEMORY, TURN, epoch_seconds
+from server.storage.records import MEMORY, TURN
 from server.storage.scope import Scope
+from server.timestamps import epoch_seconds
 
 
 def scope_filter(scope: Scope) -> IndexFilter:

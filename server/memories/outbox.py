@@ -21,7 +21,8 @@ from server.logging_setup import Throttle
 from server.ranking.dates import memory_days
 from server.ranking.fusion import document_text
 from server.storage.protocols import OutboxStore
-from server.storage.records import IndexRow, epoch_seconds
+from server.storage.records import IndexRow
+from server.timestamps import epoch_seconds
 
 log = logging.getLogger("memory_server.memories")
 

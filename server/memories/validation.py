@@ -16,8 +16,9 @@ from typing import Any
 from server.auth.principal import READ, Principal
 from server.errors import Forbidden, InvalidParameters, PayloadTooLarge
 from server.storage import cursors
-from server.storage.records import BY_CREATED, BY_OCCURRED, NewMemory, now_rfc3339
+from server.storage.records import BY_CREATED, BY_OCCURRED, NewMemory
 from server.storage.scope import Scope
+from server.timestamps import now_rfc3339, parse_rfc3339
 from server.values import MAX_DEPTH, check_json, check_text, within_depth
 
 MAX_WORD = 64
@@ -137,10 +138,9 @@ def parse_timestamp(name: str, value: object) -> datetime:
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_TIMESTAMP:
         raise InvalidParameters(f"{name} must be an RFC3339 timestamp")
     check_text(name, value)  # Python's parser skips a NUL ("…00:00:00\x00+00:00" parses)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise InvalidParameters(f"{name} must be an RFC3339 timestamp, e.g. 2024-05-08T13:56:00Z") from None
+    parsed = parse_rfc3339(value)
+    if parsed is None:
+        raise InvalidParameters(f"{name} must be an RFC3339 timestamp, e.g. 2024-05-08T13:56:00Z")
     if parsed.tzinfo is None:
         raise InvalidParameters(f"{name} must carry a timezone (e.g. Z or +02:00)")
     try:

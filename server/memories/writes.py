@@ -36,9 +36,9 @@ from server.storage.records import (
     StoredMemory,
     ToIndex,
     Words,
-    now_rfc3339,
 )
 from server.storage.scope import Scope
+from server.timestamps import now_rfc3339
 
 # Bulk remember embeds and commits this many memories at a time: several model batches per call, which the
 # onnx engine runs one per core (64 at a time: 156 memories/s on 2 cores; 512: about twice that).

@@ -13,9 +13,10 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 
 from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.fusion import format_date, parse_rfc3339
+from server.ranking.fusion import format_date
 from server.ranking.per_text import SIZE, PerText
 from server.ranking.periods import Period, periods
+from server.timestamps import parse_rfc3339
 
 # --- ranking: a soft boost for memories dated where the query points ------------------------------------
 

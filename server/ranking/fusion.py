@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from functools import lru_cache
 
 import numpy as np
@@ -39,6 +38,7 @@ from server.ranking.languages import detect, query_languages
 from server.ranking.lexical import analyze_query, is_date_term
 from server.ranking.per_text import PerText
 from server.ranking.term_arrays import TERM_IDS, CandidateDocuments
+from server.timestamps import parse_rfc3339
 
 # Weight of the lexical side in the z-score fusion; dense gets 1 - W_LEXICAL.
 W_LEXICAL = 0.4
@@ -148,13 +148,6 @@ def disagreement_factor(dense_z: np.ndarray, lexical_z: np.ndarray, share: float
     if dense_best > DISAGREE_DENSE_RATIO * lexical_best:
         return DISAGREE_FACTOR
     return 1.0
-
-
-def parse_rfc3339(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except (ValueError, AttributeError):
-        return None
 
 
 @lru_cache(maxsize=4096)  # called per candidate on every recall; memories share few distinct timestamps

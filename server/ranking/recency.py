@@ -18,7 +18,7 @@ import numpy as np
 
 from embeddings.similarity import IDENTITY, Scale
 from server.ranking.candidate_set import Candidate, stacked_vectors
-from server.ranking.fusion import parse_rfc3339
+from server.timestamps import parse_rfc3339
 
 RECENCY_TOP = 10
 RECENCY_DENSE_MARGIN = 0.10  # cosine

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from server.errors import InvalidParameters
-from server.storage.records import NewMemory, StaleRow, StoredMemory, now_rfc3339
+from server.storage.records import NewMemory, StaleRow, StoredMemory
+from server.timestamps import now_rfc3339
 
 MAX_CHAIN = 10_000  # steps followed before a chain is taken as damaged (a loop written from outside)
 CHANGED = "updated_at = ?, indexed = 0"

@@ -11,33 +11,12 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol, TypedDict
 
 import numpy as np
 
 # (seq, recorded_at, payload JSON text exactly as stored)
 RawItem = tuple[int, str, str]
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def rfc3339_at(seconds: float) -> str:
-    """Epoch seconds as now_rfc3339 writes a time."""
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def epoch_seconds(timestamp: str, *, ceil: bool = False) -> int:
-    """A stored (normalised) RFC3339 timestamp as whole seconds since the epoch, rounded down (or up): the
-    integer the vector index filters on. Whole seconds stay exact as floats, which Qdrant's ranges are."""
-    delta = datetime.fromisoformat(timestamp.replace("Z", "+00:00")) - _EPOCH
-    whole = delta.days * 86400 + delta.seconds  # timedelta keeps seconds and microseconds non-negative
-    return whole + 1 if ceil and delta.microseconds else whole
 
 
 # --- conversation logs ------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from server.storage.records import KINDS, StoredMemory, now_rfc3339
+from server.storage.records import KINDS, StoredMemory
+from server.timestamps import now_rfc3339
 
 
 @dataclass(frozen=True, slots=True)

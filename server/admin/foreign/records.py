@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from server.errors import InvalidParameters
 from server.memories.validation import MAX_TAGS, MAX_WORD
+from server.timestamps import parse_rfc3339
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,10 @@ def timestamp(name: str, value: object) -> str | None:
     elif isinstance(value, date):
         parsed = datetime.combine(value, time(), tzinfo=UTC)
     elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise InvalidParameters(f"{name} {value!r} is not an ISO 8601 date or time") from None
+        found = parse_rfc3339(value.strip())
+        if found is None:
+            raise InvalidParameters(f"{name} {value!r} is not an ISO 8601 date or time")
+        parsed = found
     else:
         raise InvalidParameters(f"{name} must be an ISO 8601 date or time")
     if parsed.tzinfo is None:

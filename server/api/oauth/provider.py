@@ -65,7 +65,7 @@ from server.storage.oauth_records import (
     PendingAuthorization,
 )
 from server.storage.protocols import OAuthStore
-from server.storage.records import now_rfc3339
+from server.timestamps import now_rfc3339
 
 log = logging.getLogger("memory_server.oauth")
 

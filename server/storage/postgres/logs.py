@@ -35,8 +35,8 @@ from server.storage.records import (
     PurgeStep,
     RawItem,
     ToIndex,
-    now_rfc3339,
 )
+from server.timestamps import now_rfc3339
 
 MAX_BIGINT = 2**63 - 1
 IMPORT_TRIES = 5

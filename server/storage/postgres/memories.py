@@ -38,9 +38,9 @@ from server.storage.records import (
     StoredMemory,
     ToIndex,
     Words,
-    now_rfc3339,
 )
 from server.storage.scope import Scope
+from server.timestamps import now_rfc3339
 
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on

@@ -45,7 +45,8 @@ from server.storage.oauth_rows import (
     token_of,
 )
 from server.storage.postgres.database import Conn, Database
-from server.storage.records import WouldBlock, now_rfc3339, rfc3339_at
+from server.storage.records import WouldBlock
+from server.timestamps import now_rfc3339, rfc3339_at
 
 Row = dict[str, Any]
 

@@ -16,7 +16,7 @@ others wait, then find the schema current.
 from __future__ import annotations
 
 from server.storage.postgres.database import Conn
-from server.storage.records import now_rfc3339
+from server.timestamps import now_rfc3339
 
 # Tables holding a site's data, emptied when the site is deleted (memories_fts before memories, see sites.py;
 # its OAuth codes, grants and tokens go by oauth.delete_site_rows).

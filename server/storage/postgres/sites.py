@@ -15,8 +15,9 @@ from server.errors import InvalidParameters
 from server.storage.postgres.database import Conn, Database
 from server.storage.postgres.oauth import delete_site_rows
 from server.storage.postgres.schema import SITE_TABLES
-from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
+from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock
 from server.storage.site_rows import SESSION_COLUMNS, TOKEN_COLUMNS, bound_json, session_of, token_of
+from server.timestamps import now_rfc3339
 
 
 class PostgresSiteStore:

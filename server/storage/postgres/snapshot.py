@@ -20,7 +20,8 @@ from server.errors import NotFound, Unavailable
 from server.storage.memory_rows import exported
 from server.storage.postgres.errors import postgres_failure, unreachable
 from server.storage.postgres.schema import schema_version
-from server.storage.records import RawItem, now_rfc3339
+from server.storage.records import RawItem
+from server.timestamps import now_rfc3339
 
 PAGE = 1000
 MEMORY_FIELDS = ("site", "reference", "content", "type", "location", "project", "team", "bucket", "tags",

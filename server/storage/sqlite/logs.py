@@ -30,9 +30,9 @@ from server.storage.records import (
     PurgeStep,
     RawItem,
     ToIndex,
-    now_rfc3339,
 )
 from server.storage.sqlite.writer import Readers, Writer
+from server.timestamps import now_rfc3339
 
 MAX_SQLITE_INT = 2**63 - 1  # larger Python ints cannot be bound as SQLite parameters
 # The items of a conversation, unless it is being deleted (site_id, conversation_id bound twice).

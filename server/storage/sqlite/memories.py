@@ -30,11 +30,11 @@ from server.storage.records import (
     StoredMemory,
     ToIndex,
     Words,
-    now_rfc3339,
 )
 from server.storage.scope import Scope
 from server.storage.sqlite.scope import marks, scope_sql
 from server.storage.sqlite.writer import Readers, Writer
+from server.timestamps import now_rfc3339
 
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on

@@ -33,9 +33,10 @@ from server.storage.oauth_rows import (
     pending_of,
     token_of,
 )
-from server.storage.records import WouldBlock, now_rfc3339, rfc3339_at
+from server.storage.records import WouldBlock
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.writer import Readers, Writer
+from server.timestamps import now_rfc3339, rfc3339_at
 
 
 class SqliteOAuthStore:

@@ -14,11 +14,12 @@ import threading
 from pathlib import Path
 
 from server.errors import InvalidParameters
-from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock, now_rfc3339
+from server.storage.records import SessionRecord, SiteCredential, SiteRecord, TokenRecord, WouldBlock
 from server.storage.site_rows import SESSION_COLUMNS, TOKEN_COLUMNS, bound_json, session_of, token_of
 from server.storage.sqlite.connection import connect
 from server.storage.sqlite.schema import SITE_TABLES
 from server.storage.sqlite.writer import Readers, Writer
+from server.timestamps import now_rfc3339
 
 
 class SqliteSiteStore:

@@ -14,8 +14,9 @@ from typing import Any
 
 from server.errors import NotFound
 from server.storage.memory_rows import exported
-from server.storage.records import RawItem, now_rfc3339
+from server.storage.records import RawItem
 from server.storage.sqlite.connection import connect, naming_damage
+from server.timestamps import now_rfc3339
 
 
 class SqliteSnapshot:

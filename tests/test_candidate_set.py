@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from server.ranking.candidate_set import COSINE_CHUNK, Candidate, CandidateSet, compact
-from server.ranking.candidates import fingerprint
+from server.retrieval.candidates import fingerprint
 
 
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:

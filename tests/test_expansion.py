@@ -14,7 +14,7 @@ from server.ranking.candidate_set import Candidate
 from server.ranking.expansion import expansion_terms, unused_classes, vocabulary_words
 from server.ranking.fusion import document_text, rank
 from server.ranking.lexical import analyze, bm25_scores
-from server.ranking.vocabulary import WordVectors
+from server.retrieval.vocabulary import WordVectors
 from server.services import open_services
 from server.storage.records import Words
 from server.storage.scope import Scope

@@ -55,3 +55,11 @@ def test_no_two_packages_import_each_other() -> None:
         return seen
 
     assert sorted(p for p in edges if p in reachable(p)) == []
+
+
+def test_ranking_scores_without_io() -> None:
+    """server/ranking/ is the scoring: it reads no store, no index and nothing of retrieval, which feeds it."""
+    io = ("server.storage", "server.index", "server.retrieval", "server.memories", "server.logs", "server.operations")
+    reads = [f"{name}: {module}" for name, path in modules() if name.startswith("server/ranking/")
+             for module in imported(path) if module.startswith(io)]
+    assert reads == []

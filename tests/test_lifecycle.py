@@ -25,11 +25,11 @@ from server.memories import maintenance
 from server.memories.outbox import index_payload
 from server.memories.validation import Filters, read_scope
 from server.ranking.candidate_set import Candidate
-from server.ranking.candidates import CandidateSource
 from server.ranking.dates import epoch_day
 from server.ranking.lexical import analyze
-from server.ranking.recall import Retrieval
 from server.ranking.recency import as_of_first, asks_for_recent, newest_first
+from server.retrieval.candidates import CandidateSource
+from server.retrieval.recall import Retrieval
 from server.services import Services, open_services
 from server.storage.factory import open_storage
 

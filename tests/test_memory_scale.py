@@ -17,15 +17,15 @@ import pytest
 
 from server.auth import admin as auth
 from server.memories.validation import Filters, read_scope, validate_new
-from server.ranking import candidates as candidates_module
 from server.ranking.candidate_set import Candidate, unit_vectors
-from server.ranking.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
 from server.ranking.dates import epoch_day, prefetch_windows
 from server.ranking.fusion import document_text
 from server.ranking.lexical import analyze, analyzed_text, fts_phrase, prefetch_terms
 from server.ranking.periods import query_periods
-from server.ranking.recall import Retrieval
 from server.ranking.term_arrays import TERM_IDS
+from server.retrieval import candidates as candidates_module
+from server.retrieval.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
+from server.retrieval.recall import Retrieval
 from server.services import Services, open_services
 from server.storage.factory import open_storage
 from server.storage.records import Document, Words

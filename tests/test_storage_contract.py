@@ -34,8 +34,8 @@ from storage_support import (
 from server.auth.principal import READ, WRITE
 from server.errors import InvalidParameters, NotFound, Unavailable
 from server.memories.outbox import index_payload
-from server.ranking.candidates import CandidateSource
 from server.ranking.lexical import analyze
+from server.retrieval.candidates import CandidateSource
 from server.storage.factory import open_snapshot, open_storage
 from server.storage.oauth_records import (
     ACCESS,

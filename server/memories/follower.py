@@ -28,7 +28,7 @@ from server.index.base import IndexUnavailable, batched
 from server.logging_setup import Throttle
 from server.memories.outbox import Outbox
 from server.ranking.fusion import document_text
-from server.ranking.vocabulary import WordVectors
+from server.retrieval.vocabulary import WordVectors
 from server.storage.protocols import OutboxStore, WordStore
 from server.storage.records import IndexRow
 

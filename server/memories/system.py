@@ -13,9 +13,9 @@ from server.memories.follower import FOLLOW_FILE, IndexFollower
 from server.memories.outbox import Outbox
 from server.memories.reembedding import Reembedding
 from server.memories.writes import TERMS_VERSION, MemoryWrites, document_terms
-from server.ranking.candidates import CandidateSource
-from server.ranking.recall import Retrieval
-from server.ranking.vocabulary import WordVectors
+from server.retrieval.candidates import CandidateSource
+from server.retrieval.recall import Retrieval
+from server.retrieval.vocabulary import WordVectors
 from server.settings import Settings
 from server.storage.protocols import Storage
 

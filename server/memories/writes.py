@@ -23,7 +23,7 @@ from server.ranking.dates import date_terms
 from server.ranking.fusion import document_text
 from server.ranking.languages import detect
 from server.ranking.lexical import analyzed_text
-from server.ranking.vocabulary import WordVectors
+from server.retrieval.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
 from server.storage.records import (
     DUPLICATE,

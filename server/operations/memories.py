@@ -35,7 +35,7 @@ from server.memories.validation import (
     plausible_reference,
     read_scope,
 )
-from server.ranking import context
+from server.retrieval import context
 from server.settings import Settings
 from server.storage.scope import Scope
 

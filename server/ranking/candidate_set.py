@@ -4,7 +4,7 @@ A `CandidateSet` is a read-only sequence of `Candidate`s that also holds, comput
 vectors as one matrix, their analysed documents as integer arrays (server/ranking/term_arrays.py) and the
 positions of their conversation neighbours. A scope ranked whole (a bucket of a few thousand memories)
 is the same set from one recall to the next until one of its memories changes, so the candidate source
-keeps its set and the next recall skips all of that work (server/ranking/candidates.py).
+keeps its set and the next recall skips all of that work (server/retrieval/candidates.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Candidate(NamedTuple):
 
 # A Candidate's fields as a plain tuple, in the same order. What the candidate cache and the sets hold: the
 # garbage collector stops tracking a plain tuple of strings, numbers and arrays (not a named tuple), so its
-# full collections do not walk the 100k cached candidates (server/ranking/candidates.py).
+# full collections do not walk the 100k cached candidates (server/retrieval/candidates.py).
 Row = tuple[int, str, np.ndarray, str | None, str | None, int | None, Sequence[str] | None, np.ndarray | None]
 ID, TEXT, VECTOR, OCCURRED_AT, CONVERSATION_ID, SEQ, TERMS, TERM_ID_ARRAY = range(8)
 
@@ -97,7 +97,7 @@ class CandidateSet(Sequence[Candidate]):
         self._memos: dict[str, Any] = {}
         self._vectors: np.ndarray | None = None
         self._lock = threading.Lock()
-        # Held for later recalls of its scope (server/ranking/candidates.py): what is derived from its memories
+        # Held for later recalls of its scope (server/retrieval/candidates.py): what is derived from its memories
         # is better kept with it than in per-memory caches, which would hold it a second time.
         self.lasting = False
 

@@ -19,7 +19,7 @@ from server.api.schemas import ContextPack, Forgotten, PublicResults, Remembered
 from server.auth.principal import Principal
 from server.memories.params import ContextParams, RecallParams, ReferenceParams, RememberParams, SearchParams
 from server.operations.memories import MemoryOperations
-from server.ranking import context
+from server.retrieval import context
 from server.settings import Settings
 
 # Shared by the descriptions of the read tools.

@@ -161,7 +161,7 @@ SCHEMA = [
     CREATE TRIGGER memories_deleted AFTER DELETE ON memories
         REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION memories_deleted();
     """,
-    # 3: single-word embeddings of each site's vocabulary, for query expansion (server/ranking/vocabulary.py)
+    # 3: single-word embeddings of each site's vocabulary, for query expansion (server/retrieval/vocabulary.py)
     """
     CREATE TABLE memory_words (
         site_id BIGINT NOT NULL,

@@ -19,7 +19,7 @@ from server.storage.sqlite.writer import Readers
 
 # The database file is read a page at a time, not memory-mapped: mapped, the pages recall touched counted in
 # the server's RSS (240 MB at 100k memories, once start-up had read the newest into the candidate cache),
-# while since the covering index and the held candidate sets (server/ranking/candidates.py) a recall
+# while since the covering index and the held candidate sets (server/retrieval/candidates.py) a recall
 # rarely reads a row. Measured at 100k in-process, embedding aside, p50 mapped -> unmapped: whole site 5.7 ->
 # 6.1 ms, a bucket 2.3 -> 2.5 ms, a 30-day window (4,100 memories, read whole) 26.3 -> 28.5 ms.
 CHUNK = 500  # ids per IN (...) list

@@ -93,7 +93,7 @@ SCHEMA = [
         INSERT OR IGNORE INTO index_deletions (id) VALUES (old.id);
     END;
     """,
-    # 3: single-word embeddings of each site's vocabulary, for query expansion (server/ranking/vocabulary.py)
+    # 3: single-word embeddings of each site's vocabulary, for query expansion (server/retrieval/vocabulary.py)
     """
     CREATE TABLE memory_words (
         site_id INTEGER NOT NULL,

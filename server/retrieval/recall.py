@@ -21,7 +21,6 @@ from server.index.filters import scope_filter
 from server.ranking.answers import answer_boost, asked_kinds
 from server.ranking.baselines import rank_single
 from server.ranking.candidate_set import ID, Candidate, CandidateSet
-from server.ranking.candidates import PREFETCH, CandidateSource
 from server.ranking.dates import as_of_end, date_boost, dated_inside, dated_spans, prefetch_windows, query_date_terms
 from server.ranking.expansion import expansion_terms
 from server.ranking.fusion import ranked_positions
@@ -30,7 +29,8 @@ from server.ranking.lexical import analyze_query
 from server.ranking.periods import Period, query_periods
 from server.ranking.recency import as_of_first, asks_for_recent, newest_first
 from server.ranking.speakers import asked_speaker, speaker_boost, speakers
-from server.ranking.vocabulary import WordVectors
+from server.retrieval.candidates import PREFETCH, CandidateSource
+from server.retrieval.vocabulary import WordVectors
 from server.storage.protocols import MemoryStore
 from server.storage.records import StoredMemory
 from server.storage.scope import Scope

@@ -27,7 +27,7 @@ from server.ranking.candidate_set import CONVERSATION_ID, Candidate, CandidateSe
 from server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from server.ranking.lexical import analyze_query, prefetch_terms
 from server.ranking.term_arrays import TERM_IDS
-from server.ranking.vocabulary import WordVectors
+from server.retrieval.vocabulary import WordVectors
 from server.storage.protocols import CandidateStore
 from server.storage.records import CandidateRow
 from server.storage.scope import Scope

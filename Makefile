@@ -50,7 +50,7 @@ system-packages:
 run: install
 	$(BIN)/memory-server serve
 
-# Types and style first: mypy --strict on server/ and embeddings/, ruff everywhere (pyproject.toml).
+# Types and style first: mypy --strict on memory_server/ and the client, ruff everywhere (pyproject.toml).
 lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -1,7 +1,7 @@
 """Calibrate search_memory's default min_score, and a model's similarity scale, on LoCoMo.
 
 search_memory's score is the cosine similarity between the query's embedding and the memory's stored
-embedding (of `document_text`), on the reference scale (embeddings/similarity.py). For every question of
+embedding (of `document_text`), on the reference scale (memory_server/embeddings/similarity.py). For every question of
 categories 1-4 this measures the score of
   - its evidence turns (should pass the threshold),
   - the other turns of the same conversation (mostly not about the question), and
@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from embeddings.factory import load_embedder, resolve_model  # noqa: E402
-from server.ranking.expansion import vocabulary_words  # noqa: E402
-from server.ranking.fusion import document_text  # noqa: E402
-from server.services import PROJECT_ROOT  # noqa: E402
+from memory_server.embeddings.factory import load_embedder, resolve_model  # noqa: E402
+from memory_server.ranking.expansion import vocabulary_words  # noqa: E402
+from memory_server.ranking.fusion import document_text  # noqa: E402
+from memory_server.services import PROJECT_ROOT  # noqa: E402
 
 from bench.locomo import DEFAULT_DATA, load  # noqa: E402
 

@@ -50,7 +50,7 @@ class Replicas:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, names: list[str]) -> list[Replica]:
-        created = subprocess.run([sys.executable, "-m", "server", "site", "create", SITE, "--data-dir",
+        created = subprocess.run([sys.executable, "-m", "memory_server", "site", "create", SITE, "--data-dir",
                                   str(self.root / "admin")], cwd=ROOT, env=self.env, capture_output=True, text=True,
                                  timeout=120)
         if created.returncode != 0:
@@ -61,7 +61,7 @@ class Replicas:
             port = free_port()
             with open(self.root / f"{name}.log", "ab") as log:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", str(port),
+                    [sys.executable, "-m", "memory_server", "serve", "--host", "127.0.0.1", "--port", str(port),
                      "--data-dir", str(self.root / name)],
                     cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
             replicas.append(Replica(name, f"http://127.0.0.1:{port}", auth))

@@ -7,7 +7,7 @@ memories of its own wording ("Topic_3 (topic): …", "Note 3: …"), and the emb
 so each format is compared with our own export (JSON Lines) of exactly the memories it makes: same contents,
 types, tags, metadata and provenance, made by reading the format in this process.
 
-Each run is `python -m server import ...` on a new data directory (the model's load included, as a user sees
+Each run is `python -m memory_server import ...` on a new data directory (the model's load included, as a user sees
 it): its wall time and the CPU time it used (steadier than wall time on a shared machine). A format and its
 export take turns, `--runs` times (default 3); medians are reported. Beside them, the time to read and
 validate each input into the records the write path takes (in this process, nothing written): the only work
@@ -32,11 +32,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from server.admin.foreign import FORMATS  # noqa: E402
-from server.admin.foreign.records import Candidate  # noqa: E402
-from server.admin.importer import MemoryRecord, numbered_lines, parse_line  # noqa: E402
-from server.logs.validation import LogLimits  # noqa: E402
-from server.memories.validation import validate_new  # noqa: E402
+from memory_server.admin.foreign import FORMATS  # noqa: E402
+from memory_server.admin.foreign.records import Candidate  # noqa: E402
+from memory_server.admin.importer import MemoryRecord, numbered_lines, parse_line  # noqa: E402
+from memory_server.logs.validation import LogLimits  # noqa: E402
+from memory_server.memories.validation import validate_new  # noqa: E402
 
 PEOPLE = ["Maria", "Ivo", "Nate", "Joanna", "Priya", "Tomas", "Aiko", "Lena", "Omar", "Grace"]
 TOPICS = ["the billing service", "the data pipeline", "the mobile app", "the search index", "the on-call rota",
@@ -111,7 +111,7 @@ def run_import(args: list[str], data_dir: Path) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of the import process, memories created)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "server", "import", *args, "--data-dir", str(data_dir)],
+    done = subprocess.run([sys.executable, "-m", "memory_server", "import", *args, "--data-dir", str(data_dir)],
                           cwd=ROOT, capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

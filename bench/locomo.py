@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastmcp import Client  # noqa: E402
 
-from server.api.mcp.server import build_mcp  # noqa: E402
-from server.services import open_services  # noqa: E402
-from server.settings import Settings  # noqa: E402
+from memory_server.api.mcp.server import build_mcp  # noqa: E402
+from memory_server.services import open_services  # noqa: E402
+from memory_server.settings import Settings  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

@@ -31,10 +31,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.ranking import fusion as retrieval  # noqa: E402
-from server.ranking import lexical  # noqa: E402
-from server.ranking.candidate_set import Candidate  # noqa: E402
-from server.ranking.lexical import BM25Corpus, analyze  # noqa: E402
+from memory_server.ranking import fusion as retrieval  # noqa: E402
+from memory_server.ranking import lexical  # noqa: E402
+from memory_server.ranking.candidate_set import Candidate  # noqa: E402
+from memory_server.ranking.lexical import BM25Corpus, analyze  # noqa: E402
 
 DATA = Path("/work/shared/data/locomo/locomo_dev.json")
 CACHE = Path("/tmp/locomo_cache")
@@ -487,7 +487,7 @@ def dense_window(ex: Explorer, c: str) -> np.ndarray:
 def production_matrix(
     ex: Explorer, c: str, w=None, lexw=None, nbw=None, k1=None, b=None, delta=None, bg=None, lp=None
 ) -> np.ndarray:
-    """The production formula (server.ranking.fusion) as a Q x N matrix, for fast grids / LOCO.
+    """The production formula (memory_server.ranking.fusion) as a Q x N matrix, for fast grids / LOCO.
     delta = BM25+ delta, bg = bigram weight, lp = length prior weight (round 2; 0, 0, 0 = round 1)."""
     R = retrieval
     w = R.W_LEXICAL if w is None else w
@@ -554,8 +554,8 @@ def run_loco(ex: Explorer) -> None:
 
 
 def run_production(ex: Explorer, convs) -> None:
-    """Evaluate server.ranking.fusion.rank() end to end (Candidate objects, per query) to check it matches."""
-    section("production server.ranking.fusion.rank() end to end")
+    """Evaluate memory_server.ranking.fusion.rank() end to end (Candidate objects, per query) to check it matches."""
+    section("production memory_server.ranking.fusion.rank() end to end")
     b = ex.b
     out = {}
     for c, qs in b.by_conv.items():
@@ -886,11 +886,11 @@ def session_only(ex: Explorer, c: str) -> np.ndarray:
 
 
 def run_round3(ex: Explorer) -> None:
-    """Round 3: semantic query-term expansion (server/ranking/expansion.py) on top of the round-2 ranking, with a
+    """Round 3: semantic query-term expansion (memory_server/ranking/expansion.py) on top of the round-2 ranking, with a
     leave-one-conversation-out grid over its three constants."""
     from collections import Counter
 
-    from server.ranking import expansion
+    from memory_server.ranking import expansion
 
     b = ex.b
     R = retrieval

@@ -97,7 +97,7 @@ def logged(path: Path, storage: str, work: Path) -> dict[str, Any]:
     with authority(storage) as env, Server(work / "logs", env=env) as server:
         import subprocess
 
-        done = subprocess.run([sys.executable, "-m", "server", "site", "set", SITE, "--index-logs", "--data-dir",
+        done = subprocess.run([sys.executable, "-m", "memory_server", "site", "set", SITE, "--index-logs", "--data-dir",
                                str(server.data_dir)], cwd=ROOT, env=server.env, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(done.stderr)

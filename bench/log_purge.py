@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
 
-from server.storage.factory import open_storage  # noqa: E402
+from memory_server.storage.factory import open_storage  # noqa: E402
 
 from bench.perf import Server, summary  # noqa: E402
 

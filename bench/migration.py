@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx2  # noqa: E402
 
-from embeddings.factory import load_embedder, resolve_model  # noqa: E402
-from server.services import PROJECT_ROOT  # noqa: E402
+from memory_server.embeddings.factory import load_embedder, resolve_model  # noqa: E402
+from memory_server.services import PROJECT_ROOT  # noqa: E402
 
 from bench.perf import BUCKETS, Server, corpus_text, load_corpus, summary  # noqa: E402
 

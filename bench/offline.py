@@ -6,7 +6,7 @@ temporary directory, the embedded vector index, the bundled model) and asked thr
 as the REST and MCP tools call it. What it saves over the benchmarks themselves is time: the model's vectors of
 every text (documents, words and queries) are kept in a cache file (`--cache`), so a second run embeds nothing
 and a variant costs a minute or two. A variant is a set of module constants changed before the memories are stored
-(`--set module.NAME=value`, e.g. `--set server.ranking.fusion.W_LEXICAL=0.3`).
+(`--set module.NAME=value`, e.g. `--set memory_server.ranking.fusion.W_LEXICAL=0.3`).
 
     python bench/offline.py [--datasets locomo,profiles,evolving] [--modes production,dense,lexical]
                             [--set MODULE.NAME=VALUE]... [--vary "SETTING;SETTING"]... [--json OUT]
@@ -41,10 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from server.memories.params import RecallParams  # noqa: E402
-from server.operations.memories import retrieval_scope  # noqa: E402
-from server.services import open_services  # noqa: E402
-from server.settings import Settings  # noqa: E402
+from memory_server.memories.params import RecallParams  # noqa: E402
+from memory_server.operations.memories import retrieval_scope  # noqa: E402
+from memory_server.services import open_services  # noqa: E402
+from memory_server.settings import Settings  # noqa: E402
 
 from bench import locomo  # noqa: E402
 from bench.datasets import evolving as evolving_data  # noqa: E402
@@ -265,8 +265,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     apply(args.set)
-    from embeddings.factory import load_embedder, resolve_model
-    from server.services import PROJECT_ROOT
+    from memory_server.embeddings.factory import load_embedder, resolve_model
+    from memory_server.services import PROJECT_ROOT
 
     inner = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=PROJECT_ROOT), threads=2)
     embedder = CachedEmbedder(inner, args.cache)

@@ -38,13 +38,13 @@ sys.path.insert(0, str(ROOT))
 import httpx2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from server.auth import admin as auth  # noqa: E402
-from server.memories.writes import document_terms  # noqa: E402
-from server.ranking.fusion import document_text  # noqa: E402
-from server.services import open_services  # noqa: E402
-from server.settings import Settings  # noqa: E402
-from server.storage.factory import open_storage  # noqa: E402
-from server.storage.records import Document, Words  # noqa: E402
+from memory_server.auth import admin as auth  # noqa: E402
+from memory_server.memories.writes import document_terms  # noqa: E402
+from memory_server.ranking.fusion import document_text  # noqa: E402
+from memory_server.services import open_services  # noqa: E402
+from memory_server.settings import Settings  # noqa: E402
+from memory_server.storage.factory import open_storage  # noqa: E402
+from memory_server.storage.records import Document, Words  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
 QUERIES = 200
@@ -96,7 +96,7 @@ class Server:
                **({"MEMORY_DATABASE_URL": self.database_url} if self.database_url else {})}
         started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--data-dir", str(self.data), "--port", str(self.port)],
+            [sys.executable, "-m", "memory_server", "serve", "--data-dir", str(self.data), "--port", str(self.port)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         while True:
             try:
@@ -229,7 +229,7 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
 
 async def bench_log_indexing(tmp: Path, *, appends: int, database_url: str | None = None) -> dict[str, Any]:
     """Append acknowledgements with log indexing on beside off, one server, one run: site `bench` does not
-    index its logs, site `indexed` does (server/logs/indexing.py embeds its items in the background). First
+    index its logs, site `indexed` does (memory_server/logs/indexing.py embeds its items in the background). First
     `appends` batches of 10 to `bench` alone (nothing to embed), then the same number to each site in turn,
     while the indexer embeds what `indexed` was sent; then how long the indexer took to catch up."""
     server = Server(tmp / "indexing", database_url)
@@ -697,8 +697,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     only, storages = set(args.only.split(",")), set(args.storage.split(","))
     embedder = None
     if only & {"remember", "search"}:
-        from embeddings.factory import load_embedder, resolve_model
-        from server.services import PROJECT_ROOT
+        from memory_server.embeddings.factory import load_embedder, resolve_model
+        from memory_server.services import PROJECT_ROOT
 
         embedder = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"),
                                                    project_root=PROJECT_ROOT), threads=1,

@@ -2,7 +2,7 @@
 
 The benchmarks built on this (bench/evolving.py, bench/profiles.py) talk to the server only over HTTP
 (`/v1/...`), never by importing server code: each run creates a site with the CLI
-(`python -m server site create NAME --data-dir D`), starts `python -m server serve --port P --data-dir D`
+(`python -m memory_server site create NAME --data-dir D`), starts `python -m memory_server serve --port P --data-dir D`
 as a child process with the ranking chosen by `MEMORY_RECALL_RANKING`, waits for `/readyz` 200, and kills
 the process at the end.
 """
@@ -74,7 +74,7 @@ class Server:
 
     def start(self) -> Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        created = subprocess.run([sys.executable, "-m", "server", "site", "create", SITE, "--data-dir",
+        created = subprocess.run([sys.executable, "-m", "memory_server", "site", "create", SITE, "--data-dir",
                                   str(self.data_dir)], cwd=ROOT, env=self.env, capture_output=True, text=True,
                                  timeout=120)
         if created.returncode != 0:
@@ -83,7 +83,7 @@ class Server:
         started = time.perf_counter()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                [sys.executable, "-m", "memory_server", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                  "--data-dir", str(self.data_dir)],
                 cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         self.http = httpx.Client(base_url=self.base, auth=(SITE, self.secret), timeout=60.0)

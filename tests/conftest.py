@@ -19,10 +19,10 @@ import pytest
 import uvicorn
 from fastmcp import Client
 
-from server.api.app import create_app
-from server.auth import admin as auth
-from server.settings import Settings
-from server.storage.factory import open_storage
+from memory_server.api.app import create_app
+from memory_server.auth import admin as auth
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
 
 from tests import backends
 

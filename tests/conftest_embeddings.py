@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from embeddings.base import Embedder
-from embeddings.factory import ModelChoice, load_embedder, minilm_dir, resolve_model
-from embeddings.graph_embedder import GraphEmbedder
-from embeddings.sentence import SentenceEmbedder
-from embeddings.tokens import TokenCounter
+from memory_server.embeddings.base import Embedder
+from memory_server.embeddings.factory import ModelChoice, load_embedder, minilm_dir, resolve_model
+from memory_server.embeddings.graph_embedder import GraphEmbedder
+from memory_server.embeddings.sentence import SentenceEmbedder
+from memory_server.embeddings.tokens import TokenCounter
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from server.auth.principal import READ
+from memory_server.auth.principal import READ
 
 from oauth_support import Owner, RawClient
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli

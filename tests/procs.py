@@ -1,6 +1,6 @@
-"""Real server and CLI processes for tests: `python -m server ...` as subprocesses.
+"""Real server and CLI processes for tests: `python -m memory_server ...` as subprocesses.
 
-`ServerProcess` starts `python -m server serve --port P --data-dir D`, waits for /healthz, and is always
+`ServerProcess` starts `python -m memory_server serve --port P --data-dir D`, waits for /healthz, and is always
 killed by its owner (`server_processes` fixture in the test modules, or a `with` block). `run_cli` runs one
 CLI command to completion.
 """
@@ -50,7 +50,7 @@ def server_env(**extra: str) -> dict[str, str]:
 def run_cli(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None,
             executable: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run `memory-server ARGS [--data-dir D]` to completion and return the finished process."""
-    command = (executable or [sys.executable, "-m", "server"]) + list(args)
+    command = (executable or [sys.executable, "-m", "memory_server"]) + list(args)
     if data_dir is not None:
         command += ["--data-dir", str(data_dir)]
     env = {**backends.current.env(data_dir), **(env or server_env())}  # the data dir's authority
@@ -87,7 +87,7 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server", "serve", "--port", str(self.port), "--host", self.host,
+                [sys.executable, "-m", "memory_server", "serve", "--port", str(self.port), "--host", self.host,
                  "--data-dir", str(self.data_dir)],
                 cwd=REPO_ROOT, env=self._env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 preexec_fn=self._preexec,

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from server.ranking.lexical import analyzed_text
-from server.storage.protocols import Storage
-from server.storage.records import Document, Kept, NewMemory, Words
+from memory_server.ranking.lexical import analyzed_text
+from memory_server.storage.protocols import Storage
+from memory_server.storage.records import Document, Kept, NewMemory, Words
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WHEN = "2024-05-01T10:00:00.000000Z"
@@ -62,8 +62,8 @@ def corpus(size: int, *, seed: int = 11) -> list[tuple[int, str]]:
 APPENDER = """
 import asyncio, json, random, sys
 from pathlib import Path
-from server.settings import Settings
-from server.storage.factory import open_storage
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
 
 url, data_dir, site_id, writer, batches = sys.argv[1:]
 site_id, writer, batches = int(site_id), int(writer), int(batches)

@@ -1,4 +1,4 @@
-"""The kind of answer a query asks for (server/ranking/answers.py): the rules, and the boost through a real
+"""The kind of answer a query asks for (memory_server/ranking/answers.py): the rules, and the boost through a real
 server on both storage backends."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.ranking.answers import MAX_FRACTION, NAME, NUMBER_KIND, TIME, answer_boost, asked_kinds, read_kinds
-from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.fusion import document_text
+from memory_server.ranking.answers import MAX_FRACTION, NAME, NUMBER_KIND, TIME, answer_boost, asked_kinds, read_kinds
+from memory_server.ranking.candidate_set import Candidate, CandidateSet
+from memory_server.ranking.fusion import document_text
 
 from tests.conftest import make_settings, serve
 

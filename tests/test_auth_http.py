@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from fastmcp import Client
 
-from server.auth.principal import READ, WRITE
+from memory_server.auth.principal import READ, WRITE
 
 from conftest import LiveServer, admin, make_settings, query, serve
 from procs import parse_fields, run_cli

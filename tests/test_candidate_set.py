@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from server.ranking.candidate_set import COSINE_CHUNK, Candidate, CandidateSet, compact
-from server.retrieval.candidates import fingerprint
+from memory_server.ranking.candidate_set import COSINE_CHUNK, Candidate, CandidateSet, compact
+from memory_server.retrieval.candidates import fingerprint
 
 
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from server.auth.authenticator import Authenticator
-from server.auth.principal import Principal
-from server.errors import Unauthorized
-from server.storage.factory import open_storage
-from server.storage.sqlite.connection import connect
+from memory_server.auth.authenticator import Authenticator
+from memory_server.auth.principal import Principal
+from memory_server.errors import Unauthorized
+from memory_server.storage.factory import open_storage
+from memory_server.storage.sqlite.connection import connect
 
 from conftest import make_settings, query
 from procs import parse_fields, run_cli, server_env

@@ -15,7 +15,7 @@ import httpx2
 import psycopg
 import pytest
 
-from server.version import __version__
+from memory_server.version import __version__
 
 from procs import ServerProcess, parse_fields, run_cli, server_env
 from tests.postgres import PostgresServer, _make_directory, _server_user, find_bindir

@@ -381,7 +381,7 @@ def test_package_builds_alone(tmp_path: Path) -> None:
 
     names = set(zipfile.ZipFile(wheels[0]).namelist())
     assert {"memory_client/__init__.py", "memory_client/py.typed", "memory_client/recorder.py"} <= names
-    assert not any(name.startswith(("server/", "tests/")) for name in names)
+    assert not any(name.startswith(("memory_server/", "tests/")) for name in names)
 
 
 # --- the README examples run as written -----------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 
-from server.admin.client_config.clients import default_file
+from memory_server.admin.client_config.clients import default_file
 
 from procs import ServerProcess, parse_fields, run_cli, server_env
 
@@ -211,8 +211,8 @@ async def test_http_entry_with_the_site_credential_reaches_the_logs(server: Serv
 
 
 def test_a_site_a_stdio_server_created_has_no_secret_to_configure(tmp_path: Path) -> None:
-    from server.admin.serve import UNISSUED_SECRET
-    from server.storage.factory import open_storage
+    from memory_server.admin.serve import UNISSUED_SECRET
+    from memory_server.storage.factory import open_storage
 
     from conftest import make_settings
 

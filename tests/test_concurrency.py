@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from server.auth import admin as auth
-from server.storage.factory import open_storage
+from memory_server.auth import admin as auth
+from memory_server.storage.factory import open_storage
 
 from conftest import LiveServer, admin, make_settings
 from procs import (  # noqa: F401
@@ -114,8 +114,8 @@ async def test_two_server_processes_one_database(tmp_path: Path, server_processe
 APPENDER = """
 import asyncio, json, random, sys
 from pathlib import Path
-from server.settings import Settings
-from server.storage.factory import open_storage
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
 
 data_dir, site_id, writer, batches, conversation = sys.argv[1:]
 site_id, writer, batches = int(site_id), int(writer), int(batches)

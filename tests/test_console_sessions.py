@@ -14,15 +14,15 @@ from typing import Any
 import httpx2
 import pytest
 
-from server.api.console import sessions as console_sessions
-from server.api.console.forms import day_start
-from server.api.console.sessions import ConsoleSessions, csrf_ok, csrf_token, id_hash
-from server.auth import admin
-from server.auth.authenticator import Authenticator
-from server.auth.principal import READ
-from server.storage.factory import open_storage
-from server.storage.protocols import Storage
-from server.storage.records import SessionRecord
+from memory_server.api.console import sessions as console_sessions
+from memory_server.api.console.forms import day_start
+from memory_server.api.console.sessions import ConsoleSessions, csrf_ok, csrf_token, id_hash
+from memory_server.auth import admin
+from memory_server.auth.authenticator import Authenticator
+from memory_server.auth.principal import READ
+from memory_server.storage.factory import open_storage
+from memory_server.storage.protocols import Storage
+from memory_server.storage.records import SessionRecord
 
 from tests.conftest import LiveServer, make_settings, query, serve
 
@@ -169,7 +169,7 @@ def test_per_day_counts_and_conversation_counts_are_scoped(shared: LiveServer) -
                 assert http.post("/v1/memories", json={"content": f"daily {n}", "bucket": f"daily{n % 2}"}
                                  ).status_code == 201
             assert http.post("/v1/conversations/per-day-conv-1/items", json={"items": [{}]}).status_code == 201
-        from server.storage.scope import Scope
+        from memory_server.storage.scope import Scope
 
         today = time.strftime("%Y-%m-%d", time.gmtime())
         tomorrow = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 86400))

@@ -1,4 +1,4 @@
-"""Dates named in text (server/ranking/dates.py) and the recall boost they give, the latter through a real
+"""Dates named in text (memory_server/ranking/dates.py) and the recall boost they give, the latter through a real
 server on both storage backends."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.dates import (
+from memory_server.ranking.candidate_set import Candidate, CandidateSet
+from memory_server.ranking.dates import (
     DATE_BOOST,
     MAX_MEMORY_DAYS,
     DatedTexts,
@@ -22,8 +22,8 @@ from server.ranking.dates import (
     prefetch_windows,
     query_date_terms,
 )
-from server.ranking.fusion import document_text
-from server.ranking.periods import MAX_PERIODS, MAX_TEXT_CHARS, Period, periods, query_periods
+from memory_server.ranking.fusion import document_text
+from memory_server.ranking.periods import MAX_PERIODS, MAX_TEXT_CHARS, Period, periods, query_periods
 
 from tests.conftest import serve
 
@@ -261,7 +261,7 @@ def test_a_memory_holds_the_terms_of_the_days_and_weeks_its_content_names() -> N
 
 
 def test_every_date_term_is_what_the_lexical_side_takes_for_one() -> None:
-    from server.ranking.lexical import is_date_term
+    from memory_server.ranking.lexical import is_date_term
 
     text = "on 2024-05-08, 1 January 1900, 31 December 2099, yesterday, two weeks ago"
     terms = date_terms(text, "2024-05-09T00:00:00Z")

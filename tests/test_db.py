@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from server.storage.sqlite.connection import connect
-from server.storage.sqlite.writer import Writer
+from memory_server.storage.sqlite.connection import connect
+from memory_server.storage.sqlite.writer import Writer
 
 
 def make_table(path: Path) -> None:
@@ -57,7 +57,7 @@ def test_a_closed_writer_refuses_work(tmp_path: Path) -> None:
     make_table(path)
     writer = Writer(path)
     writer.close()
-    from server.errors import Unavailable
+    from memory_server.errors import Unavailable
 
     with pytest.raises(Unavailable):
         writer.run_sync(lambda conn: conn.execute("INSERT INTO t VALUES (1, 'x')"))

@@ -33,14 +33,14 @@ import jsonschema
 import pytest
 import yaml
 
-from server.auth import admin as auth
-from server.auth.bootstrap import (
+from memory_server.auth import admin as auth
+from memory_server.auth.bootstrap import (
     BootstrapError,
     BootstrapSettings,
     apply_bootstrap,
 )
-from server.errors import Unauthorized
-from server.services import open_services
+from memory_server.errors import Unauthorized
+from memory_server.services import open_services
 
 from tests.conftest import LiveServer, free_port, make_settings
 
@@ -307,7 +307,7 @@ def _size(value: str) -> int:
 
 def test_nginx_conf_balances_over_the_compose_replicas(compose: dict[str, Any]) -> None:
     """Always runs, nginx installed or not: the config agrees with docker-compose.yml and the server."""
-    from server.settings import Settings
+    from memory_server.settings import Settings
 
     text = _nginx_text()
     [(upstream, body)] = re.findall(r"upstream\s+(\w+)\s*\{([^}]*)\}", text)
@@ -661,7 +661,7 @@ def _ignored(path: str, patterns: list[str]) -> bool:
 def test_dockerignore_keeps_local_state_out_and_the_sources_in(stages: list[list[tuple[str, str]]]) -> None:
     patterns = [p.strip() for p in DOCKERIGNORE.read_text().splitlines() if p.strip() and not p.startswith("#")]
     for unwanted in (".venv/bin/python", "data/memory.db", "models/all-MiniLM-L6-v2/model.safetensors",
-                     "server/__pycache__/app.cpython-311.pyc", ".pytest_cache/v", ".hypothesis/examples",
+                     "memory_server/__pycache__/app.cpython-311.pyc", ".pytest_cache/v", ".hypothesis/examples",
                      ".git/HEAD", "memory_server.egg-info/PKG-INFO"):
         assert _ignored(unwanted, patterns), unwanted
     sources = [args.split()[:-1] for stage in stages for keyword, args in stage
@@ -774,7 +774,7 @@ def test_serve_refuses_a_bad_preset_secret(tmp_path: Path) -> None:
     from procs import server_env
 
     env = server_env(MEMORY_BOOTSTRAP_SECRET="too-short")
-    result = subprocess.run([sys.executable, "-m", "server", "serve", "--port", str(free_port()),
+    result = subprocess.run([sys.executable, "-m", "memory_server", "serve", "--port", str(free_port()),
                              "--data-dir", str(tmp_path / "data")], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 1

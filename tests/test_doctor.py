@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from server.admin.doctor import FAIL, OK, SKIP, WARN, Check, run_checks
-from server.index.base import IndexInfo
-from server.index.edge import EdgeIndex
-from server.storage.factory import open_storage
-from server.storage.sqlite.connection import connect
-from server.storage.sqlite.writer import transaction
+from memory_server.admin.doctor import FAIL, OK, SKIP, WARN, Check, run_checks
+from memory_server.index.base import IndexInfo
+from memory_server.index.edge import EdgeIndex
+from memory_server.storage.factory import open_storage
+from memory_server.storage.sqlite.connection import connect
+from memory_server.storage.sqlite.writer import transaction
 
 from conftest import LiveServer, make_settings, serve
 from procs import REPO_ROOT, run_cli, server_env

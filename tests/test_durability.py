@@ -1,6 +1,6 @@
 """An acknowledged append survives SIGKILL of the server; a batch is never partially visible.
 
-The real server runs as a subprocess (`python -m server serve`). Several client tasks append batches over
+The real server runs as a subprocess (`python -m memory_server serve`). Several client tasks append batches over
 HTTP and record every acknowledgement; the process is SIGKILLed while they are mid-stream, restarted on the
 same data directory, and the logs are checked: every acknowledged item is there with its seq, in order,
 with no gaps, and every batch (acknowledged or not) is all there or not there at all. Batches whose
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from server.auth import admin as auth
+from memory_server.auth import admin as auth
 
 from conftest import admin, make_settings
 from procs import ServerProcess, ServerProcesses, batch_payloads, check_log, read_all, server_processes  # noqa: F401

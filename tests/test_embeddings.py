@@ -17,10 +17,10 @@ from tokenizers import Regex, Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Split
 
-from embeddings.base import Embedder
-from embeddings.graph_embedder import GraphEmbedder
-from embeddings.sentence import ModelNotFoundError, SentenceEmbedder, model_name
-from embeddings.tokens import TokenCounter
+from memory_server.embeddings.base import Embedder
+from memory_server.embeddings.graph_embedder import GraphEmbedder
+from memory_server.embeddings.sentence import ModelNotFoundError, SentenceEmbedder, model_name
+from memory_server.embeddings.tokens import TokenCounter
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
 
@@ -138,7 +138,7 @@ def test_model_without_weights_is_refused(tmp_path: Path, model_dir: Path) -> No
 def test_importing_the_package_does_not_load_torch() -> None:
     # sentence-transformers costs 6-8 s to import; only constructing a SentenceEmbedder may pay it.
     code = (
-        "import sys, embeddings.factory, embeddings.sentence, embeddings.tokens; "
+        "import sys, memory_server.embeddings.factory, memory_server.embeddings.sentence, memory_server.embeddings.tokens; "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
     )
     root = Path(__file__).resolve().parent.parent

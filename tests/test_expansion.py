@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.auth import admin as auth
-from server.ranking.candidate_set import Candidate
-from server.ranking.expansion import expansion_terms, unused_classes, vocabulary_words
-from server.ranking.fusion import document_text, rank
-from server.ranking.lexical import analyze, bm25_scores
-from server.retrieval.vocabulary import WordVectors
-from server.services import open_services
-from server.storage.records import Words
-from server.storage.scope import Scope
+from memory_server.auth import admin as auth
+from memory_server.ranking.candidate_set import Candidate
+from memory_server.ranking.expansion import expansion_terms, unused_classes, vocabulary_words
+from memory_server.ranking.fusion import document_text, rank
+from memory_server.ranking.lexical import analyze, bm25_scores
+from memory_server.retrieval.vocabulary import WordVectors
+from memory_server.services import open_services
+from memory_server.storage.records import Words
+from memory_server.storage.scope import Scope
 
 
 def unit(*xs: float) -> np.ndarray:
@@ -49,7 +49,7 @@ VECTORS = {
 
 
 def pool_of(words: list[str]) -> tuple[list[str], np.ndarray]:
-    from server.ranking.lexical import stem
+    from memory_server.ranking.lexical import stem
 
     return [stem(w) for w in words], np.stack([VECTORS[w] for w in words]) if words else np.empty((0, 4))
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from server.storage.postgres.database import Database
+from memory_server.storage.postgres.database import Database
 
 from procs import ServerProcesses, parse_fields, run_cli, server_env, server_processes  # noqa: F401
 from tests.failover_load import Ledger, Replica, Survival, note, run_failover, searched, verify

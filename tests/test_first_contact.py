@@ -25,7 +25,7 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \S+: ")  # the 
 
 async def use_over_stdio(data_dir: Path, seq: int = 0, **env: str) -> None:
     """What Claude Desktop does with a new data directory: start a stdio server there and write to it."""
-    transport = StdioTransport(command=sys.executable, args=["-m", "server", "serve", "--data-dir", str(data_dir)],
+    transport = StdioTransport(command=sys.executable, args=["-m", "memory_server", "serve", "--data-dir", str(data_dir)],
                                env=server_env(MEMORY_TRANSPORT="stdio", **env), cwd=str(REPO_ROOT), keep_alive=False)
     async with Client(transport, timeout=60) as client:
         ack = await client.call_tool("append_memory", {"conversation_id": "conv-desktop-0001",
@@ -121,7 +121,7 @@ def test_a_stdio_launch_that_runs_http_says_how_to_get_stdio(tmp_path: Path) -> 
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as err:
-        process = subprocess.Popen([sys.executable, "-m", "server", "serve", "--port", str(port), "--data-dir",
+        process = subprocess.Popen([sys.executable, "-m", "memory_server", "serve", "--port", str(port), "--data-dir",
                                     str(tmp_path / "data")], cwd=REPO_ROOT, env=server_env(), stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=err)
     try:
@@ -198,7 +198,7 @@ def test_token_list_has_a_header_row(tmp_path: Path) -> None:
 
 def test_import_help_wraps_its_paragraphs_evenly(tmp_path: Path) -> None:
     width = 100
-    done = subprocess.run([sys.executable, "-m", "server", "import", "--help"], cwd=REPO_ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "memory_server", "import", "--help"], cwd=REPO_ROOT, capture_output=True,
                           text=True, env=server_env(COLUMNS=str(width), TERM="dumb"), timeout=60)
     assert done.returncode == 0, done.stderr
     text = done.stdout.split("Usage:")[1].split("╭")[0]

@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from server.admin.foreign.markdown import pieces
+from memory_server.admin.foreign.markdown import pieces
 
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli, server_env
 

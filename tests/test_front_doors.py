@@ -25,12 +25,12 @@ import anyio
 import httpx2
 import pytest
 
-from server.auth.principal import READ, WRITE
-from server.settings import Settings
-from server.storage.factory import open_storage
-from server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthClient, OAuthCode
-from server.storage.oauth_records import PendingAuthorization as Pending
-from server.timestamps import rfc3339_at
+from memory_server.auth.principal import READ, WRITE
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
+from memory_server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthClient, OAuthCode
+from memory_server.storage.oauth_records import PendingAuthorization as Pending
+from memory_server.timestamps import rfc3339_at
 
 from conftest import make_settings, query
 from oauth_support import Owner, RawClient, parse_form, pkce
@@ -412,7 +412,7 @@ def test_the_schema_step_counts_clients_with_grants_as_signed_in(tmp_path: Path,
             "INSERT INTO oauth_grants (id, site_id, client_id, scopes, resource, created_at, expires_at)"
             " VALUES ('oa_old', 1, 'old-used', '[]', 'r', '2024-01-01T00:00:00.000000Z', 2)"]
     if settings.database_url is None:
-        from server.storage.sqlite import schema
+        from memory_server.storage.sqlite import schema
 
         settings.data_dir.mkdir(parents=True)
         with contextlib.closing(sqlite3.connect(settings.db_path, isolation_level=None)) as conn:
@@ -428,7 +428,7 @@ def test_the_schema_step_counts_clients_with_grants_as_signed_in(tmp_path: Path,
     else:
         import psycopg
 
-        from server.storage.postgres import schema as pg_schema
+        from memory_server.storage.postgres import schema as pg_schema
 
         before = pg_schema.SCHEMA.index(next(s for s in pg_schema.SCHEMA if "granted_at" in s))
         with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as pg:

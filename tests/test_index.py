@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient, models
 
-from server.index.base import (
+from memory_server.index.base import (
     PAYLOAD_VERSION,
     Condition,
     IndexDimensionError,
@@ -30,9 +30,9 @@ from server.index.base import (
     Range,
     VectorIndex,
 )
-from server.index.edge import SHARD_PREFIX, EdgeIndex
-from server.index.factory import open_index
-from server.index.qdrant import QdrantServerIndex
+from memory_server.index.edge import SHARD_PREFIX, EdgeIndex
+from memory_server.index.factory import open_index
+from memory_server.index.qdrant import QdrantServerIndex
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 INFO = IndexInfo(model="test-model", dimension=4)
@@ -345,8 +345,8 @@ KILL_CHILD = """
 import os, signal, sys
 from pathlib import Path
 import numpy as np
-from server.index.base import IndexInfo, IndexPoint
-from server.index.edge import EdgeIndex
+from memory_server.index.base import IndexInfo, IndexPoint
+from memory_server.index.edge import EdgeIndex
 ix = EdgeIndex(Path(sys.argv[1]))
 ix.reset(IndexInfo(model="test-model", dimension=4))
 rng = np.random.default_rng(1)
@@ -376,8 +376,8 @@ def test_edge_writes_survive_a_killed_process(tmp_path: Path, how: str) -> None:
 LOCKED_CHILD = """
 import sys, time
 from pathlib import Path
-from server.index.base import IndexLocked
-from server.index.edge import EdgeIndex
+from memory_server.index.base import IndexLocked
+from memory_server.index.edge import EdgeIndex
 started = time.perf_counter()
 try:
     EdgeIndex(Path(sys.argv[1]))

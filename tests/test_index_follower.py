@@ -1,4 +1,4 @@
-"""An embedded index that follows a shared authority's change feed (server/memories/follower.py).
+"""An embedded index that follows a shared authority's change feed (memory_server/memories/follower.py).
 
 Two "replicas" in one process: each has its own storage connection to one authority and its own Qdrant Edge
 index, as two servers on one PostgreSQL would. Real storage (on every backend), real indexes, the real model.
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from server.auth import admin as auth
-from server.auth.principal import Principal, site_principal
-from server.index.edge import EdgeIndex
-from server.memories.follower import FOLLOW_FILE
-from server.memories.system import Memories, build_memories, repair
-from server.memories.validation import Filters, read_scope
-from server.settings import Settings
-from server.storage.factory import open_storage
-from server.storage.protocols import Storage
+from memory_server.auth import admin as auth
+from memory_server.auth.principal import Principal, site_principal
+from memory_server.index.edge import EdgeIndex
+from memory_server.memories.follower import FOLLOW_FILE
+from memory_server.memories.system import Memories, build_memories, repair
+from memory_server.memories.validation import Filters, read_scope
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
+from memory_server.storage.protocols import Storage
 
 from tests.conftest import make_settings
 

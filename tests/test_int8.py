@@ -8,18 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embeddings import int8
-from embeddings.calibrate import measure
-from embeddings.e5 import e5_parts, package_file
-from embeddings.encoder_graph import Int8Columns, Linear, Q4Blocks, _joined
-from embeddings.graph_embedder import GraphEmbedder
+from memory_server.embeddings import int8
+from memory_server.embeddings.calibrate import measure
+from memory_server.embeddings.e5 import e5_parts, package_file
+from memory_server.embeddings.encoder_graph import Int8Columns, Linear, Q4Blocks, _joined
+from memory_server.embeddings.graph_embedder import GraphEmbedder
 
 MODEL = "multilingual-e5-small"
 
 
 def test_the_shipped_maxima_are_what_the_calibration_texts_measure() -> None:
     shipped = int8.read_maxima(MODEL)
-    assert shipped is not None, "run python -m embeddings.calibrate"
+    assert shipped is not None, "run python -m memory_server.embeddings.calibrate"
     measured = measure(package_file(MODEL))
     assert sorted(shipped) == sorted(measured)
     for tap, values in measured.items():

@@ -1,12 +1,12 @@
-"""A question's landmark ("before Emacs") weighs less on the lexical side (server/ranking/landmarks.py)."""
+"""A question's landmark ("before Emacs") weighs less on the lexical side (memory_server/ranking/landmarks.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from server.ranking.candidate_set import Candidate
-from server.ranking.fusion import fused_scores
-from server.ranking.landmarks import LANDMARK_WEIGHT, landmark_terms, without_landmarks
+from memory_server.ranking.candidate_set import Candidate
+from memory_server.ranking.fusion import fused_scores
+from memory_server.ranking.landmarks import LANDMARK_WEIGHT, landmark_terms, without_landmarks
 
 
 def test_the_words_after_before_are_a_landmark_unless_they_name_a_date() -> None:

@@ -1,5 +1,5 @@
 """The packages' layering, read from the source: the transports sit on top (only the entry point that serves
-them imports server.api), and no two packages of server/ import each other, directly or through others."""
+them imports memory_server.api), and no two packages of memory_server/ import each other, directly or through others."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # `memory-server serve` builds the app and the stdio MCP server: the one place outside the API that needs it.
-SERVES_THE_API = {"server/admin/serve.py"}
+SERVES_THE_API = {"memory_server/admin/serve.py"}
 
 
 def modules() -> Iterator[tuple[str, Path]]:
-    for path in sorted((ROOT / "server").rglob("*.py")):
+    for path in sorted((ROOT / "memory_server").rglob("*.py")):
         yield path.relative_to(ROOT).as_posix(), path
 
 
@@ -26,14 +26,14 @@ def imported(path: Path) -> Iterator[str]:
 
 
 def package(module: str) -> str:
-    """The package of a module under server/ (the first two parts of its name: a top-level module is its own)."""
+    """The package of a module under memory_server/ (the first two parts of its name: a top-level module is its own)."""
     return ".".join(module.split(".")[:2])
 
 
 def test_only_the_entry_point_imports_the_api() -> None:
     outside = [f"{name}: {module}" for name, path in modules()
-               if not name.startswith("server/api/") and name not in SERVES_THE_API
-               for module in imported(path) if module == "server.api" or module.startswith("server.api.")]
+               if not name.startswith("memory_server/api/") and name not in SERVES_THE_API
+               for module in imported(path) if module == "memory_server.api" or module.startswith("memory_server.api.")]
     assert outside == []
 
 
@@ -42,7 +42,7 @@ def test_no_two_packages_import_each_other() -> None:
     for name, path in modules():
         source = package(name.removesuffix(".py").replace("/", "."))
         edges.setdefault(source, set()).update(
-            package(m) for m in imported(path) if m.startswith("server.") and package(m) != source)
+            package(m) for m in imported(path) if m.startswith("memory_server.") and package(m) != source)
 
     def reachable(start: str) -> set[str]:
         seen: set[str] = set()
@@ -58,8 +58,8 @@ def test_no_two_packages_import_each_other() -> None:
 
 
 def test_ranking_scores_without_io() -> None:
-    """server/ranking/ is the scoring: it reads no store, no index and nothing of retrieval, which feeds it."""
-    io = ("server.storage", "server.index", "server.retrieval", "server.memories", "server.logs", "server.operations")
-    reads = [f"{name}: {module}" for name, path in modules() if name.startswith("server/ranking/")
+    """memory_server/ranking/ is the scoring: it reads no store, no index and nothing of retrieval, which feeds it."""
+    io = ("memory_server.storage", "memory_server.index", "memory_server.retrieval", "memory_server.memories", "memory_server.logs", "memory_server.operations")
+    reads = [f"{name}: {module}" for name, path in modules() if name.startswith("memory_server/ranking/")
              for module in imported(path) if module.startswith(io)]
     assert reads == []

@@ -1,7 +1,7 @@
 import numpy as np
 
-from server.ranking.languages import STOP_WORDS
-from server.ranking.lexical import BM25Corpus, analyze, analyzed_text, term_weights
+from memory_server.ranking.languages import STOP_WORDS
+from memory_server.ranking.lexical import BM25Corpus, analyze, analyzed_text, term_weights
 
 
 def test_lowercases_and_drops_stop_words():
@@ -59,7 +59,7 @@ def test_bm25_weighted_documents():
 
 
 def test_bm25_scores_matches_corpus_with_context():
-    from server.ranking.lexical import bm25_scores
+    from memory_server.ranking.lexical import bm25_scores
 
     texts = ["went hiking in the mountains", "amazing view", "bought a new bike", "bike ride to the lake", "ok"]
     docs = [analyze(t) for t in texts]
@@ -77,7 +77,7 @@ def test_bm25_scores_matches_corpus_with_context():
 
 
 def test_bm25_plus_delta_gives_matching_documents_a_floor():
-    from server.ranking.lexical import bm25_scores
+    from memory_server.ranking.lexical import bm25_scores
 
     docs = [["paint"], ["paint"] + [f"x{i}" for i in range(40)], ["sunset"], ["lake"]]
     plain = BM25Corpus(docs, b=1.0)
@@ -91,14 +91,14 @@ def test_bm25_plus_delta_gives_matching_documents_a_floor():
 
 
 def test_bigrams_skip_stop_words():
-    from server.ranking.lexical import bigrams
+    from memory_server.ranking.lexical import bigrams
 
     assert bigrams(analyze("joined a support group")) == [("join", "support"), ("support", "group")]
     assert bigrams(["a"]) == [] and bigrams([]) == []
 
 
 def test_bigram_scores_prefer_the_phrase():
-    from server.ranking.lexical import bigram_bm25_scores
+    from memory_server.ranking.lexical import bigram_bm25_scores
 
     docs = [analyze(t) for t in ["the support group met", "the group needed support", "support", "cooking dinner"]]
     s = bigram_bm25_scores(analyze("support group"), docs)
@@ -107,7 +107,7 @@ def test_bigram_scores_prefer_the_phrase():
 
 
 def test_bigram_scores_match_bm25_over_bigram_documents_with_context():
-    from server.ranking.lexical import bigram_bm25_scores, bigrams, bm25_scores
+    from memory_server.ranking.lexical import bigram_bm25_scores, bigrams, bm25_scores
 
     texts = ["support group on friday", "group support", "the support group again", "painting class", "support group"]
     docs = [analyze(t) for t in texts]

@@ -17,21 +17,21 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_edge import UpdateOperation
 
-from server.index.base import PAYLOAD_VERSION, Condition, IndexFilter, IndexPoint, Range
-from server.index.edge import EdgeIndex
-from server.index.edge_files import read_info, write_info
-from server.index.qdrant import METADATA_KEY, QdrantServerIndex
-from server.memories import maintenance
-from server.memories.outbox import index_payload
-from server.memories.validation import Filters, read_scope
-from server.ranking.candidate_set import Candidate
-from server.ranking.dates import epoch_day
-from server.ranking.lexical import analyze
-from server.ranking.recency import as_of_first, asks_for_recent, newest_first
-from server.retrieval.candidates import CandidateSource
-from server.retrieval.recall import Retrieval
-from server.services import Services, open_services
-from server.storage.factory import open_storage
+from memory_server.index.base import PAYLOAD_VERSION, Condition, IndexFilter, IndexPoint, Range
+from memory_server.index.edge import EdgeIndex
+from memory_server.index.edge_files import read_info, write_info
+from memory_server.index.qdrant import METADATA_KEY, QdrantServerIndex
+from memory_server.memories import maintenance
+from memory_server.memories.outbox import index_payload
+from memory_server.memories.validation import Filters, read_scope
+from memory_server.ranking.candidate_set import Candidate
+from memory_server.ranking.dates import epoch_day
+from memory_server.ranking.lexical import analyze
+from memory_server.ranking.recency import as_of_first, asks_for_recent, newest_first
+from memory_server.retrieval.candidates import CandidateSource
+from memory_server.retrieval.recall import Retrieval
+from memory_server.services import Services, open_services
+from memory_server.storage.factory import open_storage
 
 from tests.conftest import LiveServer, index_backlog, make_settings, query, serve
 

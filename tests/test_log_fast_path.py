@@ -1,4 +1,4 @@
-"""The log tools' fast path (server.api.mcp.fast_path.LogToolsFastPath) answers exactly as the MCP SDK path does.
+"""The log tools' fast path (memory_server.api.mcp.fast_path.LogToolsFastPath) answers exactly as the MCP SDK path does.
 
 Every request is sent twice over real HTTP to one server: once with the fast path on, once with it off
 (the SDK and fastmcp answer), and the two responses are compared: status, headers and body bytes.
@@ -21,11 +21,11 @@ import httpx2
 import pytest
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from server.api.app import create_app
-from server.auth import admin as auth
-from server.auth.principal import READ, WRITE
-from server.services import open_services
-from server.storage.factory import open_storage
+from memory_server.api.app import create_app
+from memory_server.auth import admin as auth
+from memory_server.auth.principal import READ, WRITE
+from memory_server.services import open_services
+from memory_server.storage.factory import open_storage
 
 from conftest import ThreadedServer, admin, free_port, make_settings, wait_ready
 
@@ -191,7 +191,7 @@ def test_reads_answer_alike(both: Both) -> None:
               headers={"mcp-protocol-version": "2099-01-01"})
     both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 2}, request_id="7"),
               fast_answers=True)
-    # A number with no fractional part is an integer (server.arguments): both paths read 5.0 as 5.
+    # A number with no fractional part is an integer (memory_server.arguments): both paths read 5.0 as 5.
     both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 5.0}), fast_answers=True)
     both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 3.0, "offset": 2.0}),
               fast_answers=True)

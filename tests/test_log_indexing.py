@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from server.logs.indexing import occurred_at, turn_text
+from memory_server.logs.indexing import occurred_at, turn_text
 
 from conftest import LiveServer, make_settings, query, serve
 from procs import parse_fields, run_cli

@@ -1,4 +1,4 @@
-"""The storage contract of log indexing (server/logs/indexing.py), the same on SQLite and on PostgreSQL: which
+"""The storage contract of log indexing (memory_server/logs/indexing.py), the same on SQLite and on PostgreSQL: which
 conversations are indexed (the site's setting, an append's own choice), what waits, the one transaction that
 stores a batch of turns and moves the conversation on (refused when the log changed), the kind of an entry as
 every read sees it, and a deletion taking the turns with it.
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from storage_support import WHEN, document, memory, remember
 
-from server.storage.factory import open_storage
-from server.storage.protocols import Storage
-from server.storage.records import CREATED, DUPLICATE, TURN, IndexingProgress, NewMemory, ToIndex, Words
-from server.storage.scope import Scope
+from memory_server.storage.factory import open_storage
+from memory_server.storage.protocols import Storage
+from memory_server.storage.records import CREATED, DUPLICATE, TURN, IndexingProgress, NewMemory, ToIndex, Words
+from memory_server.storage.scope import Scope
 
 from conftest import execute, make_settings
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from server.auth import admin
-from server.storage.factory import open_storage
-from server.timestamps import now_rfc3339
+from memory_server.auth import admin
+from memory_server.storage.factory import open_storage
+from memory_server.timestamps import now_rfc3339
 
 from conftest import make_settings, query
 from procs import ServerProcess, parse_fields, run_cli

@@ -17,8 +17,8 @@ from fastmcp import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.api.app import build_mcp
-from server.services import open_services
+from memory_server.api.app import build_mcp
+from memory_server.services import open_services
 
 from conftest import make_settings, serve
 

@@ -19,8 +19,8 @@ import httpx2
 import pytest
 from fastmcp import Client
 
-from server.api.app import build_mcp
-from server.services import open_services
+from memory_server.api.app import build_mcp
+from memory_server.services import open_services
 
 from conftest import LiveServer, admin, execute, make_settings, serve
 
@@ -412,7 +412,7 @@ for bad in BAD_IDS:
 BAD_CALLS += [("append_memory", {"conversation_id": 12345678, "items": [{"a": 1}]}, "invalid_parameters")]
 for bad in BAD_COUNTS:
     BAD_CALLS += [("replay_memory", {"conversation_id": GOOD, "limit": bad}, "invalid_parameters")]
-    if bad is None:  # null for a parameter with a default means the default (server.arguments); limit has none
+    if bad is None:  # null for a parameter with a default means the default (memory_server.arguments); limit has none
         continue
     BAD_CALLS += [
         ("recall_memory", {"conversation_id": GOOD, "count": bad}, "invalid_parameters"),

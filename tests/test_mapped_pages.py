@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.index import mapped_pages
+from memory_server.index import mapped_pages
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise through /proc/self/maps")
 

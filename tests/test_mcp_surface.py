@@ -27,11 +27,11 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.api.app import create_app
-from server.api.mcp.server import INSTRUCTIONS
-from server.auth import admin as auth
-from server.auth.principal import READ
-from server.version import __version__
+from memory_server.api.app import create_app
+from memory_server.api.mcp.server import INSTRUCTIONS
+from memory_server.auth import admin as auth
+from memory_server.auth.principal import READ
+from memory_server.version import __version__
 
 from conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, serve
 from procs import REPO_ROOT, server_env
@@ -191,7 +191,7 @@ def test_optional_parameters_are_plain_types_and_the_version_is_ours(profile: st
 
 async def test_stdio_server_reports_our_version(tmp_path: Path) -> None:
     transport = StdioTransport(command=sys.executable, env=server_env(), cwd=str(REPO_ROOT), keep_alive=False,
-                               args=["-m", "server", "serve", "--transport", "stdio", "--data-dir",
+                               args=["-m", "memory_server", "serve", "--transport", "stdio", "--data-dir",
                                      str(tmp_path / "data")])
     async with Client(transport, timeout=60, mode="legacy") as client:  # the initialize handshake
         result = client.initialize_result

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from qdrant_client import QdrantClient
 
-from server.index.qdrant import QdrantServerIndex
+from memory_server.index.qdrant import QdrantServerIndex
 
 from tests.conftest import LiveServer, query, serve
 

@@ -10,10 +10,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from server.index.edge import EdgeIndex
-from server.memories.validation import Filters, read_scope
-from server.services import open_services
-from server.storage.factory import open_storage
+from memory_server.index.edge import EdgeIndex
+from memory_server.memories.validation import Filters, read_scope
+from memory_server.services import open_services
+from memory_server.storage.factory import open_storage
 
 from tests.conftest import make_settings, serve
 
@@ -24,8 +24,8 @@ CRASH_AFTER_COMMIT = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from server.services import open_configured_index, open_services
-    from server.settings import Settings
+    from memory_server.services import open_configured_index, open_services
+    from memory_server.settings import Settings
 
     class DiesOnWrite:
         \"\"\"The configured index, but the process is killed when remember writes to it (after the commit).\"\"\"
@@ -97,7 +97,7 @@ async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embe
             for text in ("The boiler is serviced every October.", "Invoices go out on the first Monday."):
                 await client.call_tool("remember", {"content": text})
     shutil.rmtree(make_settings(data).index_path)  # the index is gone; SQLite alone remains
-    fixed = subprocess.run([sys.executable, "-m", "server", "reindex", "--data-dir", str(data)], cwd=REPO, env=ENV,
+    fixed = subprocess.run([sys.executable, "-m", "memory_server", "reindex", "--data-dir", str(data)], cwd=REPO, env=ENV,
                            capture_output=True, text=True, timeout=300)
     assert fixed.returncode == 0, fixed.stderr
     assert "reindexed 2 memories" in fixed.stdout
@@ -111,11 +111,11 @@ async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embe
 
 
 def test_lexical_terms_of_an_older_version_are_written_again_at_start_up(tmp_path: Path, embedder: Any) -> None:
-    from server.memories.system import rewrite_terms
-    from server.memories.writes import TERMS_VERSION
-    from server.ranking.fusion import document_text
-    from server.ranking.lexical import analyzed_text
-    from server.storage.scope import Scope
+    from memory_server.memories.system import rewrite_terms
+    from memory_server.memories.writes import TERMS_VERSION
+    from memory_server.ranking.fusion import document_text
+    from memory_server.ranking.lexical import analyzed_text
+    from memory_server.storage.scope import Scope
 
     settings = make_settings(tmp_path / "data")
     services = open_services(settings)

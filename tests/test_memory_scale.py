@@ -15,22 +15,22 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.auth import admin as auth
-from server.memories.validation import Filters, read_scope, validate_new
-from server.ranking.candidate_set import Candidate, unit_vectors
-from server.ranking.dates import epoch_day, prefetch_windows
-from server.ranking.fusion import document_text
-from server.ranking.lexical import analyze, analyzed_text, fts_phrase, prefetch_terms
-from server.ranking.periods import query_periods
-from server.ranking.term_arrays import TERM_IDS
-from server.retrieval import candidates as candidates_module
-from server.retrieval.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
-from server.retrieval.recall import Retrieval
-from server.services import Services, open_services
-from server.storage.factory import open_storage
-from server.storage.records import Document, Words
-from server.storage.scope import Scope
-from server.timestamps import now_rfc3339
+from memory_server.auth import admin as auth
+from memory_server.memories.validation import Filters, read_scope, validate_new
+from memory_server.ranking.candidate_set import Candidate, unit_vectors
+from memory_server.ranking.dates import epoch_day, prefetch_windows
+from memory_server.ranking.fusion import document_text
+from memory_server.ranking.lexical import analyze, analyzed_text, fts_phrase, prefetch_terms
+from memory_server.ranking.periods import query_periods
+from memory_server.ranking.term_arrays import TERM_IDS
+from memory_server.retrieval import candidates as candidates_module
+from memory_server.retrieval.candidates import NEIGHBOUR_REACH, PREPARE_MIN_MEMORIES, CandidateSource
+from memory_server.retrieval.recall import Retrieval
+from memory_server.services import Services, open_services
+from memory_server.storage.factory import open_storage
+from memory_server.storage.records import Document, Words
+from memory_server.storage.scope import Scope
+from memory_server.timestamps import now_rfc3339
 
 from tests.conftest import make_settings
 

@@ -12,12 +12,12 @@ import httpx2
 import numpy as np
 import pytest
 
-from embeddings.base import Embedder
-from server.index.base import IndexInfo
-from server.memories.reembedding import MARKER_FILE, read_marker
-from server.memories.validation import Filters, read_scope
-from server.ranking.fusion import document_text
-from server.services import Services, open_services
+from memory_server.embeddings.base import Embedder
+from memory_server.index.base import IndexInfo
+from memory_server.memories.reembedding import MARKER_FILE, read_marker
+from memory_server.memories.validation import Filters, read_scope
+from memory_server.ranking.fusion import document_text
+from memory_server.services import Services, open_services
 
 from procs import ServerProcess, parse_fields, run_cli
 from tests.conftest import make_settings

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from embeddings.e5 import e5_parts, package_file
-from embeddings.e5_image import read_image
-from embeddings.e5_tokenizer import E5Tokenizer
-from embeddings.factory import DEFAULT_MODEL, ModelChoice, load_embedder, resolve_model
-from embeddings.graph_embedder import GraphEmbedder
-from embeddings.model_files import ModelNotFoundError
-from embeddings.sentence import SentenceEmbedder
-from server.settings import Settings
+from memory_server.embeddings.e5 import e5_parts, package_file
+from memory_server.embeddings.e5_image import read_image
+from memory_server.embeddings.e5_tokenizer import E5Tokenizer
+from memory_server.embeddings.factory import DEFAULT_MODEL, ModelChoice, load_embedder, resolve_model
+from memory_server.embeddings.graph_embedder import GraphEmbedder
+from memory_server.embeddings.model_files import ModelNotFoundError
+from memory_server.embeddings.sentence import SentenceEmbedder
+from memory_server.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -260,7 +260,7 @@ def test_engine_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("name", ["multilingual-e5-small", "all-MiniLM-L6-v2"])
 def test_serving_never_imports_torch_or_onnx(name: str) -> None:
     code = (
-        "import sys; from pathlib import Path; from embeddings.factory import load_embedder, resolve_model; "
+        "import sys; from pathlib import Path; from memory_server.embeddings.factory import load_embedder, resolve_model; "
         f"e = load_embedder(resolve_model({name!r}, project_root=Path('.')), threads=1); "
         "e.embed_query('hello'); e.embed_documents(['a', 'b c']); "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'onnx') if m in sys.modules))"

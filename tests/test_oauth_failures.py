@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx2
 import pytest
 
-from server.auth.principal import READ, WRITE
+from memory_server.auth.principal import READ, WRITE
 
 from conftest import wait_ready
 from oauth_support import Owner, RawClient, callback_of, parse_form, pkce

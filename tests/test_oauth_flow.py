@@ -16,7 +16,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from server.auth.principal import READ, WRITE
+from memory_server.auth.principal import READ, WRITE
 
 from conftest import wait_ready
 from oauth_support import Owner, RawClient, mcp_client, oauth_client

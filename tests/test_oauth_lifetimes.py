@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from pydantic import ValidationError
 
-from server.settings import Settings
+from memory_server.settings import Settings
 
 from conftest import wait_ready
 from oauth_support import Owner, RawClient, mcp_client, oauth_client, wait_for

@@ -22,18 +22,18 @@ from mcp.server.auth.provider import AuthorizationParams, TokenError
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
 
-from server.api.oauth.clients import RegisteredClient
-from server.api.oauth.provider import IssuedCode, Lifetimes, SiteAuthorizationServer
-from server.auth import admin
-from server.auth.authenticator import Authenticator
-from server.auth.oauth import digest, new_grant_id
-from server.auth.principal import READ, WRITE
-from server.errors import Unauthorized
-from server.settings import Settings
-from server.storage.factory import open_storage
-from server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthCode
-from server.storage.protocols import Storage
-from server.timestamps import now_rfc3339
+from memory_server.api.oauth.clients import RegisteredClient
+from memory_server.api.oauth.provider import IssuedCode, Lifetimes, SiteAuthorizationServer
+from memory_server.auth import admin
+from memory_server.auth.authenticator import Authenticator
+from memory_server.auth.oauth import digest, new_grant_id
+from memory_server.auth.principal import READ, WRITE
+from memory_server.errors import Unauthorized
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
+from memory_server.storage.oauth_records import ACCESS, REFRESH, Bounds, IssuedToken, NewGrant, OAuthCode
+from memory_server.storage.protocols import Storage
+from memory_server.timestamps import now_rfc3339
 
 from conftest import make_settings, query
 from oauth_support import pkce

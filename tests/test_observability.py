@@ -17,15 +17,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
-from server.api.app import create_app
-from server.api.metrics import InstrumentedEmbedder
-from server.api.observability import route_template
-from server.api.readiness import readiness
-from server.auth import admin as auth
-from server.logging_setup import JsonFormatter
-from server.services import open_services
-from server.settings import Settings
-from server.storage.factory import open_storage
+from memory_server.api.app import create_app
+from memory_server.api.metrics import InstrumentedEmbedder
+from memory_server.api.observability import route_template
+from memory_server.api.readiness import readiness
+from memory_server.auth import admin as auth
+from memory_server.logging_setup import JsonFormatter
+from memory_server.services import open_services
+from memory_server.settings import Settings
+from memory_server.storage.factory import open_storage
 
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, wait_ready
 

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from server.auth.bootstrap import BootstrapSettings
-from server.settings import Settings
+from memory_server.auth.bootstrap import BootstrapSettings
+from memory_server.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -40,8 +40,8 @@ async def test_every_tool_named_exists(live: Any) -> None:
 def test_every_command_named_exists() -> None:
     from typer.main import get_command
 
-    from server.admin.cli import app
-    from server.admin.client_config.clients import CLIENTS
+    from memory_server.admin.cli import app
+    from memory_server.admin.client_config.clients import CLIENTS
 
     root = get_command(app)
     # Commands as shown: at the start of a line of a code block, or in inline code anywhere.

@@ -1,9 +1,9 @@
 """Every file and module the prose names exists: comments and docstrings of the Python sources, and the
 Markdown pages (README, docs/, the package READMEs).
 
-A reference is a repository path (`server/ranking/fusion.py`, `docs/spec.md`, or `api/mcp/results.py`
+A reference is a repository path (`memory_server/ranking/fusion.py`, `docs/spec.md`, or `api/mcp/results.py`
 relative to the package or the citing file's folder), a bare file name (`fusion.py`, which must exist somewhere
-in the repository), a dotted module (`server.api.mcp.fast_path`, optionally followed by a name the module
+in the repository), a dotted module (`memory_server.api.mcp.fast_path`, optionally followed by a name the module
 defines), or an absolute path to a document on some machine (a file under /tmp or /work is not something a
 reader of the repository can open).
 The contract is docs/spec.md: a citation of an outside specification is a dead reference too.
@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON_DIRS = ("server", "embeddings", "bench", "tests", "client")
+PYTHON_DIRS = ("memory_server", "bench", "tests", "client")
 # Test fixtures: their text is data, not prose about the repository.
 FIXTURES = "tests/data/"
-ROOT_DIRS = ("server", "embeddings", "bench", "tests", "client", "docs", "deploy", "models")
+ROOT_DIRS = ("memory_server", "bench", "tests", "client", "docs", "deploy", "models")
 FILE_EXTENSIONS = ("py", "md", "txt", "toml", "json", "jsonl", "yml", "yaml", "html", "js", "css", "svg", "png",
                    "conf", "cfg", "lock", "sh")
 BARE_EXTENSIONS = ("py", "md", "txt")  # a bare name with another extension is usually a runtime file (memory.db)
@@ -35,8 +35,9 @@ BARE_EXTENSIONS = ("py", "md", "txt")  # a bare name with another extension is u
 # A path of two or more segments; not the tail of an absolute path, a URL, a home-relative path or a word.
 PATH = re.compile(r"(?<![\w./~$%@:-])([\w.-]+(?:/[\w.-]+)+/?)")
 BARE = re.compile(rf"(?<![\w./~$%@:-])([\w-]+\.(?:{'|'.join(BARE_EXTENSIONS)}))\b(?![/\w])")
-DOTTED = re.compile(r"(?<![\w./-])((?:server|embeddings|memory_client|bench|tests)(?:\.[A-Za-z_]\w*)+)")
+DOTTED = re.compile(r"(?<![\w./-])((?:memory_server|memory_client|bench|tests)(?:\.[A-Za-z_]\w*)+)")
 ABSOLUTE_DOCUMENT = re.compile(r"(?<![\w.~-])(/(?:tmp|work|home|root|Users)/[\w./-]*?\.(?:md|txt|rst|pdf))\b")
+LOGGER = re.compile(r"getLogger\(\"([\w.]+)\"\)")
 OUTSIDE_ROOT = re.compile(r"(?<![\w.~-])(/work/[\w./-]+)")
 OUTSIDE_SPEC = re.compile(r"\bSPEC\b")
 
@@ -132,7 +133,7 @@ def basenames() -> frozenset[str]:
 
 def _bases(citing: Path) -> list[Path]:
     """Where a relative path may start: the repository, the citing file's folders, the two packages' roots."""
-    return [ROOT, *[p for p in citing.parents if ROOT in (p, *p.parents)], ROOT / "server", ROOT / "client"]
+    return [ROOT, *[p for p in citing.parents if ROOT in (p, *p.parents)], ROOT / "memory_server", ROOT / "client"]
 
 
 def path_exists(reference: str, citing: Path) -> bool:
@@ -167,7 +168,16 @@ def defined_names(module: Path) -> frozenset[str]:
     return frozenset(names)
 
 
+@cache
+def logger_names() -> frozenset[str]:
+    """The loggers the code names (`memory_server.access`): dotted like modules, and as real a reference."""
+    found = (LOGGER.findall(path.read_text(encoding="utf-8")) for path in (ROOT / "memory_server").rglob("*.py"))
+    return frozenset(name for names in found for name in names)
+
+
 def module_exists(dotted: str) -> bool:
+    if dotted in logger_names():
+        return True
     parts = dotted.split(".")
     if parts[-1] in FILE_EXTENSIONS:  # server.py, a file name rather than a module
         return True
@@ -219,17 +229,17 @@ def test_prose_names_only_files_and_modules_that_exist() -> None:
 
 def test_the_checks_find_what_they_are_for() -> None:
     """Each kind of dead reference is found, and its living counterpart is not."""
-    citing = ROOT / "server" / "ranking" / "fusion.py"
+    citing = ROOT / "memory_server" / "ranking" / "fusion.py"
     prose = [
-        (1, "# see server/ranking/fusion.py and ranking/expansion.py, docs/spec.md and fusion.py"),
-        (2, "# server.api.mcp.fast_path, server.arguments.Params and memory_client.errors"),
-        (3, "# the old server/expansion.py, vocabulary.md, server.api.mcp.tools, server.arguments.Nothing"),
+        (1, "# see memory_server/ranking/fusion.py and ranking/expansion.py, docs/spec.md and fusion.py"),
+        (2, "# memory_server.api.mcp.fast_path, memory_server.arguments.Params and memory_client.errors"),
+        (3, "# the old memory_server/expansion.py, vocabulary.md, memory_server.api.mcp.tools, memory_server.arguments.Nothing"),
         (4, "# notes in /tmp/ranking_notes.md; the contract in SPEC.md, as SPEC says; /work/shared/data"),
         (5, "# ~/.cursor/mcp.json, ./.vscode/mcp.json, https://example.com/x/y.md, projects/memory-os/decisions"),
     ]
     found = [dead.reference for dead in dead_references(citing, iter(prose))]
-    assert found == ["server/expansion.py", "vocabulary.md", "server.api.mcp.tools", "server.arguments.Nothing",
-                     "SPEC.md", "/tmp/ranking_notes.md", "/work/shared/data", "SPEC", "SPEC"]
+    assert found == ["memory_server/expansion.py", "vocabulary.md", "memory_server.api.mcp.tools",
+                     "memory_server.arguments.Nothing", "SPEC.md", "/tmp/ranking_notes.md", "/work/shared/data", "SPEC", "SPEC"]
 
 
 def test_intentional_exceptions_are_still_needed() -> None:

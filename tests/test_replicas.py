@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from fastmcp import Client
 
-from server.api.console.sessions import IDLE_S, SESSION_COOKIE, csrf_token
+from memory_server.api.console.sessions import IDLE_S, SESSION_COOKIE, csrf_token
 
 from procs import (  # noqa: F401
     ServerProcess,

@@ -18,9 +18,9 @@ import httpx2
 import numpy as np
 import pytest
 
-from server.api.app import create_app
-from server.auth import admin as auth
-from server.ranking.fusion import document_text
+from memory_server.api.app import create_app
+from memory_server.auth import admin as auth
+from memory_server.ranking.fusion import document_text
 
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, index_backlog, make_settings, query, serve
 

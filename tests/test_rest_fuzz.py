@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from server.values import json_is_storable
+from memory_server.values import json_is_storable
 
 from tests.conftest import LiveServer, make_settings, serve
 

@@ -1,8 +1,8 @@
 import numpy as np
 
-from server.ranking import fusion as retrieval
-from server.ranking.candidate_set import Candidate
-from server.ranking.fusion import document_text, format_date, rank
+from memory_server.ranking import fusion as retrieval
+from memory_server.ranking.candidate_set import Candidate
+from memory_server.ranking.fusion import document_text, format_date, rank
 
 
 def unit(*xs):
@@ -106,7 +106,7 @@ def test_neighbour_blend_needs_same_conversation():
 
 
 def test_works_without_provenance_and_with_pre_analysed_terms():
-    from server.ranking.lexical import analyze
+    from memory_server.ranking.lexical import analyze
 
     cands = [cand(1, "salsa dancing lessons", (0, 1, 0, 0)), cand(2, "stamp collecting", (0, 0, 1, 0))]
     cands += fillers(10)

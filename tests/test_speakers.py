@@ -1,4 +1,4 @@
-"""Who a query means (server/ranking/speakers.py): the rules, and the boost through a real server on both
+"""Who a query means (memory_server/ranking/speakers.py): the rules, and the boost through a real server on both
 storage backends."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server.ranking.candidate_set import Candidate, CandidateSet
-from server.ranking.fusion import document_text
-from server.ranking.speakers import SPEAKER_BOOST, asked_speaker, speaker_boost, speaker_of, speakers
+from memory_server.ranking.candidate_set import Candidate, CandidateSet
+from memory_server.ranking.fusion import document_text
+from memory_server.ranking.speakers import SPEAKER_BOOST, asked_speaker, speaker_boost, speaker_of, speakers
 
 from tests.conftest import serve
 

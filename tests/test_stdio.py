@@ -9,8 +9,8 @@ from typing import Any
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from server.auth import admin as auth
-from server.storage.factory import open_storage
+from memory_server.auth import admin as auth
+from memory_server.storage.factory import open_storage
 
 from conftest import make_settings
 from procs import REPO_ROOT, server_env
@@ -19,7 +19,7 @@ from procs import REPO_ROOT, server_env
 def stdio_client(data_dir: Path, **env: str) -> Client:
     transport = StdioTransport(
         command=sys.executable,
-        args=["-m", "server", "serve", "--transport", "stdio", "--data-dir", str(data_dir)],
+        args=["-m", "memory_server", "serve", "--transport", "stdio", "--data-dir", str(data_dir)],
         env=server_env(**env),
         cwd=str(REPO_ROOT),
         keep_alive=False,

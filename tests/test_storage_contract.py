@@ -31,13 +31,13 @@ from storage_support import (
     vector,
 )
 
-from server.auth.principal import READ, WRITE
-from server.errors import InvalidParameters, NotFound, Unavailable
-from server.memories.outbox import index_payload
-from server.ranking.lexical import analyze
-from server.retrieval.candidates import CandidateSource
-from server.storage.factory import open_snapshot, open_storage
-from server.storage.oauth_records import (
+from memory_server.auth.principal import READ, WRITE
+from memory_server.errors import InvalidParameters, NotFound, Unavailable
+from memory_server.memories.outbox import index_payload
+from memory_server.ranking.lexical import analyze
+from memory_server.retrieval.candidates import CandidateSource
+from memory_server.storage.factory import open_snapshot, open_storage
+from memory_server.storage.oauth_records import (
     ACCESS,
     REFRESH,
     Bounds,
@@ -48,10 +48,10 @@ from server.storage.oauth_records import (
     OAuthGrant,
     PendingAuthorization,
 )
-from server.storage.postgres.schema import SCHEMA
-from server.storage.postgres.storage import PostgresStorage
-from server.storage.protocols import Storage
-from server.storage.records import (
+from memory_server.storage.postgres.schema import SCHEMA
+from memory_server.storage.postgres.storage import PostgresStorage
+from memory_server.storage.protocols import Storage
+from memory_server.storage.records import (
     APPENDED,
     BY_CREATED,
     BY_OCCURRED,
@@ -68,8 +68,8 @@ from server.storage.records import (
     Words,
     WouldBlock,
 )
-from server.storage.scope import Scope
-from server.timestamps import now_rfc3339, rfc3339_at
+from memory_server.storage.scope import Scope
+from memory_server.timestamps import now_rfc3339, rfc3339_at
 
 from conftest import make_settings
 from tests.postgres import PostgresServer
@@ -285,7 +285,7 @@ async def test_an_append_racing_a_deletion_waits_then_starts_a_new_log_at_seq_0(
 
 async def test_an_append_gives_up_on_a_deletion_that_does_not_finish(storage: Storage,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("server.storage.deletion.DELETION_WAIT_S", 0.3)
+    monkeypatch.setattr("memory_server.storage.deletion.DELETION_WAIT_S", 0.3)
     sid = site(storage)
     await storage.logs.append(sid, "conv-0001", ['{"n":0}'], None)
     storage.logs.delete_conversation(sid, "conv-0001")  # and no purge comes
@@ -297,7 +297,7 @@ async def test_an_append_gives_up_on_a_deletion_that_does_not_finish(storage: St
 
 
 async def test_log_retention_marks_what_is_past_it_oldest_first(storage: Storage) -> None:
-    from server.logs.deletion import LogRetention
+    from memory_server.logs.deletion import LogRetention
 
     logs, sites = storage.logs, storage.sites
     kept_site, short = site(storage), site(storage, "short")

@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from server.ranking.lexical import bigram_bm25_scores, bm25_scores
-from server.ranking.term_arrays import DATE_IDS, TERM_IDS, CandidateDocuments
+from memory_server.ranking.lexical import bigram_bm25_scores, bm25_scores
+from memory_server.ranking.term_arrays import DATE_IDS, TERM_IDS, CandidateDocuments
 
 VOCABULARY = [f"w{i}" for i in range(40)]
 DATE_TERMS = ["day20240508", "day20240509", "week2024w19"]

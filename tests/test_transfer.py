@@ -19,9 +19,9 @@ import httpx2
 import pytest
 from fastmcp import Client
 
-from server.auth import admin as auth
-from server.storage.factory import open_storage
-from server.storage.records import APPENDED, PRESENT
+from memory_server.auth import admin as auth
+from memory_server.storage.factory import open_storage
+from memory_server.storage.records import APPENDED, PRESENT
 
 from conftest import LiveServer, execute, index_backlog, make_settings, query, serve
 from procs import REPO_ROOT, batch_payloads, check_log, parse_fields, run_cli, server_env
@@ -54,7 +54,7 @@ QUERIES = ["how do clients log in?", "when are backups taken?", "what coffee doe
 def cli(*args: str, data_dir: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess[str]:
     if input is None:
         return run_cli(*args, data_dir=data_dir)
-    command = [sys.executable, "-m", "server", *args] + (["--data-dir", str(data_dir)] if data_dir else [])
+    command = [sys.executable, "-m", "memory_server", *args] + (["--data-dir", str(data_dir)] if data_dir else [])
     env = {**backends.current.env(data_dir), **server_env()}
     return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
                           input=input)

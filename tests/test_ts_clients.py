@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from server.api.mcp.server import INSTRUCTIONS
-from server.version import __version__
+from memory_server.api.mcp.server import INSTRUCTIONS
+from memory_server.version import __version__
 
 from conftest import wait_ready
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli, server_env

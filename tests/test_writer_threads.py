@@ -12,8 +12,8 @@ import os
 import threading
 from pathlib import Path
 
-from server.storage.factory import open_storage
-from server.storage.sqlite.writer import Writer
+from memory_server.storage.factory import open_storage
+from memory_server.storage.sqlite.writer import Writer
 
 from conftest import make_settings
 

@@ -1,0 +1,98 @@
+"""Importing a foreign format: its reader's candidates validated as `remember` validates them, then written by
+`Importer` through the bulk path of `import` (same batches, same words for query expansion), with a progress bar.
+A record that cannot be read or fails validation is reported with its file and line, and skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from memory_server.admin.common import fail, stderr_progress
+from memory_server.admin.foreign import FORMATS
+from memory_server.admin.foreign.records import Candidate, total_bytes
+from memory_server.admin.importer import ImportAborted, Importer, MemoryRecord
+from memory_server.errors import AppError
+from memory_server.settings import Settings
+
+SHOWN = 50  # problems printed; the rest are counted
+
+
+def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) -> None:
+    from memory_server.index.base import IndexLocked
+    from memory_server.logs.validation import LogLimits
+    from memory_server.memories.validation import validate_new
+    from memory_server.services import open_configured_index, open_services
+
+    if fmt not in FORMATS:
+        fail(RuntimeError(f"unknown format {fmt!r} for --from; one of: {', '.join(FORMATS)}"))
+    read, suffixes = FORMATS[fmt]
+    path = Path(file)
+    if not path.exists():
+        fail(RuntimeError(f"{file} does not exist"))
+    try:
+        index = open_configured_index(settings)
+    except IndexLocked as exc:
+        fail(RuntimeError(f"importing memories needs the vector index, which a running server holds: stop the "
+                          f"server first, or add the memories through the REST/MCP API. Details: {exc}"))
+    except Exception as exc:
+        fail(exc)
+    try:
+        services = open_services(settings)
+    except (OSError, AppError) as exc:
+        index.close()
+        fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
+    services.closers.append(index.close)
+    problems: list[tuple[str, str]] = []
+    places: dict[int, str] = {}  # the number given to each record -> where it came from
+    try:
+        try:
+            writes = services.load_memories(index=index).writes
+        except Exception as exc:
+            fail(exc)
+        importer = Importer(sites=services.storage.sites, logs=services.storage.logs,
+                            limits=LogLimits(settings.max_payload_bytes, settings.max_batch_bytes),
+                            max_content_bytes=settings.max_content_bytes, writes=writes,
+                            target_site=site or "default")
+        with stderr_progress() as progress:
+            task = progress.add_task(f"importing {fmt}", total=total_bytes(path, suffixes))
+            try:
+                for item in read(path, max_content_bytes=settings.max_content_bytes,
+                                 progress=lambda n: progress.advance(task, n)):
+                    if not isinstance(item, Candidate):
+                        problems.append((item.where, item.message))
+                        continue
+                    try:
+                        memory = validate_new(**item.fields, max_content_bytes=settings.max_content_bytes)
+                    except AppError as exc:
+                        problems.append((item.where, str(exc)))
+                        continue
+                    number = len(places) + 1
+                    places[number] = item.where
+                    importer.add(MemoryRecord(line=number, site=None, reference=item.reference, memory=memory,
+                                              created_at=None, updated_at=None))
+                importer.finish()
+            except ImportAborted as exc:
+                fail(RuntimeError(f"import stopped: {exc}; what was imported before stays (run it again to resume)"))
+            except OSError as exc:
+                fail(RuntimeError(f"cannot read {file}: {exc}"))
+    finally:
+        services.close()
+    _report(importer, problems, places)
+
+
+def _report(importer: Importer, problems: list[tuple[str, str]], places: dict[int, str]) -> None:
+    report = importer.report
+    for name, secret in report.sites_created:
+        typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
+    rejected = problems + [(places.get(n, str(n)), message) for n, message in report.errors]
+    typer.echo(f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
+               f"memories duplicate: {report.memories_duplicate}\nrejected records: {len(rejected)}")
+    for n, message in report.duplicates[:SHOWN]:
+        typer.echo(f"{places.get(n, n)}: skipped: {message}", err=True)
+    for where, message in rejected[:SHOWN]:
+        typer.echo(f"{where}: {message}", err=True)
+    if len(rejected) > SHOWN:
+        typer.echo(f"... and {len(rejected) - SHOWN} more rejected records", err=True)
+    if rejected:
+        raise typer.Exit(1)

@@ -1,0 +1,121 @@
+"""What every foreign format becomes: candidate memories (`remember`'s fields, with where each came from) and
+problems (a record that cannot be read, with its file and line). Readers yield both in file order; the import
+validates the candidates as `remember` does and writes them through the bulk path of `import`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from pathlib import Path
+from typing import Any, Protocol
+
+from memory_server.errors import InvalidParameters
+from memory_server.memories.validation import MAX_TAGS, MAX_WORD
+from memory_server.timestamps import parse_rfc3339
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One memory to remember: `fields` are remember's (content, type, location, bucket, tags, metadata,
+    provenance, occurred_at, expires_at); `reference` keeps a stable one (a re-import finds it present)."""
+
+    where: str  # "memory.jsonl:12", "notes/coffee.md:7"
+    fields: dict[str, Any]
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str
+    message: str
+
+
+Item = Candidate | Problem
+
+
+class Reader(Protocol):
+    def __call__(self, path: Path, *, max_content_bytes: int, progress: Callable[[int], None]) -> Iterator[Item]:
+        """Every record under `path`, in order; `progress(n)` after each n bytes read."""
+        ...
+
+
+@dataclass
+class Tags:
+    """Tags as memories take them (at most MAX_TAGS words of [A-Za-z0-9_.:-]): foreign names made into words,
+    duplicates dropped, order kept."""
+
+    values: list[str] = field(default_factory=list)
+
+    def add(self, value: object, prefix: str = "") -> None:
+        made = word(f"{prefix}{value}") if isinstance(value, str) and value.strip() else None
+        if made is not None and made not in self.values and len(self.values) < MAX_TAGS:
+            self.values.append(made)
+
+    def extend(self, values: Iterable[object], prefix: str = "") -> None:
+        for value in values:
+            self.add(value, prefix)
+
+
+_NOT_WORD = re.compile(r"[^A-Za-z0-9_.:-]+")
+
+
+def word(text: str) -> str | None:
+    """A foreign label as a short word (a tag, a type, a bucket): runs of other characters become "-", and it
+    starts with a letter or digit. None when nothing is left."""
+    made = _NOT_WORD.sub("-", text.strip()).lstrip("_.:-")[:MAX_WORD].rstrip("-")
+    return made or None
+
+
+def tag_list(value: object) -> list[str]:
+    """Tags given as a list, or as one comma-separated string (both are common in front matter and metadata)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, str)]
+    return []
+
+
+def timestamp(name: str, value: object) -> str | None:
+    """An RFC3339 timestamp from an ISO date or datetime (text, or as YAML reads it). A datetime without a
+    timezone is taken as UTC; a date is its midnight UTC."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, date):
+        parsed = datetime.combine(value, time(), tzinfo=UTC)
+    elif isinstance(value, str):
+        found = parse_rfc3339(value.strip())
+        if found is None:
+            raise InvalidParameters(f"{name} {value!r} is not an ISO 8601 date or time")
+        parsed = found
+    else:
+        raise InvalidParameters(f"{name} must be an ISO 8601 date or time")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    except OverflowError:
+        raise InvalidParameters(f"{name} {value!r} lies outside years 1-9999") from None
+
+
+def total_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
+    """The size of what a reader will read: the file, or every file under the folder with these suffixes."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in files_under(path, suffixes))
+
+
+def files_under(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Files with these suffixes under the folder, in path order; hidden files and folders (.git, .obsidian)
+    are left out."""
+    found = []
+    for path in folder.rglob("*"):
+        relative = path.relative_to(folder)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file() and path.suffix.lower() in suffixes:
+            found.append(path)
+    return sorted(found)

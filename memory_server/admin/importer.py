@@ -1,0 +1,429 @@
+"""`memory-server import`: JSON Lines written by `export`, back into a store.
+
+Import is idempotent. A memory keeps its reference: a reference already present is skipped (a present
+reference holding other content is a conflict), and another reference with the same content and filing is
+skipped as a duplicate. Memories go through the same bulk write path as `remember` (same batches, the
+words for query expansion stored with them), so they rank exactly as remembered ones. Log items keep their
+seq and recorded_at: a conversation's items are appended only where they continue it without a gap, an item
+already present with the identical payload is skipped, and a different payload at a present seq is a
+conflict. A bad line is reported with its number and skipped, whatever is wrong with it; every other line
+is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, TypeVar
+
+from memory_server.admin.export import FORMAT_VERSION
+from memory_server.auth.admin import ensure_site
+from memory_server.auth.secrets import SITE_NAME
+from memory_server.errors import AppError, InvalidParameters
+from memory_server.logs.validation import MAX_CURSOR_INT, MAX_ITEMS, LogLimits, check_conversation_id, serialize_items
+from memory_server.memories.validation import check_timestamp, check_word, parse_timestamp, validate_new
+from memory_server.memories.writes import EMBED_BATCH, MemoryWrites
+from memory_server.storage.protocols import LogStore, SiteStore
+from memory_server.storage.records import APPENDED, CREATED, DUPLICATE, PRESENT, Inserted, Kept, NewMemory
+
+T = TypeVar("T")
+
+MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project", "team", "bucket", "tags",
+                           "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes",
+                           "superseded_by", "valid_to", "expires_at"})
+LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
+SITE_FIELDS = frozenset({"index_logs"})
+CONVERSATION_FIELDS = frozenset({"conversation_id", "index", "bucket"})
+# A reference must be addressable as one REST path segment (/v1/memories/{reference}) without escaping.
+REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,127}$")
+
+
+def _whole(name: str, value: object, low: int, high: int | None) -> int:
+    # bool is an int subclass in Python; JSON true is not a number.
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        raise InvalidParameters(f"{name} must be an integer >= {low}" + (f" and <= {high}" if high else ""))
+    return value
+
+
+# --- parsing and validating one line --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    line: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    line: int
+    site: str | None
+    conversation_id: str
+    seq: int
+    recorded_at: str
+    text: str  # the payload serialized exactly as append_memory stores it
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    line: int
+    site: str | None
+    reference: str | None
+    memory: NewMemory
+    created_at: str | None
+    updated_at: str | None
+    superseded_by: str | None = None
+    valid_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SiteSettings:
+    """A site's settings: whether it indexes its logs (its log items, imported, are then indexed again)."""
+
+    line: int
+    site: str | None
+    index_logs: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSettings:
+    """A conversation's own choice to index its items, and its turns' bucket (applied as its items go in)."""
+
+    line: int
+    site: str | None
+    conversation_id: str
+    index: bool | None
+    bucket: str | None
+
+
+Record = Header | LogRecord | MemoryRecord | SiteSettings | ConversationSettings
+
+
+def check_stored_timestamp(name: str, value: object) -> str:
+    """An RFC3339 timestamp with a timezone, kept exactly as given (an import reproduces what it read)."""
+    parse_timestamp(name, value)
+    return str(value)
+
+
+def _check_fields(record: dict[str, Any], kind: str, allowed: frozenset[str], required: Sequence[str]) -> None:
+    unknown = set(record) - allowed - {"kind", "site"}
+    if unknown:
+        raise InvalidParameters(f"unknown field(s) {', '.join(sorted(unknown))} in a {kind} record")
+    missing = [name for name in required if name not in record]
+    if missing:
+        raise InvalidParameters(f"missing field(s) {', '.join(missing)} in a {kind} record")
+
+
+def _check_site(record: dict[str, Any], mapped: bool) -> str | None:
+    if mapped:  # --site NAME: everything goes there, whatever the file says
+        return None
+    site = record.get("site")
+    if not isinstance(site, str) or not SITE_NAME.fullmatch(site):
+        raise InvalidParameters("site must be a site name (1-64 characters of [A-Za-z0-9_-])")
+    return site
+
+
+def _reference(record: dict[str, Any], name: str) -> str | None:
+    value = record.get(name)
+    if value is not None and (not isinstance(value, str) or not REFERENCE.fullmatch(value)):
+        raise InvalidParameters(f"{name} must be 1-128 characters of [A-Za-z0-9_.~:-], starting alphanumeric "
+                                "(it has to fit in a URL path)")
+    return value
+
+
+def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: int, mapped: bool) -> Record:
+    """One line of an export file -> a validated record; raises AppError saying what is wrong."""
+    try:
+        record = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidParameters("the line is not valid UTF-8") from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidParameters(f"not valid JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise InvalidParameters("each line must be a JSON object")
+    kind = record.get("kind")
+    if kind == "log_item":
+        _check_fields(record, kind, LOG_FIELDS, ("conversation_id", "seq", "recorded_at", "payload"))
+        try:
+            text = serialize_items([record["payload"]], limits)[0]
+        except AppError as exc:
+            exc.message = exc.message.replace("items[0]", "payload")
+            raise
+        return LogRecord(
+            line=line,
+            site=_check_site(record, mapped),
+            conversation_id=check_conversation_id(record["conversation_id"]),
+            seq=_whole("seq", record["seq"], 0, MAX_CURSOR_INT),
+            recorded_at=check_stored_timestamp("recorded_at", record["recorded_at"]),
+            text=text,
+        )
+    if kind == "memory":
+        _check_fields(record, kind, MEMORY_FIELDS, ("content",))
+        reference, superseded_by = (_reference(record, name) for name in ("reference", "superseded_by"))
+        created_at, updated_at = record.get("created_at"), record.get("updated_at")
+        memory = validate_new(
+            **{name: record.get(name) for name in ("content", "type", "location", "project", "team", "bucket",
+                                                   "tags", "metadata", "provenance", "occurred_at", "expires_at")},
+            supersedes=_reference(record, "supersedes"), max_content_bytes=max_content_bytes,
+        )
+        valid_to = record.get("valid_to")
+        return MemoryRecord(
+            line=line,
+            site=_check_site(record, mapped),
+            reference=reference,
+            memory=memory,
+            created_at=None if created_at is None else check_stored_timestamp("created_at", created_at),
+            updated_at=None if updated_at is None else check_stored_timestamp("updated_at", updated_at),
+            superseded_by=superseded_by,
+            # Normalised as occurred_at is: time windows compare it with theirs as text.
+            valid_to=None if valid_to is None else check_timestamp("valid_to", valid_to),
+        )
+    if kind == "site":
+        _check_fields(record, kind, SITE_FIELDS, ("index_logs",))
+        if not isinstance(record["index_logs"], bool):
+            raise InvalidParameters("index_logs must be true or false")
+        return SiteSettings(line=line, site=_check_site(record, mapped), index_logs=record["index_logs"])
+    if kind == "conversation":
+        _check_fields(record, kind, CONVERSATION_FIELDS, ("conversation_id",))
+        index = record.get("index")
+        if index is not None and not isinstance(index, bool):
+            raise InvalidParameters("index must be true, false or null")
+        return ConversationSettings(line=line, site=_check_site(record, mapped),
+                                    conversation_id=check_conversation_id(record["conversation_id"]), index=index,
+                                    bucket=check_word("bucket", record.get("bucket")))
+    if kind == "header":  # other header fields are informative: a reader ignores them
+        if "version" not in record:
+            raise InvalidParameters("missing field(s) version in a header record")
+        return Header(line=line, version=_whole("version", record["version"], 1, None))
+    raise InvalidParameters(f"unknown kind {kind!r}: expected memory, log_item, site, conversation or header")
+
+
+def numbered_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, line without surrounding whitespace, bytes read) per non-blank line.
+
+    Binary, split on b"\n" only: a JSON text never holds a raw newline, but U+2028 and friends may
+    appear in strings and must not split a record.
+    """
+    pending = 0
+    for number, raw in enumerate(stream, start=1):
+        pending += len(raw)
+        stripped = raw.strip()
+        if stripped:
+            yield number, stripped, pending
+            pending = 0
+
+
+def has_memory_records(stream: IO[bytes]) -> bool:
+    """Whether any line is a memory record (decides, before anything is written, if the index is needed).
+
+    Leaves the stream where it was. Only lines mentioning "memory" are parsed, so a log-only file scans fast.
+    """
+    start = stream.tell()
+    try:
+        for _, raw, _ in numbered_lines(stream):
+            if b"memory" not in raw:
+                continue
+            try:
+                record = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(record, dict) and record.get("kind") == "memory":
+                return True
+        return False
+    finally:
+        stream.seek(start)
+
+
+
+# --- the whole stream ---------------------------------------------------------------------------------
+
+
+class ImportAborted(Exception):
+    """The import cannot go on (storage failure, unsupported format); what was committed stays."""
+
+
+@dataclass
+class ImportReport:
+    memories_created: int = 0
+    memories_present: int = 0
+    memories_duplicate: int = 0
+    items_appended: int = 0
+    items_present: int = 0
+    sites_created: list[tuple[str, str]] = field(default_factory=list)  # (name, secret shown once)
+    errors: list[tuple[int, str]] = field(default_factory=list)  # (line number, message)
+    duplicates: list[tuple[int, str]] = field(default_factory=list)  # (line number, message): skipped, not errors
+    sites_indexing: list[int] = field(default_factory=list)  # ids of the sites set to index their logs
+    items_to_index: int = 0  # their log items waiting to be indexed (by a server, in the background)
+
+
+class Importer:
+    """Feeds parsed records into the stores in batches: log items one transaction per run of a
+    conversation's lines, memories through the bulk write path (`writes`, needed only if the file holds
+    memories: the model and the vector index)."""
+
+    def __init__(self, *, sites: SiteStore, logs: LogStore, limits: LogLimits, max_content_bytes: int,
+                 writes: MemoryWrites | None = None, target_site: str | None = None) -> None:
+        self._sites_store = sites
+        self._log_store = logs
+        self.limits = limits
+        self.max_content_bytes = max_content_bytes
+        self._memory = writes
+        self.target_site = target_site
+        self.report = ImportReport()
+        self._sites: dict[str, int] = {}
+        self._logs: list[LogRecord] = []
+        self._logs_key: tuple[int, str] | None = None
+        self._logs_bytes = 0
+        self._memories: list[tuple[int, MemoryRecord]] = []
+        self._choices: dict[tuple[int, str], tuple[bool | None, str | None]] = {}  # conversation records
+
+    # -- sites --
+
+    def site_id(self, name: str | None) -> int:
+        name = self.target_site or name
+        if name is None:  # parse_line guarantees a site unless one is mapped
+            raise ImportAborted("a record has no site and no --site was given")
+        if name not in self._sites:
+            site_id, secret = self._run(lambda: ensure_site(self._sites_store, name))
+            if secret is not None:
+                self.report.sites_created.append((name, secret))
+            self._sites[name] = site_id
+        return self._sites[name]
+
+    # -- records --
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, Header):
+            if record.version != FORMAT_VERSION:
+                raise ImportAborted(
+                    f"line {record.line}: export format version {record.version} is not supported "
+                    f"(this memory-server reads version {FORMAT_VERSION})"
+                )
+        elif isinstance(record, LogRecord):
+            self._add_log(record)
+        elif isinstance(record, SiteSettings):
+            self._flush_logs()
+            site_id = self.site_id(record.site)
+            name = self.target_site or record.site
+            if name is not None:
+                self._run(lambda: self._sites_store.set_log_indexing(name, record.index_logs))
+            if record.index_logs:
+                self.report.sites_indexing.append(site_id)
+        elif isinstance(record, ConversationSettings):
+            self._flush_logs()
+            self._choices[(self.site_id(record.site), record.conversation_id)] = (record.index, record.bucket)
+        else:
+            self._add_memory(record)
+
+    def finish(self) -> ImportReport:
+        self._flush_logs()
+        self._flush_memories()
+        for site_id in dict.fromkeys(self.report.sites_indexing):
+            self.report.items_to_index += self._run(lambda: self._log_store.index_progress(site_id)).waiting  # noqa: B023
+        return self.report
+
+    def _error(self, line: int, message: str) -> None:
+        self.report.errors.append((line, message))
+
+    # -- log items: one transaction per run of one conversation's consecutive lines --
+
+    def _add_log(self, record: LogRecord) -> None:
+        key = (self.site_id(record.site), record.conversation_id)
+        size = len(record.text.encode("utf-8"))
+        if self._logs and (key != self._logs_key or len(self._logs) >= MAX_ITEMS
+                           or self._logs_bytes + size > self.limits.max_batch_bytes):
+            self._flush_logs()
+        self._logs.append(record)
+        self._logs_key = key
+        self._logs_bytes += size
+
+    def _flush_logs(self) -> None:
+        if not self._logs:
+            return
+        batch, key = self._logs, self._logs_key
+        self._logs, self._logs_key, self._logs_bytes = [], None, 0
+        if key is None:  # set whenever a line is queued; here for the type checker
+            return
+        site_id, conversation_id = key
+        items = [(r.seq, r.recorded_at, r.text) for r in batch]
+        index, bucket = self._choices.get(key, (None, None))
+        outcomes = self._run(lambda: self._log_store.import_items(site_id, conversation_id, items, index=index,
+                                                                  bucket=bucket))
+        for record, outcome in zip(batch, outcomes, strict=True):
+            if outcome == APPENDED:
+                self.report.items_appended += 1
+            elif outcome == PRESENT:
+                self.report.items_present += 1
+            else:
+                self._error(record.line, outcome)
+
+    # -- memories: through the bulk write path of the API (same batches, same word vectors) --
+
+    def _add_memory(self, record: MemoryRecord) -> None:
+        if self._memory is None:
+            raise ImportAborted(f"line {record.line}: memory records need the model and the vector index")
+        self._memories.append((self.site_id(record.site), record))
+        if len(self._memories) >= EMBED_BATCH:
+            self._flush_memories()
+
+    def _flush_memories(self) -> None:
+        batch, self._memories = self._memories, []
+        by_site: dict[int, list[MemoryRecord]] = {}
+        for site_id, record in batch:
+            by_site.setdefault(site_id, []).append(record)
+        for site_id, records in by_site.items():
+            assert self._memory is not None  # _add_memory refuses memory records without it
+            kept = [Kept(r.reference, r.created_at, r.updated_at, r.superseded_by, r.valid_to) for r in records]
+            try:
+                outcomes = self._memory.remember_many(site_id, [r.memory for r in records], kept)
+            except AppError as exc:
+                raise ImportAborted(f"storage error: {exc}") from exc
+            except Exception as exc:  # the model or the index failed: nothing more can be imported
+                raise ImportAborted(f"saving memories failed: {exc}") from exc
+            for record, outcome in zip(records, outcomes, strict=True):
+                self._memory_outcome(record, outcome)
+
+    def _memory_outcome(self, record: MemoryRecord, outcome: Inserted) -> None:
+        if outcome.outcome == CREATED:
+            self.report.memories_created += 1
+        elif outcome.outcome == PRESENT:
+            self.report.memories_present += 1
+        elif outcome.outcome == DUPLICATE:
+            self.report.memories_duplicate += 1
+            self.report.duplicates.append(
+                (record.line, f"duplicate of {outcome.reference} (same content, type, location, project, team and "
+                              "bucket)")
+            )
+        else:
+            self._error(record.line, outcome.detail)
+
+    def _run(self, work: Callable[[], T]) -> T:
+        try:
+            return work()
+        except AppError as exc:
+            raise ImportAborted(f"storage error: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith(("sqlite3", "psycopg")):  # the store failed, not the line
+                raise ImportAborted(f"storage error: {exc}") from exc
+            raise
+
+
+def import_stream(stream: IO[bytes], importer: Importer, *,
+                  progress: Callable[[int], None] | None = None) -> ImportReport:
+    """Parse and import every line; bad lines go to the report. Raises ImportAborted on a fatal error."""
+    mapped = importer.target_site is not None
+    for number, raw, size in numbered_lines(stream):
+        try:
+            record = parse_line(raw, number, limits=importer.limits, max_content_bytes=importer.max_content_bytes,
+                                mapped=mapped)
+        except AppError as exc:
+            importer.report.errors.append((number, str(exc)))
+        except Exception as exc:  # a line must never stop the import: whatever is wrong with it, report it
+            importer.report.errors.append((number, f"invalid_parameters: the line cannot be read ({exc!r})"))
+        else:
+            importer.add(record)
+        if progress is not None:
+            progress(size)
+    return importer.finish()

@@ -1,0 +1,101 @@
+"""Recency where the query asks for it: "who leads Atlas now?", "the latest decision on auth".
+
+A query with a RECENT cue word asks for the state of things now; the memories answering it are often several
+versions of one fact, about equally relevant. So among the best RECENCY_TOP, the relevant ones (dense within
+RECENCY_DENSE_MARGIN of the best of them, fused within RECENCY_FUSED_MARGIN of the top) are placed first,
+newest first (`newest_first`). A question about a past period named with its year and no time window ("Who was
+Maria's manager in March 2024?") is answered by the newest relevant memory written by the period's end
+(`as_of_first`, the period from dates.as_of_end). Every other query is ranked as before.
+Measurements: docs/ranking.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from memory_server.embeddings.similarity import IDENTITY, Scale
+from memory_server.ranking.candidate_set import Candidate, stacked_vectors
+from memory_server.timestamps import parse_rfc3339
+
+RECENCY_TOP = 10
+RECENCY_DENSE_MARGIN = 0.10  # cosine
+RECENCY_FUSED_MARGIN = 2.0  # z units of the fused score
+RECENCY_STEP = 0.5  # the newest relevant memory ends this far above the top (z units), the others between
+
+# Words asking for the present state (English, and the Portuguese and Spanish of the product's documents).
+RECENT = re.compile(
+    r"\b(now|nowadays|right now|current|currently|latest|most recent|recent|recently|these days|at the moment|"
+    r"at present|presently|today|up to date|newest|anymore|any more|still|"
+    r"agora|atual|atualmente|hoje|ahora|actual|actualmente|hoy|reciente|recientemente|recente|recentemente|"
+    r"último|última|ultimo|ultima)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_recent(query: str) -> bool:
+    return RECENT.search(query) is not None
+
+
+def _seconds(candidate: Candidate) -> float:
+    moment = parse_rfc3339(candidate.occurred_at) if candidate.occurred_at else None
+    return moment.timestamp() if moment is not None else float("-inf")
+
+
+def newest_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate],
+                 scale: Scale = IDENTITY) -> np.ndarray:
+    """The fused scores with the relevant memories among the best RECENCY_TOP raised above the top, newest
+    first (see the module docstring). `scale`: the model's cosines on the reference scale."""
+    relevant = _relevant(fused, query_vector, candidates, scale)
+    if len(relevant) < 2:
+        return fused
+    return _raised(fused, sorted(relevant, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
+
+
+def as_of_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], until: float,
+                naming: np.ndarray, scale: Scale = IDENTITY) -> np.ndarray:
+    """The fused scores with the relevant memories among the best RECENCY_TOP written by `until` (seconds
+    since the epoch) raised above the top, newest first: what was the case then. Unchanged when one of the
+    best names the period asked about (`naming`, by candidate position: it tells what happened then, and the
+    date boost has placed it), when no relevant memory was written by then, or when every one was and there
+    are fewer than two."""
+    top = _best(fused)
+    if naming[top].any():
+        return fused
+    relevant = _relevant(fused, query_vector, candidates, scale, top)
+    seconds = {i: _seconds(candidates[i]) for i in relevant}
+    written = [i for i in relevant if seconds[i] <= until]
+    if not written or (len(written) == len(relevant) and len(written) < 2):
+        return fused
+    return _raised(fused, sorted(written, key=lambda i: (-seconds[i], -fused[i])))
+
+
+def _best(fused: np.ndarray) -> np.ndarray:
+    """The positions of the best RECENCY_TOP fused scores, best first."""
+    return np.argsort(-fused, kind="stable")[:RECENCY_TOP]
+
+
+def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], scale: Scale,
+              top: np.ndarray | None = None) -> list[int]:
+    """The positions among the best RECENCY_TOP (`top`, if worked out already) whose dense similarity to the
+    query is within RECENCY_DENSE_MARGIN of the best of them and whose fused score is within
+    RECENCY_FUSED_MARGIN of the top."""
+    if len(candidates) < 2:
+        return []
+    top = _best(fused) if top is None else top
+    dense = scale.of(stacked_vectors([candidates[i].vector for i in top]) @ np.asarray(query_vector, dtype=np.float32))
+    best = float(fused[top[0]])
+    return [int(i) for i, d in zip(top, dense, strict=True)
+            if d >= float(dense.max()) - RECENCY_DENSE_MARGIN and fused[i] >= best - RECENCY_FUSED_MARGIN]
+
+
+def _raised(fused: np.ndarray, ordered: Sequence[int]) -> np.ndarray:
+    """`fused` with the `ordered` positions placed above the best score, in that order, RECENCY_STEP apart at
+    most."""
+    out = np.asarray(fused, dtype=np.float64).copy()
+    best = float(fused.max())
+    for place, i in enumerate(ordered):
+        out[i] = best + RECENCY_STEP * (len(ordered) - place) / len(ordered)
+    return out

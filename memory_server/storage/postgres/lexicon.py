@@ -1,0 +1,95 @@
+"""Lexical matching and ranking on PostgreSQL, identical to SQLite's FTS5 (`unicode61`, `bm25()`).
+
+SQLite indexes each memory's analysed terms (memory_server.ranking.lexical) in an FTS5 column whose tokenizer is
+`unicode61 remove_diacritics 2`, and ranks a prefetch with `bm25()`. For `recall` to rank the same on both
+backends, PostgreSQL must see the same tokens and compute the same scores:
+
+- `fts_tokens` is FTS5's tokenizer itself. Analysed text is almost always plain ASCII words, which unicode61
+  splits on every non-alphanumeric byte and lowercases; anything else (an underscore joins `\\w` runs the
+  analyzer keeps, diacritics, scripts whose categories SQLite's tables place differently) is tokenized by an
+  in-memory FTS5 table of the same Python sqlite3 the SQLite backend runs on.
+- `bm25_order` is FTS5's bm25(): k1 1.2, b 0.75, idf ln((N - n + 0.5) / (n + 0.5)) raised to 1e-6 when not
+  positive, N and the average length over the whole table, each phrase's frequency its count of
+  instances in the row, terms summed in query order, ties in id order (FTS5 yields rowids ascending and
+  SQLite's sorter keeps that order) — the same floating-point operations in the same order, so the same
+  doubles.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+
+# Must stay the tokenizer of SQLite's memories_fts (memory_server/storage/sqlite/schema.py).
+TOKENIZER = "unicode61 remove_diacritics 2"
+K1, B = 1.2, 0.75
+MIN_IDF = 1e-6
+
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_local = threading.local()
+
+
+def fts_tokens(text: str) -> list[str]:
+    """The tokens FTS5 indexes for `text`, in order."""
+    if text.isascii():
+        return [token.lower() for token in _ASCII_TOKEN.findall(text)]
+    return _fts5_tokens(text)
+
+
+def _fts5_tokens(text: str) -> list[str]:
+    conn: sqlite3.Connection | None = getattr(_local, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(":memory:")
+        conn.execute(f"CREATE VIRTUAL TABLE t USING fts5 (terms, tokenize = '{TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab (t, 'instance')")
+        _local.conn = conn
+    conn.execute("INSERT INTO t (rowid, terms) VALUES (1, ?)", (text,))
+    try:
+        return [str(row[0]) for row in conn.execute("SELECT term FROM v ORDER BY \"offset\"")]
+    finally:
+        conn.execute("DELETE FROM t")
+
+
+def instances(tokens: Sequence[str], phrase: Sequence[str]) -> int:
+    """How many times `phrase` (FTS5 tokens) occurs in `tokens`, as FTS5 counts a phrase's instances."""
+    if not phrase:
+        return 0
+    if len(phrase) == 1:
+        return tokens.count(phrase[0])
+    width, wanted = len(phrase), list(phrase)
+    return sum(1 for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == wanted)
+
+
+def idf(rows: int, hits: int) -> float:
+    value = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return value if value > 0.0 else MIN_IDF
+
+
+def bm25(freqs: Sequence[int], idfs: Sequence[float], size: int, avgdl: float) -> float:
+    """FTS5's score of one row (positive; bm25() returns its negation)."""
+    score = 0.0
+    for freq, weight in zip(freqs, idfs, strict=True):
+        f = float(freq)
+        score += weight * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * float(size) / avgdl)))
+    return score
+
+
+def bm25_order(rows: Mapping[int, Sequence[str]], phrases: Sequence[Sequence[str]], hits: Sequence[int],
+               totals: tuple[int, int], limit: int) -> list[int]:
+    """The ids of `rows` (id -> tokens) holding any phrase, best first by bm25(), at most `limit` (negative:
+    all). `hits[i]`: how many rows of the whole table hold phrase i; `totals`: (rows, tokens) of the table."""
+    count, tokens = totals
+    if count <= 0:
+        return []
+    avgdl = float(tokens) / float(count)
+    idfs = [idf(count, n) for n in hits]
+    scored: list[tuple[float, int]] = []
+    for row_id, row_tokens in rows.items():
+        freqs = [instances(row_tokens, phrase) for phrase in phrases]
+        if any(freqs):
+            scored.append((-bm25(freqs, idfs, len(row_tokens), avgdl), row_id))
+    scored.sort()
+    return [row_id for _, row_id in (scored if limit < 0 else scored[:limit])]

@@ -1,2 +1,0 @@
-"""Retrieval: what a recall reads (the candidates from the stores and the index, the vocabulary of the
-memories) and hands to the I/O-free scoring in server/ranking/, and how its results are packed."""

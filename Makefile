@@ -50,9 +50,10 @@ system-packages:
 run: install
 	$(BIN)/memory-server serve
 
-# Types and style first: mypy --strict on memory_server/ and the client, ruff everywhere (pyproject.toml).
+# Types and style first: mypy --strict on memory_server/ and the client, ruff's rules and format everywhere (pyproject.toml).
 lint: install-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 test: install-test lint ts-clients

@@ -38,8 +38,12 @@ THRESHOLDS = [round(t, 2) for t in np.arange(0.20, 0.71, 0.05)]
 
 def spread(cosines: np.ndarray) -> dict[str, float]:
     q99, q999 = np.percentile(cosines, [99, 99.9])
-    return {"mean": round(float(cosines.mean()), 4), "sd": round(float(cosines.std()), 4),
-            "q99": round(float(q99), 4), "q99.9": round(float(q999), 4)}
+    return {
+        "mean": round(float(cosines.mean()), 4),
+        "sd": round(float(cosines.std()), 4),
+        "q99": round(float(q99), 4),
+        "q99.9": round(float(q999), 4),
+    }
 
 
 def main() -> None:
@@ -67,29 +71,37 @@ def main() -> None:
     rows = []
     for t in THRESHOLDS:
         tp, fp = int((ev >= t).sum()), int((sm >= t).sum())
-        rows.append({
-            "min_score": t,
-            "evidence_pass": round(float((ev >= t).mean()), 3),
-            "same_conversation_pass": round(float((sm >= t).mean()), 4),
-            "unrelated_pass": round(float((ot >= t).mean()), 5),
-            "precision_in_conversation": round(tp / (tp + fp), 3) if tp + fp else None,
-            "questions_with_any_unrelated_hit": round(float(np.mean([(o >= t).any() for o in other])), 3),
-        })
+        rows.append(
+            {
+                "min_score": t,
+                "evidence_pass": round(float((ev >= t).mean()), 3),
+                "same_conversation_pass": round(float((sm >= t).mean()), 4),
+                "unrelated_pass": round(float((ot >= t).mean()), 5),
+                "precision_in_conversation": round(tp / (tp + fp), 3) if tp + fp else None,
+                "questions_with_any_unrelated_hit": round(float(np.mean([(o >= t).any() for o in other])), 3),
+            }
+        )
     unrelated = np.concatenate([raw[qi][buckets != q["bucket"]] for qi, q in enumerate(questions)])
     words = sorted({w for m in memories for w in vocabulary_words(m["content"])})[:4000]
     word_cosines = embedder.embed_documents(words)
     word_pairs = (word_cosines @ word_cosines.T)[np.triu_indices(len(words), 1)]
-    report = {"model": embedder.name,
-              "pairs": {"evidence": len(ev), "same_conversation": len(sm), "unrelated": len(ot)},
-              "raw_unrelated_texts": spread(unrelated), "raw_word_pairs": {**spread(word_pairs), "words": len(words)},
-              "thresholds": rows}
+    report = {
+        "model": embedder.name,
+        "pairs": {"evidence": len(ev), "same_conversation": len(sm), "unrelated": len(ot)},
+        "raw_unrelated_texts": spread(unrelated),
+        "raw_word_pairs": {**spread(word_pairs), "words": len(words)},
+        "thresholds": rows,
+    }
     print(json.dumps(report, indent=2))
-    print(f"\n{'min_score':>9} {'evidence':>9} {'same conv':>10} {'unrelated':>10} {'precision':>10} "
-          f"{'q w/ unrel':>11}")
+    print(
+        f"\n{'min_score':>9} {'evidence':>9} {'same conv':>10} {'unrelated':>10} {'precision':>10} {'q w/ unrel':>11}"
+    )
     for r in rows:
-        print(f"{r['min_score']:>9.2f} {r['evidence_pass']:>9.3f} {r['same_conversation_pass']:>10.4f}"
-              f" {r['unrelated_pass']:>10.5f} {str(r['precision_in_conversation']):>10} "
-              f"{r['questions_with_any_unrelated_hit']:>11.3f}")
+        print(
+            f"{r['min_score']:>9.2f} {r['evidence_pass']:>9.3f} {r['same_conversation_pass']:>10.4f}"
+            f" {r['unrelated_pass']:>10.5f} {str(r['precision_in_conversation']):>10} "
+            f"{r['questions_with_any_unrelated_hit']:>11.3f}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))

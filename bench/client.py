@@ -37,8 +37,11 @@ from bench.perf import Server, socket_port  # noqa: E402
 
 def item(i: int) -> dict[str, Any]:
     """A conversation turn of ~200 bytes serialized."""
-    return {"role": "user" if i % 2 else "assistant", "turn": i,
-            "content": f"message {i}: " + "the quick brown fox jumps over the lazy dog " * 4}
+    return {
+        "role": "user" if i % 2 else "assistant",
+        "turn": i,
+        "content": f"message {i}: " + "the quick brown fox jumps over the lazy dog " * 4,
+    }
 
 
 def percentiles(samples_ns: list[int]) -> dict[str, float]:
@@ -47,8 +50,13 @@ def percentiles(samples_ns: list[int]) -> dict[str, float]:
     def at(p: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] / 1000, 1)
 
-    return {"n": len(ordered), "p50_us": at(0.5), "p99_us": at(0.99), "p999_us": at(0.999),
-            "max_us": round(ordered[-1] / 1000, 1)}
+    return {
+        "n": len(ordered),
+        "p50_us": at(0.5),
+        "p99_us": at(0.99),
+        "p999_us": at(0.999),
+        "max_us": round(ordered[-1] / 1000, 1),
+    }
 
 
 def record_latency(recorder: Recorder, n: int, offset: int = 0) -> dict[str, float]:
@@ -89,8 +97,9 @@ def latency_up(server: Server, tmp: Path, records: int) -> dict[str, Any]:
     return out
 
 
-def recorder_run(server: Server, tmp: Path, cid: str, items: list[dict[str, Any]], batch: int,
-                 spool: Path | None) -> float:
+def recorder_run(
+    server: Server, tmp: Path, cid: str, items: list[dict[str, Any]], batch: int, spool: Path | None
+) -> float:
     with Client(server.url, auth=("bench", server.secret)) as client:
         recorder = client.recorder(cid, spool=spool, max_batch_items=batch, max_buffer_items=len(items) + 1)
         start = time.perf_counter()
@@ -111,8 +120,10 @@ def baseline_run(server: Server, cid: str, items: list[dict[str, Any]], batch: i
     with httpx.Client(base_url=server.url, headers={"authorization": server.auth}, timeout=60) as http:
         start = time.perf_counter()
         for at in range(0, len(items), batch):
-            response = http.post(f"/v1/conversations/{cid}/items",
-                                 json={"items": items[at:at + batch], "idempotency_key": f"{cid}-{at}"})
+            response = http.post(
+                f"/v1/conversations/{cid}/items",
+                json={"items": items[at : at + batch], "idempotency_key": f"{cid}-{at}"},
+            )
             if response.status_code != 201:
                 raise RuntimeError(response.text)
         elapsed = time.perf_counter() - start
@@ -124,13 +135,11 @@ def throughput(server: Server, tmp: Path, n: int, batches: list[int], runs: int)
     out: dict[str, Any] = {}
     counter = iter(range(10**6))
     for batch in batches:
-        results: dict[str, list[float]] = {"baseline_plain_appends": [], "recorder_memory": [],
-                                           "recorder_spool": []}
+        results: dict[str, list[float]] = {"baseline_plain_appends": [], "recorder_memory": [], "recorder_spool": []}
         runners: dict[str, Callable[[str], float]] = {
             "baseline_plain_appends": lambda cid, batch=batch: baseline_run(server, cid, items, batch),
             "recorder_memory": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch, None),
-            "recorder_spool": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch,
-                                                                    tmp / f"{cid}.db"),
+            "recorder_spool": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch, tmp / f"{cid}.db"),
         }
         for _ in range(runs):  # interleaved, so drift on a shared machine hits all three alike
             for name, run in runners.items():
@@ -150,14 +159,18 @@ def table(report: dict[str, Any]) -> str:
     lines = ["", f"memory_client ({report['machine']})", ""]
     for state in ("down", "up"):
         for name, s in report[f"record_latency_server_{state}"].items():
-            lines.append(f"record(), server {state:<4} {name:<7} p50 {s['p50_us']:>7} us  p99 {s['p99_us']:>7} us"
-                         f"  p99.9 {s['p999_us']:>7} us  max {s['max_us']:>8} us  (n={s['n']})")
+            lines.append(
+                f"record(), server {state:<4} {name:<7} p50 {s['p50_us']:>7} us  p99 {s['p99_us']:>7} us"
+                f"  p99.9 {s['p999_us']:>7} us  max {s['max_us']:>8} us  (n={s['n']})"
+            )
     lines.append("")
     for batch, t in report["throughput"].items():
         m = t["items_per_s"]
-        lines.append(f"batches of {batch:>4}: plain appends {m['baseline_plain_appends']:>7} items/s | recorder "
-                     f"memory {m['recorder_memory']:>7} ({t['recorder_memory_vs_baseline']:.2f}x) | spool "
-                     f"{m['recorder_spool']:>7} ({t['recorder_spool_vs_baseline']:.2f}x)")
+        lines.append(
+            f"batches of {batch:>4}: plain appends {m['baseline_plain_appends']:>7} items/s | recorder "
+            f"memory {m['recorder_memory']:>7} ({t['recorder_memory_vs_baseline']:.2f}x) | spool "
+            f"{m['recorder_spool']:>7} ({t['recorder_spool_vs_baseline']:.2f}x)"
+        )
     return "\n".join(lines)
 
 
@@ -177,8 +190,9 @@ def main() -> None:
         server.start()
         try:
             report["record_latency_server_up"] = latency_up(server, tmp, args.records)
-            report["throughput"] = throughput(server, tmp, args.items,
-                                              [int(b) for b in args.batch.split(",")], args.runs)
+            report["throughput"] = throughput(
+                server, tmp, args.items, [int(b) for b in args.batch.split(",")], args.runs
+            )
         finally:
             server.stop()
     print(json.dumps(report, indent=2))

@@ -27,8 +27,12 @@ WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 360, 56, 170, 28, 44
 
 def draw(report: dict[str, Any]) -> str:
     sizes = sorted(int(s) for s in report["search"])
-    values = [report["search"][str(n)][phase][key] for n in sizes for _, phase, key, _, _ in SERIES
-              if phase in report["search"][str(n)]]
+    values = [
+        report["search"][str(n)][phase][key]
+        for n in sizes
+        for _, phase, key, _, _ in SERIES
+        if phase in report["search"][str(n)]
+    ]
     low, high = math.log10(max(1.0, min(values) * 0.8)), math.log10(max(values) * 1.25)
     x0, x1 = math.log10(sizes[0]), math.log10(sizes[-1])
 
@@ -38,11 +42,13 @@ def draw(report: dict[str, Any]) -> str:
     def y(ms: float) -> float:
         return TOP + (high - math.log10(ms)) / (high - low) * (HEIGHT - TOP - BOTTOM)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-           f'<text x="{LEFT}" y="16" font-size="13">recall latency by corpus size (bench/perf.py, MCP over HTTP, '
-           '2 cores)</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{LEFT}" y="16" font-size="13">recall latency by corpus size (bench/perf.py, MCP over HTTP, '
+        "2 cores)</text>",
+    ]
     for ms in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000):
         if low <= math.log10(ms) <= high:
             out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(ms):.1f}" y2="{y(ms):.1f}" stroke="#ddd"/>')

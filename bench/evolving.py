@@ -42,10 +42,17 @@ from bench.datasets import evolving as data  # noqa: E402
 from bench.serverproc import ApiError, Server  # noqa: E402
 
 MODES = ("baseline", "supersedes", "time_filters", "all")
-NEEDS = {"baseline": (), "supersedes": ("supersedes",), "time_filters": ("time_filters",),
-         "all": ("supersedes", "time_filters")}
-TARGETS = {"current top-1 with supersedes": 0.90, "current top-1 without supersedes": 0.75,
-           "past top-1 with time filters": 0.70}
+NEEDS = {
+    "baseline": (),
+    "supersedes": ("supersedes",),
+    "time_filters": ("time_filters",),
+    "all": ("supersedes", "time_filters"),
+}
+TARGETS = {
+    "current top-1 with supersedes": 0.90,
+    "current top-1 without supersedes": 0.75,
+    "past top-1 with time filters": 0.70,
+}
 GROUPS = ("current", "past", "past:as_of", "past:changed_in", "past:before")
 PROBE_BUCKET = "probe"
 
@@ -63,37 +70,58 @@ def probe(server: Server) -> dict[str, dict[str, Any]]:
     support: dict[str, dict[str, Any]] = {}
     made: list[str] = []
     try:
-        old = server.remember({"content": "probe: the probe value is one", "bucket": PROBE_BUCKET,
-                               "occurred_at": "2001-01-01T00:00:00Z"})
+        old = server.remember(
+            {"content": "probe: the probe value is one", "bucket": PROBE_BUCKET, "occurred_at": "2001-01-01T00:00:00Z"}
+        )
         made.append(old)
         try:
-            new = server.remember({"content": "probe: the probe value is two", "bucket": PROBE_BUCKET,
-                                   "occurred_at": "2001-02-01T00:00:00Z", "supersedes": old})
+            new = server.remember(
+                {
+                    "content": "probe: the probe value is two",
+                    "bucket": PROBE_BUCKET,
+                    "occurred_at": "2001-02-01T00:00:00Z",
+                    "supersedes": old,
+                }
+            )
             made.append(new)
             fetched = server.request("GET", f"/v1/memories/{old}")
             linked = fetched.get("superseded_by") == new
-            support["supersedes"] = {"supported": True, "detail": "accepted" + ("" if linked else
-                                     "; superseded_by not shown on the old memory")}
+            support["supersedes"] = {
+                "supported": True,
+                "detail": "accepted" + ("" if linked else "; superseded_by not shown on the old memory"),
+            }
         except ApiError as error:
             if not _unsupported(error, "supersedes"):
                 raise
             support["supersedes"] = {"supported": False, "detail": "server lacks supersedes (422 on remember)"}
         # a third memory of its own, so that whatever supersedes does to ranking cannot blur this probe
-        dated = server.remember({"content": "probe: a dated probe note", "bucket": PROBE_BUCKET,
-                                 "occurred_at": "2001-06-01T00:00:00Z"})
+        dated = server.remember(
+            {"content": "probe: a dated probe note", "bucket": PROBE_BUCKET, "occurred_at": "2001-06-01T00:00:00Z"}
+        )
         made.append(dated)
         try:
             after = server.recall("probe note", limit=5, bucket=PROBE_BUCKET, occurred_after="2002-01-01T00:00:00Z")
-            around = server.recall("probe note", limit=5, bucket=PROBE_BUCKET,
-                                   occurred_after="2001-05-01T00:00:00Z", occurred_before="2001-07-01T00:00:00Z")
+            around = server.recall(
+                "probe note",
+                limit=5,
+                bucket=PROBE_BUCKET,
+                occurred_after="2001-05-01T00:00:00Z",
+                occurred_before="2001-07-01T00:00:00Z",
+            )
             works = not after and [hit["reference"] for hit in around] == [dated]
-            support["time_filters"] = {"supported": works, "detail": "accepted and applied" if works else
-                                       "server accepts occurred_after/occurred_before but does not apply them"}
+            support["time_filters"] = {
+                "supported": works,
+                "detail": "accepted and applied"
+                if works
+                else "server accepts occurred_after/occurred_before but does not apply them",
+            }
         except ApiError as error:
             if not (_unsupported(error, "occurred_after") or _unsupported(error, "occurred_before")):
                 raise
-            support["time_filters"] = {"supported": False,
-                                       "detail": "server lacks occurred_after/occurred_before (422 on recall)"}
+            support["time_filters"] = {
+                "supported": False,
+                "detail": "server lacks occurred_after/occurred_before (422 on recall)",
+            }
     finally:
         for reference in reversed(made):
             try:
@@ -115,8 +143,9 @@ def store(server: Server, dataset: data.Dataset, *, links: bool) -> float:
     return time.perf_counter() - start
 
 
-def ask(server: Server, dataset: data.Dataset, *, time_filters: bool,
-        limit: int) -> tuple[list[list[str]], list[float]]:
+def ask(
+    server: Server, dataset: data.Dataset, *, time_filters: bool, limit: int
+) -> tuple[list[list[str]], list[float]]:
     found, latencies = [], []
     for q in dataset.questions:
         window = q.window if time_filters and q.kind == "past" else {}
@@ -163,14 +192,26 @@ def misses(dataset: data.Dataset, found: list[list[str]], per_group: int = 5) ->
     for q, hits in zip(dataset.questions, found, strict=False):
         group = "current" if q.kind == "current" else f"past:{q.subkind}"
         if (not hits or hits[0] != q.gold) and len(out.setdefault(group, [])) < per_group:
-            out[group].append({"question": q.text, "window": q.window, "gold": contents[q.gold],
-                               "first_hit": contents.get(hits[0]) if hits else None})
+            out[group].append(
+                {
+                    "question": q.text,
+                    "window": q.window,
+                    "gold": contents[q.gold],
+                    "first_hit": contents.get(hits[0]) if hits else None,
+                }
+            )
     return out
 
 
-def run_mode(mode: str, dataset: data.Dataset, args: argparse.Namespace, tmp: Path,
-             support: dict[str, dict[str, Any]] | None, *,
-             recency: bool = True) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def run_mode(
+    mode: str,
+    dataset: data.Dataset,
+    args: argparse.Namespace,
+    tmp: Path,
+    support: dict[str, dict[str, Any]] | None,
+    *,
+    recency: bool = True,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     if support is not None:
         lacking = [f for f in NEEDS[mode] if not support[f]["supported"]]
         if lacking:
@@ -208,15 +249,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     recencies = {"on": (True,), "off": (False,), "both": (True, False)}[args.recency]
     started = time.perf_counter()
     report: dict[str, Any] = {
-        "benchmark": "evolving", "seed": args.seed, "ranking": args.ranking, "limit": args.limit,
-        "slots": len(dataset.slots), "memories": len(dataset.memories),
+        "benchmark": "evolving",
+        "seed": args.seed,
+        "ranking": args.ranking,
+        "limit": args.limit,
+        "slots": len(dataset.slots),
+        "memories": len(dataset.memories),
         "versions": {str(n): sum(1 for s in dataset.slots if len(s.keys) == n) for n in (2, 3, 4)},
-        "updates": {"with supersedes": sum(1 for m in dataset.memories if m.supersedes),
-                    "plain": sum(1 for m in dataset.memories if m.version and m.version > 1 and not m.supersedes)},
+        "updates": {
+            "with supersedes": sum(1 for m in dataset.memories if m.supersedes),
+            "plain": sum(1 for m in dataset.memories if m.version and m.version > 1 and not m.supersedes),
+        },
         "distractors": sum(1 for m in dataset.memories if m.slot is None),
-        "questions": {"current": sum(q.kind == "current" for q in dataset.questions),
-                      "past": sum(q.kind == "past" for q in dataset.questions)},
-        "targets": TARGETS, "modes": {},
+        "questions": {
+            "current": sum(q.kind == "current" for q in dataset.questions),
+            "past": sum(q.kind == "past" for q in dataset.questions),
+        },
+        "targets": TARGETS,
+        "modes": {},
     }
     support = None
     with tempfile.TemporaryDirectory(prefix="bench-evolving-") as tmp:
@@ -239,14 +289,31 @@ def _summary(result: dict[str, Any]) -> str:
 
 def print_table(report: dict[str, Any]) -> None:
     q = report["questions"]
-    print(f"\nEvolving facts through recall(limit={report['limit']}), ranking {report['ranking']}, seed "
-          f"{report['seed']}: {report['slots']} facts, {report['memories']} memories "
-          f"({report['distractors']} distractors), {q['current']} current + {q['past']} past questions")
-    cols = [("current", "top1"), ("current", "R@3"), ("past", "top1"), ("past", "R@3"),
-            ("past:as_of", "top1"), ("past:changed_in", "top1"), ("past:before", "top1"),
-            ("current", "other_version_top1")]
-    heads = ["cur top-1", "cur R@3", "past top-1", "past R@3", "as_of top-1", "chg_in top-1", "before top-1",
-             "cur stale@1"]
+    print(
+        f"\nEvolving facts through recall(limit={report['limit']}), ranking {report['ranking']}, seed "
+        f"{report['seed']}: {report['slots']} facts, {report['memories']} memories "
+        f"({report['distractors']} distractors), {q['current']} current + {q['past']} past questions"
+    )
+    cols = [
+        ("current", "top1"),
+        ("current", "R@3"),
+        ("past", "top1"),
+        ("past", "R@3"),
+        ("past:as_of", "top1"),
+        ("past:changed_in", "top1"),
+        ("past:before", "top1"),
+        ("current", "other_version_top1"),
+    ]
+    heads = [
+        "cur top-1",
+        "cur R@3",
+        "past top-1",
+        "past R@3",
+        "as_of top-1",
+        "chg_in top-1",
+        "before top-1",
+        "cur stale@1",
+    ]
     print(f"{'mode':<22}" + "".join(f"{h:>14}" for h in heads) + f"{'median ms':>11}")
     for mode, result in report["modes"].items():
         if result["status"] != "ok":
@@ -264,8 +331,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=data.DEFAULT_SEED)
     parser.add_argument("--ranking", choices=("production", "dense", "lexical"), default="production")
     parser.add_argument("--limit", type=int, default=10)
-    parser.add_argument("--recency", choices=("on", "off", "both"), default="both",
-                        help="run each mode with the recency ranking, without it, or both")
+    parser.add_argument(
+        "--recency",
+        choices=("on", "off", "both"),
+        default="both",
+        help="run each mode with the recency ranking, without it, or both",
+    )
     parser.add_argument("--json", type=Path, help="also write the JSON report here")
     args = parser.parse_args()
     report = run(args)

@@ -50,9 +50,14 @@ class Replicas:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, names: list[str]) -> list[Replica]:
-        created = subprocess.run([sys.executable, "-m", "memory_server", "site", "create", SITE, "--data-dir",
-                                  str(self.root / "admin")], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                                 timeout=120)
+        created = subprocess.run(
+            [sys.executable, "-m", "memory_server", "site", "create", SITE, "--data-dir", str(self.root / "admin")],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if created.returncode != 0:
             raise RuntimeError(f"site create failed:\n{created.stdout}{created.stderr}")
         auth = (SITE, parse_fields(created.stdout)["secret"])
@@ -60,10 +65,27 @@ class Replicas:
         for name in names:
             port = free_port()
             with open(self.root / f"{name}.log", "ab") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "memory_server", "serve", "--host", "127.0.0.1", "--port", str(port),
-                     "--data-dir", str(self.root / name)],
-                    cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "memory_server",
+                            "serve",
+                            "--host",
+                            "127.0.0.1",
+                            "--port",
+                            str(port),
+                            "--data-dir",
+                            str(self.root / name),
+                        ],
+                        cwd=ROOT,
+                        env=self.env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                    )
+                )
             replicas.append(Replica(name, f"http://127.0.0.1:{port}", auth))
         for replica, proc in zip(replicas, self.procs, strict=True):
             self._wait_ready(replica, proc)
@@ -105,10 +127,18 @@ def one_round(tmp: Path, *, synchronous: bool, args: argparse.Namespace) -> dict
         pair.start()
         replicas = Replicas(tmp, pair.create_database())
         started = replicas.start(["a", "b"])
-        ledger, failover = asyncio.run(run_failover(
-            started, pair, appenders=args.appenders, rememberers=args.rememberers, warm_up=args.warm_up,
-            standby_away_s=args.standby_away, promote_after_s=args.promote_after,
-            after_promotion=args.after_promotion))
+        ledger, failover = asyncio.run(
+            run_failover(
+                started,
+                pair,
+                appenders=args.appenders,
+                rememberers=args.rememberers,
+                warm_up=args.warm_up,
+                standby_away_s=args.standby_away,
+                promote_after_s=args.promote_after,
+                after_promotion=args.after_promotion,
+            )
+        )
         if ledger.faults:
             raise RuntimeError(f"answers that were neither a success nor `unavailable`: {ledger.faults[:5]}")
         survival = asyncio.run(verify(started[0], ledger))
@@ -121,10 +151,16 @@ def one_round(tmp: Path, *, synchronous: bool, args: argparse.Namespace) -> dict
     return {
         "promoted_s": round(failover.promoted_s, 3),
         "first_ack_s": {name: round(s, 3) for name, s in sorted(failover.first_ack_s.items())},
-        "acknowledged": {"appends": len(ledger.appends), "memories": len(ledger.memories),
-                         "before_crash": failover.acknowledged_before_crash},
-        "lost": {"appends": len(survival.lost) - len(survival.lost_memories), "memories": len(survival.lost_memories),
-                 "acknowledged_ms_before_crash": [round(s * 1000, 1) for s in lost_before]},
+        "acknowledged": {
+            "appends": len(ledger.appends),
+            "memories": len(ledger.memories),
+            "before_crash": failover.acknowledged_before_crash,
+        },
+        "lost": {
+            "appends": len(survival.lost) - len(survival.lost_memories),
+            "memories": len(survival.lost_memories),
+            "acknowledged_ms_before_crash": [round(s * 1000, 1) for s in lost_before],
+        },
         "unavailable_answers": dict(sorted(ledger.unavailable.items())),
     }
 
@@ -143,19 +179,25 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = ["| standby | round | promoted s | first ack a s | first ack b s | acknowledged (before crash) | lost |"
-             " 503s |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| standby | round | promoted s | first ack a s | first ack b s | acknowledged (before crash) | lost | 503s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for mode, result in report["modes"].items():
         for n, r in enumerate(result["rounds"], 1):
             acked = r["acknowledged"]["appends"] + r["acknowledged"]["memories"]
             lost = r["lost"]["appends"] + r["lost"]["memories"]
-            lines.append(f"| {mode} | {n} | {r['promoted_s']} | {r['first_ack_s'].get('a', '')} |"
-                         f" {r['first_ack_s'].get('b', '')} | {acked} ({r['acknowledged']['before_crash']}) | {lost} |"
-                         f" {sum(r['unavailable_answers'].values())} |")
+            lines.append(
+                f"| {mode} | {n} | {r['promoted_s']} | {r['first_ack_s'].get('a', '')} |"
+                f" {r['first_ack_s'].get('b', '')} | {acked} ({r['acknowledged']['before_crash']}) | {lost} |"
+                f" {sum(r['unavailable_answers'].values())} |"
+            )
         s = result["summary"]
-        lines.append(f"| {mode} | median | | {s['first_ack_after_crash_s']['median']} (after promotion"
-                     f" {s['first_ack_after_promotion_s']['median']}) | | {s['acknowledged']}"
-                     f" ({s['acknowledged_before_crash']}) | {s['lost']} | |")
+        lines.append(
+            f"| {mode} | median | | {s['first_ack_after_crash_s']['median']} (after promotion"
+            f" {s['first_ack_after_promotion_s']['median']}) | | {s['acknowledged']}"
+            f" ({s['acknowledged_before_crash']}) | {s['lost']} | |"
+        )
     return "\n".join(lines)
 
 
@@ -163,22 +205,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--standby", choices=["synchronous", "asynchronous", "both"], default="both")
     parser.add_argument("--rounds", type=int, default=3, help="failovers per kind of standby")
-    parser.add_argument("--standby-away", type=float, default=0.0,
-                        help="seconds the standby is stopped (falls behind) under load before the crash")
-    parser.add_argument("--promote-after", type=float, default=0.0,
-                        help="seconds from the crash to the promotion (a failover manager's decision)")
+    parser.add_argument(
+        "--standby-away",
+        type=float,
+        default=0.0,
+        help="seconds the standby is stopped (falls behind) under load before the crash",
+    )
+    parser.add_argument(
+        "--promote-after",
+        type=float,
+        default=0.0,
+        help="seconds from the crash to the promotion (a failover manager's decision)",
+    )
     parser.add_argument("--appenders", type=int, default=3, help="appending clients per replica")
     parser.add_argument("--rememberers", type=int, default=1, help="remembering clients per replica")
     parser.add_argument("--warm-up", type=int, default=20, help="writes each replica acknowledges before the crash")
-    parser.add_argument("--after-promotion", type=int, default=20,
-                        help="writes each replica acknowledges after the promotion before the round ends")
+    parser.add_argument(
+        "--after-promotion",
+        type=int,
+        default=20,
+        help="writes each replica acknowledges after the promotion before the round ends",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     modes = ["synchronous", "asynchronous"] if args.standby == "both" else [args.standby]
-    report: dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "standby_away_s": args.standby_away,
-                              "promote_after_s": args.promote_after,
-                              "clients_per_replica": {"appenders": args.appenders, "rememberers": args.rememberers},
-                              "modes": {}}
+    report: dict[str, Any] = {
+        "machine": f"{os.cpu_count()} cores",
+        "standby_away_s": args.standby_away,
+        "promote_after_s": args.promote_after,
+        "clients_per_replica": {"appenders": args.appenders, "rememberers": args.rememberers},
+        "modes": {},
+    }
     for mode in modes:
         rounds = []
         for n in range(args.rounds):

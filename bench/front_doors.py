@@ -57,8 +57,10 @@ def oauth_bytes(server: Server, database_url: str | None) -> int:
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
-                           " WHERE c.relname LIKE 'oauth_%' AND c.relkind = 'r'").fetchone()
+        row = conn.execute(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+            " WHERE c.relname LIKE 'oauth_%' AND c.relkind = 'r'"
+        ).fetchone()
     return int(row[0] or 0) if row else 0
 
 
@@ -72,14 +74,21 @@ def registration(index: int) -> dict[str, Any]:
     return {"client_name": f"flood {index}", "redirect_uris": uris, "token_endpoint_auth_method": "none"}
 
 
-async def storage_flood(server: Server, database_url: str | None, registrations: int, authorizations: int
-                        ) -> dict[str, Any]:
+async def storage_flood(
+    server: Server, database_url: str | None, registrations: int, authorizations: int
+) -> dict[str, Any]:
     assert server.proc is not None
     pid = server.proc.pid
     report: dict[str, Any] = {"before": {"rss_mb": rss_mb(pid), "oauth_bytes": oauth_bytes(server, database_url)}}
     async with httpx2.AsyncClient(base_url=server.base, timeout=30) as http:
-        first = await http.post("/register", json={"client_name": "legit", "redirect_uris": ["http://127.0.0.1:9/cb"],
-                                                    "token_endpoint_auth_method": "none"})
+        first = await http.post(
+            "/register",
+            json={
+                "client_name": "legit",
+                "redirect_uris": ["http://127.0.0.1:9/cb"],
+                "token_endpoint_auth_method": "none",
+            },
+        )
         client_id = first.json()["client_id"]
         gate = asyncio.Semaphore(32)
         statuses: Counter[int] = Counter()
@@ -90,21 +99,33 @@ async def storage_flood(server: Server, database_url: str | None, registrations:
 
         started = time.perf_counter()
         await asyncio.gather(*(register(i) for i in range(registrations)))
-        report["registrations"] = {"seconds": round(time.perf_counter() - started, 1),
-                                   "statuses": dict(sorted(statuses.items()))}
+        report["registrations"] = {
+            "seconds": round(time.perf_counter() - started, 1),
+            "statuses": dict(sorted(statuses.items())),
+        }
         report["after_registrations"] = {"rss_mb": rss_mb(pid), "oauth_bytes": oauth_bytes(server, database_url)}
 
         outcomes: Counter[str] = Counter()
 
         async def authorize(index: int) -> None:
-            query = {"response_type": "code", "client_id": client_id, "redirect_uri": "http://127.0.0.1:9/cb",
-                     "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM", "code_challenge_method": "S256",
-                     "state": noise(STATE_BYTES)}
+            query = {
+                "response_type": "code",
+                "client_id": client_id,
+                "redirect_uri": "http://127.0.0.1:9/cb",
+                "code_challenge": "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+                "code_challenge_method": "S256",
+                "state": noise(STATE_BYTES),
+            }
             async with gate:
                 response = await http.get(f"/authorize?{urlencode(query)}")
             location = response.headers.get("location", "")
-            kind = ("stored" if "/oauth/consent?" in location else "error redirect" if location
-                    else str(response.status_code))
+            kind = (
+                "stored"
+                if "/oauth/consent?" in location
+                else "error redirect"
+                if location
+                else str(response.status_code)
+            )
             outcomes[kind] += 1
 
         started = time.perf_counter()
@@ -112,8 +133,10 @@ async def storage_flood(server: Server, database_url: str | None, registrations:
         report["authorizations"] = {"seconds": round(time.perf_counter() - started, 1), "outcomes": dict(outcomes)}
         report["after_authorizations"] = {"rss_mb": rss_mb(pid), "oauth_bytes": oauth_bytes(server, database_url)}
     before, after = report["before"], report["after_authorizations"]
-    report["growth"] = {"rss_mb": round(after["rss_mb"] - before["rss_mb"], 1),
-                        "oauth_mb": round((after["oauth_bytes"] - before["oauth_bytes"]) / 2**20, 1)}
+    report["growth"] = {
+        "rss_mb": round(after["rss_mb"] - before["rss_mb"], 1),
+        "oauth_mb": round((after["oauth_bytes"] - before["oauth_bytes"]) / 2**20, 1),
+    }
     return report
 
 
@@ -123,8 +146,10 @@ async def slow_connection(port: int, path: str, until: float, closed: list[float
     except OSError:
         closed.append(0.0)
         return
-    writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-                 f"Content-Length: {SLOW_LENGTH}\r\n\r\n".encode())
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {SLOW_LENGTH}\r\n\r\n".encode()
+    )
     try:
         while time.monotonic() < until:
             writer.write(b"a")
@@ -171,14 +196,20 @@ async def slow_flood(server: Server, connections: int, seconds: float) -> dict[s
     flood = [slow_connection(port, paths[i % 2], until, closed, started) for i in range(connections)]
     await asyncio.gather(legitimate(), *flood)
     answered = len(latencies)
-    report: dict[str, Any] = {"connections": connections, "seconds": seconds, "legitimate_answered": answered,
-                              "legitimate_failed": dict(failures),
-                              "slow_closed_by_server": len(closed)}
+    report: dict[str, Any] = {
+        "connections": connections,
+        "seconds": seconds,
+        "legitimate_answered": answered,
+        "legitimate_failed": dict(failures),
+        "slow_closed_by_server": len(closed),
+    }
     if latencies:
         ordered = sorted(latencies)
-        report["latency_ms"] = {"median": round(statistics.median(ordered) * 1000, 1),
-                                "p95": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 1),
-                                "max": round(ordered[-1] * 1000, 1)}
+        report["latency_ms"] = {
+            "median": round(statistics.median(ordered) * 1000, 1),
+            "p95": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 1),
+            "max": round(ordered[-1] * 1000, 1),
+        }
     if closed:
         report["slow_closed_after_s_median"] = round(statistics.median(closed), 1)
     return report
@@ -214,8 +245,7 @@ async def main() -> None:
             with authority(args.storage) as url:
                 env = {"MEMORY_DATABASE_URL": url} if url else {}
                 with Server(Path(tmp) / "storage", env=env) as server:
-                    results["storage_flood"] = await storage_flood(server, url, args.registrations,
-                                                                   args.authorizations)
+                    results["storage_flood"] = await storage_flood(server, url, args.registrations, args.authorizations)
         if "slow" in only:
             with authority(args.storage) as url:
                 env = {"MEMORY_DATABASE_URL": url} if url else {}

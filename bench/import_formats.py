@@ -39,8 +39,18 @@ from memory_server.logs.validation import LogLimits  # noqa: E402
 from memory_server.memories.validation import validate_new  # noqa: E402
 
 PEOPLE = ["Maria", "Ivo", "Nate", "Joanna", "Priya", "Tomas", "Aiko", "Lena", "Omar", "Grace"]
-TOPICS = ["the billing service", "the data pipeline", "the mobile app", "the search index", "the on-call rota",
-          "the design system", "the release train", "the support queue", "the Lisbon office", "the staging cluster"]
+TOPICS = [
+    "the billing service",
+    "the data pipeline",
+    "the mobile app",
+    "the search index",
+    "the on-call rota",
+    "the design system",
+    "the release train",
+    "the support queue",
+    "the Lisbon office",
+    "the staging cluster",
+]
 VERBS = ["moved", "reviewed", "postponed", "rewrote", "documented", "benchmarked", "migrated", "cleaned up"]
 WHEN = ["on Monday", "last week", "in March", "before the offsite", "after the incident", "during the sprint"]
 LIMITS = LogLimits(256 * 1024, 4 * 1024 * 1024)
@@ -49,26 +59,48 @@ MAX_CONTENT = 32 * 1024
 
 def facts(count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    return [f"{rng.choice(PEOPLE)} {rng.choice(VERBS)} {rng.choice(TOPICS)} {rng.choice(WHEN)} (note {n})."
-            for n in range(count)]
+    return [
+        f"{rng.choice(PEOPLE)} {rng.choice(VERBS)} {rng.choice(TOPICS)} {rng.choice(WHEN)} (note {n})."
+        for n in range(count)
+    ]
 
 
 def write_formats(texts: list[str], folder: Path) -> dict[str, Path]:
-    groups = [texts[i:i + 5] for i in range(0, len(texts), 5)]
+    groups = [texts[i : i + 5] for i in range(0, len(texts), 5)]
     graph = folder / "memory.jsonl"
-    graph.write_text("\n".join(json.dumps({"type": "entity", "name": f"Topic_{n}", "entityType": "topic",
-                                           "observations": group}) for n, group in enumerate(groups)))
+    graph.write_text(
+        "\n".join(
+            json.dumps({"type": "entity", "name": f"Topic_{n}", "entityType": "topic", "observations": group})
+            for n, group in enumerate(groups)
+        )
+    )
     mem0 = folder / "mem0.json"
-    mem0.write_text(json.dumps({"results": [
-        {"id": f"00000000-0000-4000-8000-{n:012d}", "memory": text, "hash": "", "metadata": None,
-         "created_at": "2025-01-01T00:00:00Z", "updated_at": None, "user_id": "bench"}
-        for n, text in enumerate(texts)]}, indent=2))
+    mem0.write_text(
+        json.dumps(
+            {
+                "results": [
+                    {
+                        "id": f"00000000-0000-4000-8000-{n:012d}",
+                        "memory": text,
+                        "hash": "",
+                        "metadata": None,
+                        "created_at": "2025-01-01T00:00:00Z",
+                        "updated_at": None,
+                        "user_id": "bench",
+                    }
+                    for n, text in enumerate(texts)
+                ]
+            },
+            indent=2,
+        )
+    )
     notes = folder / "notes"
     notes.mkdir()
     for n, group in enumerate(groups):
         body = "\n".join(f"- [fact] {text}" for text in group)
-        (notes / f"note-{n:05d}.md").write_text(f"---\ntitle: Note {n}\ntags: [bench]\ncreated: 2025-01-01\n---\n\n"
-                                                f"{body}\n")
+        (notes / f"note-{n:05d}.md").write_text(
+            f"---\ntitle: Note {n}\ntags: [bench]\ncreated: 2025-01-01\n---\n\n{body}\n"
+        )
     return {"mcp-memory": graph, "mem0": mem0, "markdown": notes}
 
 
@@ -81,10 +113,20 @@ def write_export(fmt: str, source: Path, target: Path) -> int:
         for item in read(source, max_content_bytes=MAX_CONTENT, progress=lambda n: None):
             assert isinstance(item, Candidate), item
             memory = validate_new(**item.fields, max_content_bytes=MAX_CONTENT)
-            record = {"kind": "memory", "site": "default", "reference": item.reference, "content": memory.content,
-                      "type": memory.type, "location": memory.location, "bucket": memory.bucket,
-                      "tags": list(memory.tags), "metadata": memory.metadata, "provenance": memory.provenance,
-                      "occurred_at": memory.occurred_at, "expires_at": memory.expires_at}
+            record = {
+                "kind": "memory",
+                "site": "default",
+                "reference": item.reference,
+                "content": memory.content,
+                "type": memory.type,
+                "location": memory.location,
+                "bucket": memory.bucket,
+                "tags": list(memory.tags),
+                "metadata": memory.metadata,
+                "provenance": memory.provenance,
+                "occurred_at": memory.occurred_at,
+                "expires_at": memory.expires_at,
+            }
             out.write(json.dumps({k: v for k, v in record.items() if v is not None}, ensure_ascii=False) + "\n")
             count += 1
     return count
@@ -111,8 +153,13 @@ def run_import(args: list[str], data_dir: Path) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of the import process, memories created)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "memory_server", "import", *args, "--data-dir", str(data_dir)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_server", "import", *args, "--data-dir", str(data_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -141,8 +188,10 @@ def main() -> None:
         for name in names:
             if write_export(name, sources[name], exports[name]) != options.records:
                 raise RuntimeError(f"{name} does not make {options.records} memories")
-            reading[name] = {"format": min(read_and_validate(name, sources[name])[0] for _ in range(3)),
-                             "export": min(read_and_validate(None, exports[name])[0] for _ in range(3))}
+            reading[name] = {
+                "format": min(read_and_validate(name, sources[name])[0] for _ in range(3)),
+                "export": min(read_and_validate(None, exports[name])[0] for _ in range(3)),
+            }
         for run in range(options.runs):
             for name in names:
                 order = [("format", ["--from", name, str(sources[name])]), ("export", [str(exports[name])])]
@@ -161,23 +210,29 @@ def main() -> None:
         row: dict[str, Any] = {}
         for kind in ("format", "export"):
             timed = runs[name][kind]
-            row[kind] = {"seconds": round(median(timed, 0), 2), "cpu_s": round(median(timed, 1), 2),
-                         "memories_per_s": round(options.records / median(timed, 0), 1),
-                         "all": [[round(s, 2), round(c, 2)] for s, c in timed],
-                         "read_and_validate_s": round(reading[name][kind], 3)}
+            row[kind] = {
+                "seconds": round(median(timed, 0), 2),
+                "cpu_s": round(median(timed, 1), 2),
+                "memories_per_s": round(options.records / median(timed, 0), 1),
+                "all": [[round(s, 2), round(c, 2)] for s, c in timed],
+                "read_and_validate_s": round(reading[name][kind], 3),
+            }
         row["time_vs_export"] = round(row["format"]["seconds"] / row["export"]["seconds"], 2)
         row["cpu_vs_export"] = round(row["format"]["cpu_s"] / row["export"]["cpu_s"], 2)
         report["formats"][name] = row
     print(json.dumps(report, indent=2))
-    print(f"\n{options.records} memories, medians of {options.runs} runs (the format | our export of the same "
-          "memories)\n")
+    print(
+        f"\n{options.records} memories, medians of {options.runs} runs (the format | our export of the same memories)\n"
+    )
     print("| format | import, s | memories/s | CPU, s | CPU vs export | read and validate, s |")
     print("|---|---|---|---|---|---|")
     for name, row in report["formats"].items():
         f, e = row["format"], row["export"]
-        print(f"| {name} | {f['seconds']} \\| {e['seconds']} | {f['memories_per_s']} \\| {e['memories_per_s']} | "
-              f"{f['cpu_s']} \\| {e['cpu_s']} | {row['cpu_vs_export']}× | {f['read_and_validate_s']} \\| "
-              f"{e['read_and_validate_s']} |")
+        print(
+            f"| {name} | {f['seconds']} \\| {e['seconds']} | {f['memories_per_s']} \\| {e['memories_per_s']} | "
+            f"{f['cpu_s']} \\| {e['cpu_s']} | {row['cpu_vs_export']}× | {f['read_and_validate_s']} \\| "
+            f"{e['read_and_validate_s']} |"
+        )
     if options.json:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(report, indent=2))

@@ -58,12 +58,17 @@ def load(path: Path) -> tuple[list[dict], list[dict]]:
                 content = f"{turn['speaker']}: {turn['text']}"
                 if turn.get("blip_caption"):
                     content += f" [shares {turn['blip_caption']}]"
-                memories.append({
-                    "content": content, "type": "turn", "bucket": sid,
-                    "location": f"locomo/{sid}/{turn['dia_id']}", "occurred_at": when,
-                    "metadata": {"dia_id": turn["dia_id"]},
-                    "provenance": {"conversation_id": sid, "seq": seq},
-                })
+                memories.append(
+                    {
+                        "content": content,
+                        "type": "turn",
+                        "bucket": sid,
+                        "location": f"locomo/{sid}/{turn['dia_id']}",
+                        "occurred_at": when,
+                        "metadata": {"dia_id": turn["dia_id"]},
+                        "provenance": {"conversation_id": sid, "seq": seq},
+                    }
+                )
                 dia_ids.add(turn["dia_id"])
                 seq += 1
         for qa in sample["qa"]:
@@ -72,8 +77,9 @@ def load(path: Path) -> tuple[list[dict], list[dict]]:
             evidence = [e for raw in qa.get("evidence", []) for e in re.split(r"[;\s]+", raw) if e in dia_ids]
             evidence = list(dict.fromkeys(evidence))
             if evidence:
-                questions.append({"bucket": sid, "question": qa["question"], "category": qa["category"],
-                                  "evidence": evidence})
+                questions.append(
+                    {"bucket": sid, "question": qa["question"], "category": qa["category"], "evidence": evidence}
+                )
     return memories, questions
 
 
@@ -138,9 +144,14 @@ async def run(args: argparse.Namespace) -> dict:
             mcp = build_mcp(services, local=lambda: principal)
             async with Client(mcp) as client:
                 store_seconds = await store(client, memories)
-                report = {"data": str(args.data), "memories": len(memories), "questions": len(questions),
-                          "store_seconds": round(store_seconds, 1), "modes": {}}
-                for mode in (MODES if args.mode == "all" else (args.mode,)):
+                report = {
+                    "data": str(args.data),
+                    "memories": len(memories),
+                    "questions": len(questions),
+                    "store_seconds": round(store_seconds, 1),
+                    "modes": {},
+                }
+                for mode in MODES if args.mode == "all" else (args.mode,):
                     loaded.retrieval.ranking = mode
                     loaded.embedder.clear_cache()  # each mode pays for its query embeddings
                     start = time.perf_counter()

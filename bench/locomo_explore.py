@@ -308,8 +308,14 @@ def blend(S: np.ndarray, weights: dict[int, float]) -> np.ndarray:
 
 
 def lex_ctx(
-    ex: Explorer, c: str, weights: dict[int, float], k1: float, b: float, how: str = "date_prefix",
-    delta: float = 0.0, bigram: bool = False,
+    ex: Explorer,
+    c: str,
+    weights: dict[int, float],
+    k1: float,
+    b: float,
+    how: str = "date_prefix",
+    delta: float = 0.0,
+    bigram: bool = False,
 ):
     """BM25 over documents = own terms + neighbour terms at weights[offset] (lexical.term_weights).
     delta: BM25+ lower bound; bigram: score adjacent analysed-term pairs instead of terms."""
@@ -463,13 +469,19 @@ def explore(ex: Explorer) -> None:
     report(b, "score blend prev only .5", lambda c: blend(fz(c), {-1: 0.5}))
     report(b, "score blend next only .5", lambda c: blend(fz(c), {1: 0.5}))
     for a1, a2 in [(0.5, 0.0), (0.5, 0.5), (1.0, 1.0)]:
-        report(b, f"lexical ctx +-1 {a1} +-2 {a2}, b=.5", lambda c, a1=a1, a2=a2: fz(c, lex=lex_ctx(ex, c, sym(a1, a2), 1.2, 0.5)))
+        report(
+            b,
+            f"lexical ctx +-1 {a1} +-2 {a2}, b=.5",
+            lambda c, a1=a1, a2=a2: fz(c, lex=lex_ctx(ex, c, sym(a1, a2), 1.2, 0.5)),
+        )
     for a1, a2 in [(0.5, 0.5), (1.0, 1.0), (0.5, 0.25)]:
         for s1, s2 in [(0.25, 0.125), (0.3, 0.15)]:
             report(
                 b,
                 f"lexical ctx {a1}/{a2} + blend {s1}/{s2}",
-                lambda c, a1=a1, a2=a2, s1=s1, s2=s2: blend(fz(c, lex=lex_ctx(ex, c, sym(a1, a2), 1.2, 0.5)), sym(s1, s2)),
+                lambda c, a1=a1, a2=a2, s1=s1, s2=s2: blend(
+                    fz(c, lex=lex_ctx(ex, c, sym(a1, a2), 1.2, 0.5)), sym(s1, s2)
+                ),
             )
 
     section("dense neighbour context (dense alone; window = embedded 'prev + turn')")
@@ -480,7 +492,12 @@ def explore(ex: Explorer) -> None:
 
 def dense_window(ex: Explorer, c: str) -> np.ndarray:
     ts = ex.b.convs[c]
-    texts = [render(Turn(t.dia_id, " ".join(x.content for x in ts[max(0, i - 1) : i + 1]), t.occurred_at, i, 0), "date_prefix") for i, t in enumerate(ts)]
+    texts = [
+        render(
+            Turn(t.dia_id, " ".join(x.content for x in ts[max(0, i - 1) : i + 1]), t.occurred_at, i, 0), "date_prefix"
+        )
+        for i, t in enumerate(ts)
+    ]
     return ex.b.qvec[c] @ ex.b.embed(texts).T
 
 
@@ -522,12 +539,28 @@ def run_ablation(ex: Explorer) -> None:
     report(b, "- neighbour score blend", lambda c: production_matrix(ex, c, nbw={}))
     report(b, "- lexical neighbour context", lambda c: production_matrix(ex, c, lexw={}))
     report(b, "- both neighbour components", lambda c: production_matrix(ex, c, lexw={}, nbw={}))
-    report(b, "- date in text (plain content both sides)", lambda c: (1 - R.W_LEXICAL) * zscore(ex.dense(c, "plain"))
-           + R.W_LEXICAL * zscore(lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "plain")))
-    report(b, "- z fusion (RRF of the same two sides, then blend)", lambda c: blend(
-        rrf(ex.dense(c, "production"), lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production")) * 60,
-        R.NEIGHBOUR_SCORE_WEIGHTS))
-    report(b, "- lexical side (dense + neighbour blend)", lambda c: blend(zscore(ex.dense(c, "production")), R.NEIGHBOUR_SCORE_WEIGHTS))
+    report(
+        b,
+        "- date in text (plain content both sides)",
+        lambda c: (
+            (1 - R.W_LEXICAL) * zscore(ex.dense(c, "plain"))
+            + R.W_LEXICAL * zscore(lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "plain"))
+        ),
+    )
+    report(
+        b,
+        "- z fusion (RRF of the same two sides, then blend)",
+        lambda c: blend(
+            rrf(ex.dense(c, "production"), lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production"))
+            * 60,
+            R.NEIGHBOUR_SCORE_WEIGHTS,
+        ),
+    )
+    report(
+        b,
+        "- lexical side (dense + neighbour blend)",
+        lambda c: blend(zscore(ex.dense(c, "production")), R.NEIGHBOUR_SCORE_WEIGHTS),
+    )
     report(b, "- dense side (lexical + neighbour blend)", lambda c: production_matrix(ex, c, w=1.0))
     report(b, "BM25 k1=1.2 b=0.75 instead", lambda c: production_matrix(ex, c, k1=1.2, b=0.75))
 
@@ -623,7 +656,12 @@ def run_latency(ex: Explorer, n: int = 150) -> None:
         return retrieval.rank(t, qv, cands, limit=10)
 
     times = {k: [] for k in ("dense-only", "production", "production (stored terms)", "rank() alone")}
-    fns = {"dense-only": dense_only, "production": prod, "production (stored terms)": prod_terms, "rank() alone": rank_only}
+    fns = {
+        "dense-only": dense_only,
+        "production": prod,
+        "production (stored terms)": prod_terms,
+        "rank() alone": rank_only,
+    }
     for t in qs:  # interleaved so machine load affects all alike
         for k, f in fns.items():
             t0 = time.perf_counter()
@@ -655,7 +693,10 @@ def _weighted_query_bm25(ex: Explorer, c: str, weighted_queries: list[dict[str, 
         docs = ex.docs(c, "production", analyze)
         n = len(docs)
         W = R.LEXICAL_CONTEXT_WEIGHTS
-        ctx = [lexical.term_weights([(docs[i], 1.0)] + [(docs[i + o], w) for o, w in W.items() if 0 <= i + o < n]) for i in range(n)]
+        ctx = [
+            lexical.term_weights([(docs[i], 1.0)] + [(docs[i + o], w) for o, w in W.items() if 0 <= i + o < n])
+            for i in range(n)
+        ]
         ex._bm25[key] = BM25Corpus(ctx, k1=R.BM25_K1, b=R.BM25_B, delta=delta)
     corpus = ex._bm25[key]
     rows = []
@@ -709,7 +750,11 @@ def run_round2(ex: Explorer) -> None:
     section("round 2: normalisation over the top-N / rank transform mixed with z")
     for n in (50, 100, 200):
         report(b, f"z over top-{n} both sides", lambda c, n=n: blend(0.6 * _ztop(Dm(c), n) + 0.4 * _ztop(Lm(c), n), NB))
-        report(b, f"z over top-{n} lexical side only", lambda c, n=n: blend(0.6 * zscore(Dm(c)) + 0.4 * _ztop(Lm(c), n), NB))
+        report(
+            b,
+            f"z over top-{n} lexical side only",
+            lambda c, n=n: blend(0.6 * zscore(Dm(c)) + 0.4 * _ztop(Lm(c), n), NB),
+        )
     for g in (5, 10, 20):
         report(b, f"z fusion + {g} x RRF(k=60)", lambda c, g=g: blend(F0(c) + g * rrf(Dm(c), Lm(c)), NB))
 
@@ -752,14 +797,24 @@ def run_round2(ex: Explorer) -> None:
 
     report(b, "binary query term frequency", lambda c: qmod(c, lambda qc, co: {t: 1.0 for t in qc}))
     for pw in (0.5, 1.5, 2.0):
-        report(b, f"idf^{pw} instead of idf", lambda c, pw=pw: qmod(
-            c, lambda qc, co, pw=pw: {t: n * (co.idf(t) ** (pw - 1) if t in co._postings else 0) for t, n in qc.items()}))
+        report(
+            b,
+            f"idf^{pw} instead of idf",
+            lambda c, pw=pw: qmod(
+                c,
+                lambda qc, co, pw=pw: {
+                    t: n * (co.idf(t) ** (pw - 1) if t in co._postings else 0) for t, n in qc.items()
+                },
+            ),
+        )
 
     def date_weighted(c, dw):
         key = ("datew", c, dw)
         if key not in ex._bm25:
-            own = [lexical.term_weights([(analyze(retrieval.format_date(t.occurred_at)), dw), (analyze(t.content), 1.0)])
-                   for t in b.convs[c]]
+            own = [
+                lexical.term_weights([(analyze(retrieval.format_date(t.occurred_at)), dw), (analyze(t.content), 1.0)])
+                for t in b.convs[c]
+            ]
             n = len(own)
             ctx = []
             for i in range(n):
@@ -786,7 +841,11 @@ def run_round2(ex: Explorer) -> None:
 
     for k in (20, 30, 50, 100):
         report(b, f"neighbour blend among the top-{k} only", lambda c, k=k: gated(c, k))
-    report(b, "neighbour blend of positive parts only", lambda c: F0(c) + sum(w * np.maximum(shift(F0(c), o), 0) for o, w in NB.items()))
+    report(
+        b,
+        "neighbour blend of positive parts only",
+        lambda c: F0(c) + sum(w * np.maximum(shift(F0(c), o), 0) for o, w in NB.items()),
+    )
 
     def second(c, k, w1):
         P = base(c)
@@ -832,7 +891,9 @@ def run_round2(ex: Explorer) -> None:
 
     section("round 2: dense query without stop words (one extra encode), mixed into the query vector")
     stop_free = {
-        c: b.embed([" ".join(t for t in _W.findall(q.text) if t.lower() not in lexical.STOP_WORDS) or q.text for q in qs])
+        c: b.embed(
+            [" ".join(t for t in _W.findall(q.text) if t.lower() not in lexical.STOP_WORDS) or q.text for q in qs]
+        )
         for c, qs in b.by_conv.items()
     }
 
@@ -843,26 +904,67 @@ def run_round2(ex: Explorer) -> None:
 
     for a in (0.5, 1.0):
         report(b, f"dense alone, stop-word-free query mix a={a}", lambda c, a=a: dense_mix(c, a))
-        report(b, f"full ranking, stop-word-free query mix a={a}", lambda c, a=a: blend(
-            0.6 * zscore(dense_mix(c, a)) + 0.4 * zscore(Lm(c)), NB))
+        report(
+            b,
+            f"full ranking, stop-word-free query mix a={a}",
+            lambda c, a=a: blend(0.6 * zscore(dense_mix(c, a)) + 0.4 * zscore(Lm(c)), NB),
+        )
 
     section("round 2: kept components (BM25+ delta, bigram BM25, length prior), alone and together")
     report(b, "round-1 production", base)
-    for d, bg, lp in [(0.5, 0, 0), (0, 0.25, 0), (0, 0.5, 0), (0, 0, 0.1), (0, 0, 0.2), (0, 0, 0.3), (0.5, 0, 0.2),
-                      (0.5, 0.25, 0), (0, 0.25, 0.2), (0.5, 0.25, 0.2), (0.5, 0.25, 0.1), (0.5, 0.5, 0.2)]:
-        report(b, f"delta {d} bigram {bg} length prior {lp}", lambda c, d=d, bg=bg, lp=lp: production_matrix(ex, c, delta=d, bg=bg, lp=lp))
+    for d, bg, lp in [
+        (0.5, 0, 0),
+        (0, 0.25, 0),
+        (0, 0.5, 0),
+        (0, 0, 0.1),
+        (0, 0, 0.2),
+        (0, 0, 0.3),
+        (0.5, 0, 0.2),
+        (0.5, 0.25, 0),
+        (0, 0.25, 0.2),
+        (0.5, 0.25, 0.2),
+        (0.5, 0.25, 0.1),
+        (0.5, 0.5, 0.2),
+    ]:
+        report(
+            b,
+            f"delta {d} bigram {bg} length prior {lp}",
+            lambda c, d=d, bg=bg, lp=lp: production_matrix(ex, c, delta=d, bg=bg, lp=lp),
+        )
     report(b, "production (round 2)", lambda c: production_matrix(ex, c))
 
     section("round 2 LOCO")
-    grid = [(d, bg, lp, w) for d in (0.0, 0.5, 1.0) for bg in (0.0, 0.25, 0.5) for lp in (0.0, 0.1, 0.2) for w in (0.3, 0.4, 0.5)]
+    grid = [
+        (d, bg, lp, w)
+        for d in (0.0, 0.5, 1.0)
+        for bg in (0.0, 0.25, 0.5)
+        for lp in (0.0, 0.1, 0.2)
+        for w in (0.3, 0.4, 0.5)
+    ]
     print("grid: (BM25+ delta, bigram weight, length prior, w_lex)")
     loco(b, grid, lambda c, p: production_matrix(ex, c, delta=p[0], bg=p[1], lp=p[2], w=p[3]), "round-2 grid")
-    loco(b, [(w,) for w in (0.3, 0.4, 0.5)], lambda c, p: production_matrix(ex, c, w=p[0], **ROUND1), "round-1 ranking, w_lex only")
-    grid_full = [(w, a, s, d, bg, lp) for w in (0.3, 0.4, 0.5) for a in (0.25, 0.5, 1.0) for s in (0.0, 0.25, 0.5)
-                 for d, bg, lp in [(0, 0, 0), (0.5, 0.25, 0.2)]]
+    loco(
+        b,
+        [(w,) for w in (0.3, 0.4, 0.5)],
+        lambda c, p: production_matrix(ex, c, w=p[0], **ROUND1),
+        "round-1 ranking, w_lex only",
+    )
+    grid_full = [
+        (w, a, s, d, bg, lp)
+        for w in (0.3, 0.4, 0.5)
+        for a in (0.25, 0.5, 1.0)
+        for s in (0.0, 0.25, 0.5)
+        for d, bg, lp in [(0, 0, 0), (0.5, 0.25, 0.2)]
+    ]
     print("grid: (w_lex, lexical ctx weight, score blend +-1, delta, bigram, length prior)")
-    loco(b, grid_full, lambda c, p: production_matrix(ex, c, w=p[0], lexw=sym(p[1], p[1]), nbw=sym(p[2], p[2] / 2),
-                                                     delta=p[3], bg=p[4], lp=p[5]), "round-1 grid x {round 1, round 2}")
+    loco(
+        b,
+        grid_full,
+        lambda c, p: production_matrix(
+            ex, c, w=p[0], lexw=sym(p[1], p[1]), nbw=sym(p[2], p[2] / 2), delta=p[3], bg=p[4], lp=p[5]
+        ),
+        "round-1 grid x {round 1, round 2}",
+    )
 
 
 def session_only(ex: Explorer, c: str) -> np.ndarray:
@@ -873,8 +975,12 @@ def session_only(ex: Explorer, c: str) -> np.ndarray:
     docs = ex.docs(c, "production", analyze)
     n = len(docs)
     W = R.LEXICAL_CONTEXT_WEIGHTS
-    ctx = [lexical.term_weights([(docs[i], 1.0)] + [(docs[i + o], w) for o, w in W.items() if 0 <= i + o < n and sid[i + o] == sid[i]])
-           for i in range(n)]
+    ctx = [
+        lexical.term_weights(
+            [(docs[i], 1.0)] + [(docs[i + o], w) for o, w in W.items() if 0 <= i + o < n and sid[i + o] == sid[i]]
+        )
+        for i in range(n)
+    ]
     corpus = BM25Corpus(ctx, k1=R.BM25_K1, b=R.BM25_B)
     L = np.stack([corpus.score(analyze(q.text)) for q in ex.b.by_conv[c]])
     F = 0.6 * zscore(ex.dense(c, "production")) + 0.4 * zscore(L)
@@ -894,12 +1000,16 @@ def run_round3(ex: Explorer) -> None:
 
     b = ex.b
     R = retrieval
-    words = sorted({w for ts in b.convs.values() for t in ts for w in expansion.vocabulary_words(render(t, "production"))}
-                   | {w for qs in b.by_conv.values() for q in qs for w in expansion.vocabulary_words(q.text)})
+    words = sorted(
+        {w for ts in b.convs.values() for t in ts for w in expansion.vocabulary_words(render(t, "production"))}
+        | {w for qs in b.by_conv.values() for q in qs for w in expansion.vocabulary_words(q.text)}
+    )
     vectors = dict(zip(words, b.embed(words), strict=False))  # each word embedded alone, as the server does
     lengths = {c: zscore(np.log1p(doc_lengths(ex, c))[None, :]) for c in b.by_conv}
-    bigram = {c: lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production", R.BM25_DELTA, bigram=True)
-              for c in b.by_conv}
+    bigram = {
+        c: lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production", R.BM25_DELTA, bigram=True)
+        for c in b.by_conv
+    }
 
     def expanded(c: str, tau: float, k: int, beta: float) -> np.ndarray:
         pool = sorted({w for t in b.convs[c] for w in expansion.vocabulary_words(render(t, "production"))})
@@ -908,8 +1018,11 @@ def run_round3(ex: Explorer) -> None:
         for q in b.by_conv[c]:
             terms = analyze(q.text)
             weights = dict(Counter(terms))
-            weights.update(expansion.expansion_terms(q.text, terms, vectors, pool_stems, pool_vectors,
-                                                     min_similarity=tau, neighbours=k, weight=beta))
+            weights.update(
+                expansion.expansion_terms(
+                    q.text, terms, vectors, pool_stems, pool_vectors, min_similarity=tau, neighbours=k, weight=beta
+                )
+            )
             queries.append(weights)
         lex, _ = _weighted_query_bm25(ex, c, queries, delta=R.BM25_DELTA)
         F = 0.6 * zscore(ex.dense(c, "production")) + 0.4 * zscore(lex + R.BIGRAM_WEIGHT * bigram[c])
@@ -935,15 +1048,23 @@ def run_round3(ex: Explorer) -> None:
     for tau in (0.55, 0.6, 0.65):
         for beta in (0.3, 0.5, 0.7, 1.0):
             report(b, f"expansion {tau} / 3 / {beta}", lambda c, t=tau, w=beta: expanded(c, t, 3, w))
-    grid = [(tau, k, beta) for tau in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7) for k in (3, 6) for beta in (0.2, 0.3, 0.4, 0.5)]
+    grid = [
+        (tau, k, beta) for tau in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7) for k in (3, 6) for beta in (0.2, 0.3, 0.4, 0.5)
+    ]
     loco(b, grid + [(2.0, 3, 0.0)], lambda c, p: expanded(c, *p), "expansion grid")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="", help="comma list of parts: explore,production,ablation,loco,round2,round3,latency")
+    ap.add_argument(
+        "--only", default="", help="comma list of parts: explore,production,ablation,loco,round2,round3,latency"
+    )
     args = ap.parse_args()
-    parts = set(args.only.split(",")) if args.only else {"explore", "production", "ablation", "loco", "round2", "round3", "latency"}
+    parts = (
+        set(args.only.split(","))
+        if args.only
+        else {"explore", "production", "ablation", "loco", "round2", "round3", "latency"}
+    )
     convs, questions = load()
     print(f"{len(questions)} questions (cats 1-4 with evidence), {sum(map(len, convs.values()))} turns", flush=True)
     embed = EmbedCache()

@@ -68,8 +68,9 @@ def authority(storage: str) -> Iterator[dict[str, str]]:
         yield {"MEMORY_DATABASE_URL": url}
 
 
-def ask(server: Server, questions: list[dict[str, Any]], hit_id: Any, **filters: Any) -> tuple[list[list[str]],
-                                                                                               list[float]]:
+def ask(
+    server: Server, questions: list[dict[str, Any]], hit_id: Any, **filters: Any
+) -> tuple[list[list[str]], list[float]]:
     found, latencies = [], []
     for q in questions:
         start = time.perf_counter()
@@ -87,8 +88,12 @@ def remembered(path: Path, storage: str, work: Path) -> dict[str, Any]:
             server.remember(memory)
         stored = time.perf_counter() - start
         found, latencies = ask(server, questions, lambda hit: hit["metadata"]["dia_id"])
-    return {"entries": len(memories), "store_seconds": round(stored, 1), "recall": score(questions, found),
-            "median_recall_ms": round(statistics.median(latencies) * 1000, 2)}
+    return {
+        "entries": len(memories),
+        "store_seconds": round(stored, 1),
+        "recall": score(questions, found),
+        "median_recall_ms": round(statistics.median(latencies) * 1000, 2),
+    }
 
 
 def logged(path: Path, storage: str, work: Path) -> dict[str, Any]:
@@ -97,8 +102,23 @@ def logged(path: Path, storage: str, work: Path) -> dict[str, Any]:
     with authority(storage) as env, Server(work / "logs", env=env) as server:
         import subprocess
 
-        done = subprocess.run([sys.executable, "-m", "memory_server", "site", "set", SITE, "--index-logs", "--data-dir",
-                               str(server.data_dir)], cwd=ROOT, env=server.env, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memory_server",
+                "site",
+                "set",
+                SITE,
+                "--index-logs",
+                "--data-dir",
+                str(server.data_dir),
+            ],
+            cwd=ROOT,
+            env=server.env,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise RuntimeError(done.stderr)
         start = time.perf_counter()
@@ -117,12 +137,21 @@ def logged(path: Path, storage: str, work: Path) -> dict[str, Any]:
                 raise RuntimeError(f"log items still waiting: {ready}")
             time.sleep(0.5)
         indexed = time.perf_counter() - start
-        found, latencies = ask(server, questions, lambda hit: dia[(hit["provenance"]["conversation_id"],
-                                                                   hit["provenance"]["seq"])], kinds=["turn"])
-    return {"entries": sum(len(items) for _, _, items in logs), "conversations": len(logs),
-            "append_seconds": round(appended, 2), "median_append_ms": round(statistics.median(appends) * 1000, 2),
-            "indexed_seconds": round(indexed, 1), "recall": score(questions, found),
-            "median_recall_ms": round(statistics.median(latencies) * 1000, 2)}
+        found, latencies = ask(
+            server,
+            questions,
+            lambda hit: dia[(hit["provenance"]["conversation_id"], hit["provenance"]["seq"])],
+            kinds=["turn"],
+        )
+    return {
+        "entries": sum(len(items) for _, _, items in logs),
+        "conversations": len(logs),
+        "append_seconds": round(appended, 2),
+        "median_append_ms": round(statistics.median(appends) * 1000, 2),
+        "indexed_seconds": round(indexed, 1),
+        "recall": score(questions, found),
+        "median_recall_ms": round(statistics.median(latencies) * 1000, 2),
+    }
 
 
 def main() -> None:
@@ -132,12 +161,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the JSON report here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        report = {"data": str(args.data), "storage": args.storage,
-                  "remember": remembered(args.data, args.storage, Path(tmp)),
-                  "logs": logged(args.data, args.storage, Path(tmp))}
+        report = {
+            "data": str(args.data),
+            "storage": args.storage,
+            "remember": remembered(args.data, args.storage, Path(tmp)),
+            "logs": logged(args.data, args.storage, Path(tmp)),
+        }
     overall = "overall (1-4)"
-    report["difference"] = {k: round(report["logs"]["recall"][overall][k] - report["remember"]["recall"][overall][k],
-                                     3) for k in ("R@5", "R@10")}
+    report["difference"] = {
+        k: round(report["logs"]["recall"][overall][k] - report["remember"]["recall"][overall][k], 3)
+        for k in ("R@5", "R@10")
+    }
     print(json.dumps(report, indent=2))
     print(f"\nLoCoMo through recall on {args.storage}: R@5 / R@10 over categories 1-4")
     for name in (*CATEGORIES.values(), overall):

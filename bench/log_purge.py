@@ -69,8 +69,9 @@ class Appenders:
         async with httpx2.AsyncClient(base_url=self.server.url, headers=headers, timeout=60) as http:
             while not self._stop.is_set():
                 started = time.perf_counter()
-                response = await http.post(f"/v1/conversations/{conversation}/items",
-                                           json={"items": [{"role": "user", "text": "x" * 80}]})
+                response = await http.post(
+                    f"/v1/conversations/{conversation}/items", json={"items": [{"role": "user", "text": "x" * 80}]}
+                )
                 if response.status_code != 201:
                     raise RuntimeError(f"append failed: {response.status_code} {response.text}")
                 self.samples.append((started, time.perf_counter() - started))
@@ -91,8 +92,9 @@ async def fill(server: Server, items: int) -> None:
     async with httpx2.AsyncClient(base_url=server.url, headers=headers, timeout=120) as http:
         for start in range(0, items, 1000):
             batch = [{"role": "assistant", "n": start + i, "text": "y" * 100} for i in range(min(1000, items - start))]
-            response = await http.post(f"/v1/conversations/{BIG}/items",
-                                       json={"items": batch, "idempotency_key": f"fill-{start}"})
+            response = await http.post(
+                f"/v1/conversations/{BIG}/items", json={"items": batch, "idempotency_key": f"fill-{start}"}
+            )
             if response.status_code != 201:
                 raise RuntimeError(response.text)
 
@@ -137,8 +139,12 @@ async def run(server: Server, *, items: int, appenders: int, seconds: float) -> 
         storage.close()
     async with load:
         await asyncio.sleep(0.5)
-        sql(server, "UPDATE conversations SET last_activity_us = last_activity_us - ? WHERE conversation_id = ?",
-            2 * DAY_US, BIG)
+        sql(
+            server,
+            "UPDATE conversations SET last_activity_us = last_activity_us - ? WHERE conversation_id = ?",
+            2 * DAY_US,
+            BIG,
+        )
         marked = gone = None
         deadline = time.perf_counter() + 300
         while gone is None and time.perf_counter() < deadline:
@@ -182,8 +188,10 @@ def table(report: dict[str, Any]) -> str:
             data = result[phase]
             samples = data if phase == "baseline" else data["appends_during"]
             seconds = "" if phase == "baseline" else data["seconds"]
-            lines.append(f"| {storage} | {phase} | {seconds} | {samples.get('n', 0)} | {samples.get('p50_ms', '')} |"
-                         f" {samples.get('p99_ms', '')} | {samples.get('max_ms', '')} |")
+            lines.append(
+                f"| {storage} | {phase} | {seconds} | {samples.get('n', 0)} | {samples.get('p50_ms', '')} |"
+                f" {samples.get('p99_ms', '')} | {samples.get('max_ms', '')} |"
+            )
     return "\n".join(lines)
 
 
@@ -200,7 +208,8 @@ def main() -> None:
         if args.storage in ("sqlite", "both"):
             with serving(Path(tmp) / "sqlite", None) as server:
                 report["storages"]["sqlite"] = asyncio.run(
-                    run(server, items=args.items, appenders=args.appenders, seconds=args.seconds))
+                    run(server, items=args.items, appenders=args.appenders, seconds=args.seconds)
+                )
         if args.storage in ("postgres", "both"):
             from bench.postgres import private_server
             from tests.postgres import find_bindir
@@ -210,7 +219,8 @@ def main() -> None:
             else:
                 with private_server() as url, serving(Path(tmp) / "postgres", url) as server:
                     report["storages"]["postgres"] = asyncio.run(
-                        run(server, items=args.items, appenders=args.appenders, seconds=args.seconds))
+                        run(server, items=args.items, appenders=args.appenders, seconds=args.seconds)
+                    )
     print(json.dumps(report, indent=2))
     print(table(report))
     if args.json:

@@ -34,15 +34,17 @@ from bench.perf import BUCKETS, Server, corpus_text, load_corpus, summary  # noq
 QUERIES = [corpus_text(i).split(" (note")[0] for i in range(0, 2000, 40)]
 
 
-def ask_until(server: Server, done: threading.Event, samples: dict[str, list[float]], statuses: dict[int, int],
-              notices: list[int]) -> None:
+def ask_until(
+    server: Server, done: threading.Event, samples: dict[str, list[float]], statuses: dict[int, int], notices: list[int]
+) -> None:
     with httpx2.Client(timeout=30, headers={"Authorization": server.auth}) as http:
         n = 0
         while not done.is_set():
             query = QUERIES[n % len(QUERIES)]
             start = time.perf_counter()
-            response = http.post(f"{server.url}/v1/recall", json={"query": query, "limit": 10,
-                                                                  "bucket": f"b{n % BUCKETS:03d}"})
+            response = http.post(
+                f"{server.url}/v1/recall", json={"query": query, "limit": 10, "bucket": f"b{n % BUCKETS:03d}"}
+            )
             elapsed = time.perf_counter() - start
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
             if response.status_code == 200:
@@ -85,12 +87,16 @@ def run(size: int) -> dict[str, Any]:
             server.stop()
     embedded = progress[-1]["total"] if progress else 0
     return {
-        "memories": size, "store": loaded, "ready_seconds": round(ready_seconds, 1),
+        "memories": size,
+        "store": loaded,
+        "ready_seconds": round(ready_seconds, 1),
         "reembedding_seconds": round(finished, 1),
         "memories_per_second": round(embedded / finished, 1) if finished else None,
-        "recall_statuses": statuses, "recall_during": summary(samples["during"]) if samples["during"] else None,
+        "recall_statuses": statuses,
+        "recall_during": summary(samples["during"]) if samples["during"] else None,
         "recall_after": summary(samples["after"]) if samples["after"] else None,
-        "peak_rss_mb": peak, "progress": progress[:: max(1, len(progress) // 20)],
+        "peak_rss_mb": peak,
+        "progress": progress[:: max(1, len(progress) // 20)],
     }
 
 
@@ -101,10 +107,12 @@ def main() -> None:
     args = parser.parse_args()
     report = run(args.size)
     print(json.dumps(report, indent=2))
-    print(f"\n{args.size:,} memories embedded again in {report['reembedding_seconds']} s "
-          f"({report['memories_per_second']}/s); recall answered {report['recall_statuses']}; "
-          f"during p50/p99 {report['recall_during']}; after {report['recall_after']}; "
-          f"peak RSS {report['peak_rss_mb']} MB")
+    print(
+        f"\n{args.size:,} memories embedded again in {report['reembedding_seconds']} s "
+        f"({report['memories_per_second']}/s); recall answered {report['recall_statuses']}; "
+        f"during p50/p99 {report['recall_during']}; after {report['recall_after']}; "
+        f"peak RSS {report['peak_rss_mb']} MB"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))

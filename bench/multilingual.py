@@ -71,14 +71,16 @@ def scores(ranks: list[int | None]) -> dict[str, float]:
     }
 
 
-def run_mode(mode: str, corpus: dict[str, tuple[list[str], list[tuple[str, int]]]], pairs: list[tuple[str, str]],
-             tmp: Path) -> dict[str, Any]:
+def run_mode(
+    mode: str, corpus: dict[str, tuple[list[str], list[tuple[str, int]]]], pairs: list[tuple[str, str]], tmp: Path
+) -> dict[str, Any]:
     started = time.perf_counter()
     with Server(tmp / mode, ranking=mode) as server:
         for language, (paragraphs, _) in corpus.items():
             for index, paragraph in enumerate(paragraphs):
-                server.remember({"content": paragraph, "bucket": f"ml-{language}", "type": "fact",
-                                 "metadata": {"paragraph": index}})
+                server.remember(
+                    {"content": paragraph, "bucket": f"ml-{language}", "type": "fact", "metadata": {"paragraph": index}}
+                )
         stored = time.perf_counter() - started
         results: dict[str, Any] = {}
         latencies: list[float] = []
@@ -88,9 +90,12 @@ def run_mode(mode: str, corpus: dict[str, tuple[list[str], list[tuple[str, int]]
         for asked, stored_in in pairs:
             results[f"{asked}->{stored_in}"], spent = ask(server, corpus[asked][1], f"ml-{stored_in}")
             latencies += spent
-    return {"results": results, "store_seconds": round(stored, 1),
-            "median_recall_ms": round(statistics.median(latencies) * 1000, 1),
-            "seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "results": results,
+        "store_seconds": round(stored, 1),
+        "median_recall_ms": round(statistics.median(latencies) * 1000, 1),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,14 +105,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for asked, stored_in in pairs:
         if len(corpus[asked][0]) != len(corpus[stored_in][0]):
             raise SystemExit(f"{asked} and {stored_in} are not parallel (different paragraph counts)")
-    report: dict[str, Any] = {"benchmark": "multilingual", "data": str(args.data),
-                              "paragraphs": {lang: len(c[0]) for lang, c in corpus.items()},
-                              "questions": {lang: len(c[1]) for lang, c in corpus.items()}, "modes": {}}
+    report: dict[str, Any] = {
+        "benchmark": "multilingual",
+        "data": str(args.data),
+        "paragraphs": {lang: len(c[0]) for lang, c in corpus.items()},
+        "questions": {lang: len(c[1]) for lang, c in corpus.items()},
+        "modes": {},
+    }
     with tempfile.TemporaryDirectory(prefix="bench-multilingual-") as tmp:
-        for mode in (MODES if args.mode == "all" else (args.mode,)):
+        for mode in MODES if args.mode == "all" else (args.mode,):
             report["modes"][mode] = run_mode(mode, corpus, pairs, Path(tmp))  # type: ignore[arg-type]
-            print(f"{mode}: " + " ".join(f"{name} {r['hit@1']:.3f}" for name, r in
-                                         report["modes"][mode]["results"].items()), file=sys.stderr, flush=True)
+            print(
+                f"{mode}: "
+                + " ".join(f"{name} {r['hit@1']:.3f}" for name, r in report["modes"][mode]["results"].items()),
+                file=sys.stderr,
+                flush=True,
+            )
     return report
 
 
@@ -117,8 +130,9 @@ def print_table(report: dict[str, Any]) -> None:
     print("\nhit@1 / hit@5 / MRR@10 through recall(limit=10), one bucket per language")
     print(f"{'':<12}" + "".join(f"{m:>24}" for m in modes))
     for name in names:
-        cells = ["{hit@1:.3f} / {hit@5:.3f} / {MRR@10:.3f}".format(**report["modes"][m]["results"][name])
-                 for m in modes]
+        cells = [
+            "{hit@1:.3f} / {hit@5:.3f} / {MRR@10:.3f}".format(**report["modes"][m]["results"][name]) for m in modes
+        ]
         print(f"{name:<12}" + "".join(f"{c:>24}" for c in cells))
     print(f"{'median ms':<12}" + "".join(f"{report['modes'][m]['median_recall_ms']:>24.1f}" for m in modes))
 

@@ -147,8 +147,9 @@ def run_locomo(root: Path, embedder: Any, modes: Sequence[str], variants: Sequen
             store.memories.retrieval.ranking = mode
             for variant in variants or [""]:
                 undo = apply(variant.split(";") if variant else [])
-                found = [[hit["metadata"]["dia_id"] for hit in store.recall(q["question"], q["bucket"])]
-                         for q in questions]
+                found = [
+                    [hit["metadata"]["dia_id"] for hit in store.recall(q["question"], q["bucket"])] for q in questions
+                ]
                 apply(undo)
                 out[f"{mode} {variant}" if variant else mode] = locomo.score(questions, found)
         return out
@@ -166,8 +167,9 @@ def run_profiles(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
         out = {}
         for mode in modes:
             store.memories.retrieval.ranking = mode
-            found = [[hit["metadata"].get("key", "?") for hit in store.recall(q.text, q.bucket)]
-                     for q in dataset.questions]
+            found = [
+                [hit["metadata"].get("key", "?") for hit in store.recall(q.text, q.bucket)] for q in dataset.questions
+            ]
             out[mode] = profiles.score(dataset, found)
         return out
     finally:
@@ -187,9 +189,16 @@ def run_evolving(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
                 link = refs[memory.supersedes] if links and memory.supersedes else None
                 refs[memory.key] = store.remember(memory.remember_body(link=link))
             retrieval = store.memories.retrieval
-            runs = ((("nothing", False, False), ("recency", True, False), ("windows", False, True),
-                     ("windows recency", True, True)) if not links
-                    else (("links", False, False), ("links recency", True, False), ("all three", True, True)))
+            runs = (
+                (
+                    ("nothing", False, False),
+                    ("recency", True, False),
+                    ("windows", False, True),
+                    ("windows recency", True, True),
+                )
+                if not links
+                else (("links", False, False), ("links recency", True, False), ("all three", True, True))
+            )
             for mode in modes:
                 retrieval.ranking = mode
                 for label, recency, windows in runs:
@@ -199,8 +208,12 @@ def run_evolving(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
                     found = []
                     for q in dataset.questions:
                         window = q.window if windows and q.kind == "past" else {}
-                        found.append([hit["metadata"].get("key", "?")
-                                      for hit in store.recall(q.text, evolving_data.BUCKET, **window)])
+                        found.append(
+                            [
+                                hit["metadata"].get("key", "?")
+                                for hit in store.recall(q.text, evolving_data.BUCKET, **window)
+                            ]
+                        )
                     groups = evolving.score(dataset, found)
                     out[f"{mode} {label}"] = {g: {"top1": v["top1"], "R@3": v["R@3"]} for g, v in groups.items()}
         finally:
@@ -213,13 +226,18 @@ def run_multilingual(root: Path, embedder: Any, modes: Sequence[str]) -> dict[st
     from bench import multilingual
 
     pairs = [tuple(p.split(":")) for p in multilingual.DEFAULT_PAIRS.split(",")]
-    corpus = {lang: multilingual.load(multilingual.DEFAULT_DATA, lang)
-              for lang in multilingual.DEFAULT_LANGUAGES.split(",")}
+    corpus = {
+        lang: multilingual.load(multilingual.DEFAULT_DATA, lang) for lang in multilingual.DEFAULT_LANGUAGES.split(",")
+    }
     store = Store(root, embedder)
     try:
         for lang, (paragraphs, _) in corpus.items():
-            store.store([{"content": p, "bucket": f"ml-{lang}", "type": "fact", "metadata": {"paragraph": i}}
-                         for i, p in enumerate(paragraphs)])
+            store.store(
+                [
+                    {"content": p, "bucket": f"ml-{lang}", "type": "fact", "metadata": {"paragraph": i}}
+                    for i, p in enumerate(paragraphs)
+                ]
+            )
         out: dict[str, Any] = {}
         asks = [(lang, lang) for lang in corpus] + pairs
         for mode in modes:
@@ -236,8 +254,7 @@ def run_multilingual(root: Path, embedder: Any, modes: Sequence[str]) -> dict[st
         store.close()
 
 
-RUNS = {"locomo": run_locomo, "profiles": run_profiles, "evolving": run_evolving,
-        "multilingual": run_multilingual}
+RUNS = {"locomo": run_locomo, "profiles": run_profiles, "evolving": run_evolving, "multilingual": run_multilingual}
 
 
 def apply(settings: Sequence[str]) -> list[str]:
@@ -259,8 +276,13 @@ def main() -> None:
     parser.add_argument("--datasets", default="locomo,profiles,evolving")
     parser.add_argument("--modes", default="production", help="comma list of production,dense,lexical")
     parser.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=VALUE")
-    parser.add_argument("--vary", action="append", default=[], metavar="SETTING;SETTING",
-                        help="LoCoMo only: rank again with each of these recall-time settings (stored once)")
+    parser.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="SETTING;SETTING",
+        help="LoCoMo only: rank again with each of these recall-time settings (stored once)",
+    )
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -276,8 +298,11 @@ def main() -> None:
         for name in args.datasets.split(","):
             started = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix=f"bench-offline-{name}-") as tmp:
-                report[name] = (run_locomo(Path(tmp), embedder, modes, args.vary) if name == "locomo"
-                                else RUNS[name](Path(tmp), embedder, modes))
+                report[name] = (
+                    run_locomo(Path(tmp), embedder, modes, args.vary)
+                    if name == "locomo"
+                    else RUNS[name](Path(tmp), embedder, modes)
+                )
             print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
             embedder.save()
     finally:

@@ -63,8 +63,12 @@ def summary(samples: list[float]) -> dict[str, float]:
     def pct(p: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 2)
 
-    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered) * 1000, 2), "p95_ms": pct(0.95),
-            "p99_ms": pct(0.99)}
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+    }
 
 
 # --- a real server process ------------------------------------------------------------------------------
@@ -92,12 +96,20 @@ class Server:
 
     def start(self) -> float:
         """Start the process; return seconds from spawn to /readyz 200."""
-        env = {**os.environ, "FASTMCP_SHOW_SERVER_BANNER": "false", "MEMORY_LOG_LEVEL": "WARNING",
-               **({"MEMORY_DATABASE_URL": self.database_url} if self.database_url else {})}
+        env = {
+            **os.environ,
+            "FASTMCP_SHOW_SERVER_BANNER": "false",
+            "MEMORY_LOG_LEVEL": "WARNING",
+            **({"MEMORY_DATABASE_URL": self.database_url} if self.database_url else {}),
+        }
         started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memory_server", "serve", "--data-dir", str(self.data), "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         while True:
             try:
                 if httpx2.get(f"{self.url}/readyz", timeout=1).status_code == 200:
@@ -140,8 +152,11 @@ class Caller:
     def __init__(self, server: Server, client: httpx2.AsyncClient) -> None:
         self.server = server
         self.client = client
-        self.headers = {"authorization": server.auth, "content-type": "application/json",
-                        "accept": "application/json, text/event-stream"}
+        self.headers = {
+            "authorization": server.auth,
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        }
 
     async def __call__(self, tool: str, **arguments: Any) -> dict[str, Any]:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
@@ -187,8 +202,12 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
             out["append_ack"] = {}
             for size in (1, 10, 100):
                 payload = batch(size, size)
-                samples = await timed(200, lambda i, size=size, payload=payload: call(
-                    "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload))
+                samples = await timed(
+                    200,
+                    lambda i, size=size, payload=payload: call(
+                        "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload
+                    ),
+                )
                 out["append_ack"][f"batch_{size}"] = summary(samples)
             out["append_throughput"] = {}
             # CPU seconds per request, server and this client: steadier than items/s on a shared machine,
@@ -206,8 +225,13 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
                     out["append_throughput"][f"{clients}_clients_{shape}"] = round(items / duration)
                     out["append_cpu_ms_per_request"][f"{clients}_clients_{shape}"] = {
                         "server": round((process_cpu_seconds(server.proc.pid) - server_cpu) * 1000 / requests, 3),
-                        "client": round((after.ru_utime + after.ru_stime - client_cpu.ru_utime - client_cpu.ru_stime)
-                                        * 1000 / requests, 3)}
+                        "client": round(
+                            (after.ru_utime + after.ru_stime - client_cpu.ru_utime - client_cpu.ru_stime)
+                            * 1000
+                            / requests,
+                            3,
+                        ),
+                    }
             # Every acknowledged item is in the database, each conversation gapless from seq 0.
             conn = sqlite3.connect(Settings(data_dir=server.data).db_path)
             try:
@@ -245,10 +269,15 @@ async def bench_log_indexing(tmp: Path, *, appends: int, database_url: str | Non
         async with client() as http:
             plain = Caller(server, http)
             indexed = Caller(server, http)
-            indexed.headers = {**plain.headers, "authorization": "Basic " + base64.b64encode(
-                f"indexed:{indexed_secret}".encode()).decode()}
-            out["off_alone"] = summary(await timed(appends, lambda i: plain(
-                "append_memory", conversation_id="plain-alone-0001", items=batch(10, i))))
+            indexed.headers = {
+                **plain.headers,
+                "authorization": "Basic " + base64.b64encode(f"indexed:{indexed_secret}".encode()).decode(),
+            }
+            out["off_alone"] = summary(
+                await timed(
+                    appends, lambda i: plain("append_memory", conversation_id="plain-alone-0001", items=batch(10, i))
+                )
+            )
             off: list[float] = []
             on: list[float] = []
             started = time.perf_counter()
@@ -283,8 +312,14 @@ async def append_load(servers: list[Server], clients: int, shape: str, duration:
     async def worker(n: int) -> None:
         nonlocal done
         conversation = "hot-conversation" if shape == "hot" else f"conversation-{n:04d}"
-        body = json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
-            "name": "append_memory", "arguments": {"conversation_id": conversation, "items": payload}}}).encode()
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": n,
+                "method": "tools/call",
+                "params": {"name": "append_memory", "arguments": {"conversation_id": conversation, "items": payload}},
+            }
+        ).encode()
         connection = await RawConnection.open(servers[n % len(servers)])
         try:
             while time.perf_counter() < deadline:
@@ -305,8 +340,10 @@ class RawConnection:
 
     def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.head = (f"host: 127.0.0.1:{server.port}\r\nauthorization: {server.auth}\r\n"
-                     "content-type: application/json\r\naccept: application/json, text/event-stream\r\n")
+        self.head = (
+            f"host: 127.0.0.1:{server.port}\r\nauthorization: {server.auth}\r\n"
+            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n"
+        )
 
     @classmethod
     async def open(cls, server: Server) -> RawConnection:
@@ -330,8 +367,10 @@ def raw_sqlite_appends(path: Path, duration: float) -> int:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE items (conversation TEXT, seq INTEGER, payload TEXT, PRIMARY KEY (conversation, seq))"
-                 " WITHOUT ROWID")
+    conn.execute(
+        "CREATE TABLE items (conversation TEXT, seq INTEGER, payload TEXT, PRIMARY KEY (conversation, seq))"
+        " WITHOUT ROWID"
+    )
     texts = [json.dumps(item) for item in batch(10, 0)]
     seq, deadline = 0, time.perf_counter() + duration
     while time.perf_counter() < deadline:
@@ -355,19 +394,30 @@ async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any
         storage.close()
     tail = await timed(200, lambda i: call("recall_memory", conversation_id="long-conversation", count=50))
     pages = items // 1000
-    replay = await timed(pages, lambda i: call("replay_memory", conversation_id="long-conversation",
-                                                limit=1000, offset=i * 1000))
+    replay = await timed(
+        pages, lambda i: call("replay_memory", conversation_id="long-conversation", limit=1000, offset=i * 1000)
+    )
     raw = []
     if server.database_url is None:
         conn = sqlite3.connect(server.settings().db_path)  # the baseline: raw sqlite3 reads
-        sql, label = ("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND"
-                      " conversation_id = 'long-conversation' AND seq >= ? ORDER BY seq LIMIT 1000"), "raw_sqlite"
+        sql, label = (
+            (
+                "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND"
+                " conversation_id = 'long-conversation' AND seq >= ? ORDER BY seq LIMIT 1000"
+            ),
+            "raw_sqlite",
+        )
     else:
         import psycopg
 
         conn = psycopg.connect(server.database_url, autocommit=True)  # type: ignore[assignment]
-        sql, label = ("SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s AND"
-                      " conversation_id = 'long-conversation' AND seq >= %s ORDER BY seq LIMIT 1000"), "raw_psycopg"
+        sql, label = (
+            (
+                "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s AND"
+                " conversation_id = 'long-conversation' AND seq >= %s ORDER BY seq LIMIT 1000"
+            ),
+            "raw_psycopg",
+        )
     for i in range(pages):
         start = time.perf_counter()
         fetched = conn.execute(sql, (site_id, i * 1000)).fetchall()
@@ -384,17 +434,69 @@ async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any
 
 # --- saved memories --------------------------------------------------------------------------------------
 
-SUBJECTS = ["the billing service", "our mobile app", "the data team", "Alice", "the search cluster",
-            "the onboarding flow", "the staging database", "Bob", "the design review", "the release train",
-            "the support queue", "the analytics pipeline", "the security audit", "the API gateway", "Carol"]
-VERBS = ["decided to move", "prefers", "found a bug in", "scheduled", "deprecated", "migrated", "documented",
-         "benchmarked", "rolled back", "approved", "postponed", "rewrote", "monitors", "paused", "reviewed"]
-OBJECTS = ["the payment retries", "dark mode", "the nightly backups", "the Postgres upgrade", "feature flags",
-           "the Kubernetes nodes", "the quarterly roadmap", "the login page", "rate limiting", "the cache layer",
-           "the invoice emails", "vector search", "the CI runners", "the pricing page", "on-call rotations"]
-DETAILS = ["before the Friday release", "after the outage in March", "because latency doubled",
-           "to cut cloud costs", "for the enterprise customers", "in the Berlin office", "until next sprint",
-           "with help from the platform team", "as agreed in the retro", "to meet the audit deadline"]
+SUBJECTS = [
+    "the billing service",
+    "our mobile app",
+    "the data team",
+    "Alice",
+    "the search cluster",
+    "the onboarding flow",
+    "the staging database",
+    "Bob",
+    "the design review",
+    "the release train",
+    "the support queue",
+    "the analytics pipeline",
+    "the security audit",
+    "the API gateway",
+    "Carol",
+]
+VERBS = [
+    "decided to move",
+    "prefers",
+    "found a bug in",
+    "scheduled",
+    "deprecated",
+    "migrated",
+    "documented",
+    "benchmarked",
+    "rolled back",
+    "approved",
+    "postponed",
+    "rewrote",
+    "monitors",
+    "paused",
+    "reviewed",
+]
+OBJECTS = [
+    "the payment retries",
+    "dark mode",
+    "the nightly backups",
+    "the Postgres upgrade",
+    "feature flags",
+    "the Kubernetes nodes",
+    "the quarterly roadmap",
+    "the login page",
+    "rate limiting",
+    "the cache layer",
+    "the invoice emails",
+    "vector search",
+    "the CI runners",
+    "the pricing page",
+    "on-call rotations",
+]
+DETAILS = [
+    "before the Friday release",
+    "after the outage in March",
+    "because latency doubled",
+    "to cut cloud costs",
+    "for the enterprise customers",
+    "in the Berlin office",
+    "until next sprint",
+    "with help from the platform team",
+    "as agreed in the retro",
+    "to meet the audit deadline",
+]
 
 
 # Above this many memories the corpus is synthetic (see `synthetic_vectors`): embedding a million texts
@@ -408,8 +510,10 @@ def corpus_text(i: int) -> str:
         source = i % EMBEDDED_UP_TO
         return corpus_text(source).replace(f"(note {source}).", f"(note {i}).")
     rng = random.Random(i)
-    return (f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)} "
-            f"{rng.choice(DETAILS)} (note {i}).")
+    return (
+        f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)} "
+        f"{rng.choice(DETAILS)} (note {i})."
+    )
 
 
 def synthetic_vectors(embedded: np.ndarray, n: int) -> np.ndarray:
@@ -421,8 +525,9 @@ def synthetic_vectors(embedded: np.ndarray, n: int) -> np.ndarray:
     out[:base] = embedded
     for start in range(base, n, base):
         stop = min(n, start + base)
-        chunk = embedded[:stop - start] + rng.standard_normal((stop - start, embedded.shape[1]), dtype=np.float32) \
-            * np.float32(SYNTHETIC_NOISE / np.sqrt(embedded.shape[1]))
+        chunk = embedded[: stop - start] + rng.standard_normal(
+            (stop - start, embedded.shape[1]), dtype=np.float32
+        ) * np.float32(SYNTHETIC_NOISE / np.sqrt(embedded.shape[1]))
         out[start:stop] = chunk / np.linalg.norm(chunk, axis=1, keepdims=True)
     return out
 
@@ -432,8 +537,10 @@ def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool | str]:
     rest are synthetic (`synthetic_vectors`), and the second value says so."""
     if n > EMBEDDED_UP_TO:
         embedded, _ = corpus_vectors(embedder, EMBEDDED_UP_TO)
-        return synthetic_vectors(embedded, n), (f"synthetic: {EMBEDDED_UP_TO} embedded, the rest those perturbed "
-                                                f"(noise {SYNTHETIC_NOISE}) and renormalised, texts recombined")
+        return synthetic_vectors(embedded, n), (
+            f"synthetic: {EMBEDDED_UP_TO} embedded, the rest those perturbed "
+            f"(noise {SYNTHETIC_NOISE}) and renormalised, texts recombined"
+        )
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"corpus-{embedder.name}-{n}.npy"
     if path.exists():
@@ -443,7 +550,7 @@ def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool | str]:
         if len(cached) >= n:
             return cached[:n], True
     texts = [document_text(corpus_text(i), "2024-01-01T00:00:00Z") for i in range(n)]
-    vectors = np.concatenate([embedder.embed_documents(texts[i:i + 256]) for i in range(0, n, 256)])
+    vectors = np.concatenate([embedder.embed_documents(texts[i : i + 256]) for i in range(0, n, 256)])
     np.save(path, vectors)
     return vectors, False
 
@@ -466,8 +573,9 @@ def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = No
             for i in chunk:
                 # The cached vectors were embedded with FIRST_DAY's date in the text; the stored date (and the
                 # analysed terms) spread over DAYS days: only the timing of time windows depends on it.
-                memory = memories.writes.validate(content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}",
-                                                  occurred_at=day(i % DAYS))
+                memory = memories.writes.validate(
+                    content=corpus_text(i), bucket=f"b{i % BUCKETS:03d}", occurred_at=day(i % DAYS)
+                )
                 terms = document_terms(memory.content, memory.occurred_at)
                 batch.append((memory, Document(vector=vectors[i], model=embedder.name, terms=terms), None))
             # The cached vectors go in as remember would store them; words are backfilled below.
@@ -482,8 +590,14 @@ def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = No
         index_stats = memories.index.stats() if hasattr(memories.index, "stats") else None
     finally:
         services.close()
-    return {"memories": n, "vectors_cached": cached, "load_seconds": round(seconds, 1),
-            "optimize_seconds": round(optimize_seconds, 1), "index": index_stats, "vectors": vectors}
+    return {
+        "memories": n,
+        "vectors_cached": cached,
+        "load_seconds": round(seconds, 1),
+        "optimize_seconds": round(optimize_seconds, 1),
+        "index": index_stats,
+        "vectors": vectors,
+    }
 
 
 async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) -> dict[str, Any]:
@@ -505,20 +619,25 @@ async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) ->
         bulk_seconds = time.perf_counter() - start
     finally:
         services.close()
-    return {"one_at_a_time": {**summary(samples), "per_s": round(single / sum(samples), 1)},
-            "bulk_import": {"memories": bulk, "seconds": round(bulk_seconds, 1),
-                            "per_s": round(bulk / bulk_seconds, 1)}}
+    return {
+        "one_at_a_time": {**summary(samples), "per_s": round(single / sum(samples), 1)},
+        "bulk_import": {"memories": bulk, "seconds": round(bulk_seconds, 1), "per_s": round(bulk / bulk_seconds, 1)},
+    }
 
 
 def disk_mb(data: Path) -> dict[str, float]:
     """Bytes on disk (allocated blocks) of the data directory: the SQLite files and the embedded index."""
+
     def size(paths: list[Path]) -> float:
         return round(sum(p.stat().st_blocks * 512 for p in paths if p.is_file()) / 2**20, 1)
 
     settings = Settings(data_dir=data)
     files = list(data.rglob("*"))
-    return {"total": size(files), "index": size(list(settings.index_path.rglob("*"))),
-            "sqlite": size([p for p in files if p.name.startswith(settings.db_path.name)])}
+    return {
+        "total": size(files),
+        "index": size(list(settings.index_path.rglob("*"))),
+        "sqlite": size([p for p in files if p.name.startswith(settings.db_path.name)]),
+    }
 
 
 # Recall at this many memories and above skips the qdrant-client baseline: its local mode scans every
@@ -532,8 +651,10 @@ async def cold_phase(server: Server, queries: list[str], buckets: list[str] | No
     try:
         async with client() as http:
             call = Caller(server, http)
-            samples = await timed(len(queries), lambda i: call(
-                "recall", query=queries[i], limit=10, **({"bucket": buckets[i]} if buckets else {})))
+            samples = await timed(
+                len(queries),
+                lambda i: call("recall", query=queries[i], limit=10, **({"bucket": buckets[i]} if buckets else {})),
+            )
         return {**summary(samples), "startup_to_ready_s": round(startup, 2), "server_peak_rss_mb": server.peak_rss_mb()}
     finally:
         server.stop()
@@ -545,17 +666,33 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
     vectors = loaded.pop("vectors")
     server = Server(data, database_url)
     rng = random.Random(size)
-    cold = {name: [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({name} {i})"
-                   for i in range(QUERIES)] for name in ("recall_cold", "recall_bucket_cold")}
+    cold = {
+        name: [
+            f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({name} {i})" for i in range(QUERIES)
+        ]
+        for name in ("recall_cold", "recall_bucket_cold")
+    }
     cold_buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
-    out_cold = {"recall_cold": await cold_phase(server, cold["recall_cold"], None),
-                "recall_bucket_cold": await cold_phase(server, cold["recall_bucket_cold"], cold_buckets)}
+    out_cold = {
+        "recall_cold": await cold_phase(server, cold["recall_cold"], None),
+        "recall_bucket_cold": await cold_phase(server, cold["recall_bucket_cold"], cold_buckets),
+    }
     startup = server.start()
     # Six phases, six disjoint query sets: no phase is helped by another's cached query embeddings.
-    phases = ("recall", "recall_bucket", "recall_window", "search_memory", "search_memory_bucket",
-              "search_memory_window")
-    queries = {phase: [f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({phase} {i})"
-                       for i in range(QUERIES)] for phase in phases}
+    phases = (
+        "recall",
+        "recall_bucket",
+        "recall_window",
+        "search_memory",
+        "search_memory_bucket",
+        "search_memory_window",
+    )
+    queries = {
+        phase: [
+            f"{rng.choice(SUBJECTS)} {rng.choice(OBJECTS)} {rng.choice(DETAILS)} ({phase} {i})" for i in range(QUERIES)
+        ]
+        for phase in phases
+    }
     buckets = [f"b{rng.randrange(BUCKETS):03d}" for _ in range(QUERIES)]
     starts = [rng.randrange(DAYS - WINDOW_DAYS) for _ in range(QUERIES)]
     windows = [{"occurred_after": day(s), "occurred_before": day(s + WINDOW_DAYS)} for s in starts]
@@ -586,8 +723,9 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
     out["disk_mb"] = disk_mb(data)
     if database_url is None and size <= BASELINE_UP_TO:  # the index baseline does not depend on the authority
         query_vectors = embedder.embed_documents(queries["search_memory"])
-        out["baseline_qdrant_local"] = qdrant_local_baseline(tmp / f"qdrant-local-{size}", vectors, query_vectors,
-                                                             buckets)
+        out["baseline_qdrant_local"] = qdrant_local_baseline(
+            tmp / f"qdrant-local-{size}", vectors, query_vectors, buckets
+        )
     return out
 
 
@@ -597,21 +735,29 @@ def qdrant_local_baseline(path: Path, vectors: np.ndarray, queries: np.ndarray, 
     from qdrant_client import QdrantClient, models
 
     client = QdrantClient(path=str(path))
-    client.create_collection("bench", vectors_config=models.VectorParams(size=vectors.shape[1],
-                                                                         distance=models.Distance.COSINE))
+    client.create_collection(
+        "bench", vectors_config=models.VectorParams(size=vectors.shape[1], distance=models.Distance.COSINE)
+    )
     for offset in range(0, len(vectors), 2000):
-        client.upsert("bench", points=models.Batch(
-            ids=list(range(offset, min(len(vectors), offset + 2000))),
-            vectors=vectors[offset:offset + 2000].tolist(),
-            payloads=[{"bucket": f"b{i % BUCKETS:03d}"} for i in range(offset, min(len(vectors), offset + 2000))]))
+        client.upsert(
+            "bench",
+            points=models.Batch(
+                ids=list(range(offset, min(len(vectors), offset + 2000))),
+                vectors=vectors[offset : offset + 2000].tolist(),
+                payloads=[{"bucket": f"b{i % BUCKETS:03d}"} for i in range(offset, min(len(vectors), offset + 2000))],
+            ),
+        )
     client.close()
     start = time.perf_counter()
     client = QdrantClient(path=str(path))
     reopen = time.perf_counter() - start
 
     def search(i: int, bucket: str | None) -> None:
-        flt = models.Filter(must=[models.FieldCondition(key="bucket", match=models.MatchValue(value=bucket))]) \
-            if bucket else None
+        flt = (
+            models.Filter(must=[models.FieldCondition(key="bucket", match=models.MatchValue(value=bucket))])
+            if bucket
+            else None
+        )
         client.query_points("bench", query=queries[i].tolist(), query_filter=flt, limit=10)
 
     plain, filtered = [], []
@@ -642,53 +788,83 @@ def _tables(report: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     indexing = report.get("log_indexing")
     if indexing:
-        for name, label in (("off_alone", "indexing off, alone"), ("off_beside_on", "indexing off, beside on"),
-                            ("on", "indexing on")):
+        for name, label in (
+            ("off_alone", "indexing off, alone"),
+            ("off_beside_on", "indexing off, beside on"),
+            ("on", "indexing on"),
+        ):
             s = indexing[name]
             lines.append(f"append ack (batch of 10), {label:<24} p50 {s['p50_ms']:>7} ms  p99 {s['p99_ms']:>7} ms")
-        lines.append(f"log indexing caught up with {indexing['indexed_items']} items "
-                     f"{indexing['indexed_after_s']} s after the first append")
+        lines.append(
+            f"log indexing caught up with {indexing['indexed_items']} items "
+            f"{indexing['indexed_after_s']} s after the first append"
+        )
     logs = report.get("logs")
     if logs:
         for name, s in logs["append_ack"].items():
-            lines.append(f"append ack, {name:<12} p50 {s['p50_ms']:>7} ms  p95 {s['p95_ms']:>7} ms  "
-                         f"p99 {s['p99_ms']:>7} ms")
+            lines.append(
+                f"append ack, {name:<12} p50 {s['p50_ms']:>7} ms  p95 {s['p95_ms']:>7} ms  p99 {s['p99_ms']:>7} ms"
+            )
         for name, v in logs["append_throughput"].items():
             lines.append(f"append throughput, {name:<24} {v:>9} items/s")
         r = logs["reads"]
         lines.append(f"recall_memory(50) p50 {r['recall_memory_50']['p50_ms']} ms")
         base = next(key for key in r if key.startswith("baseline_"))
-        lines.append(f"replay_memory(1000) {r['replay_memory_1000']['items_per_s']} items/s"
-                     f"  ({base.removeprefix('baseline_').removesuffix('_1000').replace('_', ' ')} "
-                     f"{r[base]['items_per_s']} items/s)")
+        lines.append(
+            f"replay_memory(1000) {r['replay_memory_1000']['items_per_s']} items/s"
+            f"  ({base.removeprefix('baseline_').removesuffix('_1000').replace('_', ' ')} "
+            f"{r[base]['items_per_s']} items/s)"
+        )
     rem = report.get("remember")
     if rem:
         one = rem["one_at_a_time"]
-        lines.append(f"remember one at a time: p50 {one['p50_ms']} ms, {one['per_s']}/s;"
-                     f" bulk import {rem['bulk_import']['per_s']}/s ({rem['bulk_import']['memories']})")
+        lines.append(
+            f"remember one at a time: p50 {one['p50_ms']} ms, {one['per_s']}/s;"
+            f" bulk import {rem['bulk_import']['per_s']}/s ({rem['bulk_import']['memories']})"
+        )
     for size, s in report.get("search", {}).items():
         index = s.get("index") or {}
-        lines.append(f"{size} memories (vectors cached: {s['vectors_cached']}; HNSW over "
-                     f"{index.get('indexed_vectors', '?')}/{index.get('points', '?')} points), start-up to /readyz "
-                     f"{s['startup_to_ready_s']} s, server peak RSS {s['server_peak_rss_mb']} MB"
-                     + (f", disk {s['disk_mb']['total']} MB (index {s['disk_mb']['index']} MB,"
-                        f" SQLite {s['disk_mb']['sqlite']} MB)" if "disk_mb" in s else ""))
-        for name in ("recall_cold", "recall_bucket_cold", "recall", "recall_bucket", "recall_window", "search_memory",
-                     "search_memory_bucket", "search_memory_window"):
+        lines.append(
+            f"{size} memories (vectors cached: {s['vectors_cached']}; HNSW over "
+            f"{index.get('indexed_vectors', '?')}/{index.get('points', '?')} points), start-up to /readyz "
+            f"{s['startup_to_ready_s']} s, server peak RSS {s['server_peak_rss_mb']} MB"
+            + (
+                f", disk {s['disk_mb']['total']} MB (index {s['disk_mb']['index']} MB,"
+                f" SQLite {s['disk_mb']['sqlite']} MB)"
+                if "disk_mb" in s
+                else ""
+            )
+        )
+        for name in (
+            "recall_cold",
+            "recall_bucket_cold",
+            "recall",
+            "recall_bucket",
+            "recall_window",
+            "search_memory",
+            "search_memory_bucket",
+            "search_memory_window",
+        ):
             if name not in s:
                 continue
-            lines.append(f"  {name:<22} p50 {s[name]['p50_ms']:>7} ms  p95 {s[name]['p95_ms']:>7} ms"
-                         f"  p99 {s[name]['p99_ms']:>7} ms")
+            lines.append(
+                f"  {name:<22} p50 {s[name]['p50_ms']:>7} ms  p95 {s[name]['p95_ms']:>7} ms"
+                f"  p99 {s[name]['p99_ms']:>7} ms"
+            )
         base = s.get("baseline_qdrant_local")
         if base is None:
             continue
         lines.append(f"  qdrant local reopen {base['reopen_s']} s")
         for name, key in (("search", "search"), ("search bucket", "search_bucket")):
-            lines.append(f"  qdrant local {name:<13} p50 {base[key]['p50_ms']:>7} ms  p95 {base[key]['p95_ms']:>7} ms"
-                         f"  p99 {base[key]['p99_ms']:>7} ms")
+            lines.append(
+                f"  qdrant local {name:<13} p50 {base[key]['p50_ms']:>7} ms  p95 {base[key]['p95_ms']:>7} ms"
+                f"  p99 {base[key]['p99_ms']:>7} ms"
+            )
         ratio = base["search_bucket"]["p50_ms"] / max(s["search_memory_bucket"]["p50_ms"], 1e-9)
-        lines.append(f"  search_memory with a bucket filter: {ratio:.1f}x faster than qdrant local at p50"
-                     " (ours includes query embedding and MCP over HTTP)")
+        lines.append(
+            f"  search_memory with a bucket filter: {ratio:.1f}x faster than qdrant local at p50"
+            " (ours includes query embedding and MCP over HTTP)"
+        )
     return lines
 
 
@@ -700,9 +876,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         from memory_server.embeddings.factory import load_embedder, resolve_model
         from memory_server.services import PROJECT_ROOT
 
-        embedder = load_embedder(resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"),
-                                                   project_root=PROJECT_ROOT), threads=1,
-                                 engine=Settings().embedding_engine)
+        embedder = load_embedder(
+            resolve_model(os.environ.get("MEMORY_EMBEDDING_MODEL"), project_root=PROJECT_ROOT),
+            threads=1,
+            engine=Settings().embedding_engine,
+        )
     if "sqlite" in storages:
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name:
             tmp = Path(tmp_name)
@@ -727,15 +905,23 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="logs,remember,search")
-    parser.add_argument("--storage", default="sqlite", help="sqlite, postgres or both (sqlite,postgres): the "
-                        "authority the figures are measured on; postgres runs a private server")
+    parser.add_argument(
+        "--storage",
+        default="sqlite",
+        help="sqlite, postgres or both (sqlite,postgres): the "
+        "authority the figures are measured on; postgres runs a private server",
+    )
     parser.add_argument("--sizes", default="10000")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per throughput run")
     parser.add_argument("--read-items", type=int, default=100_000)
     parser.add_argument("--single", type=int, default=200)
     parser.add_argument("--bulk", type=int, default=10_000)
-    parser.add_argument("--index-appends", type=int, default=300, help="appends of 10 items per phase of the "
-                        "log indexing comparison (--only indexing)")
+    parser.add_argument(
+        "--index-appends",
+        type=int,
+        default=300,
+        help="appends of 10 items per phase of the log indexing comparison (--only indexing)",
+    )
     parser.add_argument("--tmp", default=None, help="where to put the data directories")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

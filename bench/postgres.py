@@ -67,14 +67,16 @@ def raw_psycopg_appends(url: str, duration: float) -> int:
 
     texts = [json.dumps(item) for item in batch(10, 0)]
     with psycopg.connect(url) as conn:
-        conn.execute("CREATE TABLE raw_items (conversation TEXT, seq BIGINT, payload TEXT, "
-                     "PRIMARY KEY (conversation, seq))")
+        conn.execute(
+            "CREATE TABLE raw_items (conversation TEXT, seq BIGINT, payload TEXT, PRIMARY KEY (conversation, seq))"
+        )
         conn.commit()
         seq, deadline = 0, time.perf_counter() + duration
         while time.perf_counter() < deadline:
             with conn.cursor() as cur:
-                cur.executemany("INSERT INTO raw_items VALUES ('c', %s, %s)",
-                                [(seq + i, t) for i, t in enumerate(texts)])
+                cur.executemany(
+                    "INSERT INTO raw_items VALUES ('c', %s, %s)", [(seq + i, t) for i, t in enumerate(texts)]
+                )
             conn.commit()
             seq += 10
     return round(seq / duration)
@@ -93,8 +95,12 @@ async def bench_logs(tmp: Path, url: str, *, duration: float, read_items: int) -
             out["append_ack"] = {}
             for size in (1, 10, 100):
                 payload = batch(size, size)
-                samples = await timed(200, lambda i, size=size, payload=payload: call(
-                    "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload))
+                samples = await timed(
+                    200,
+                    lambda i, size=size, payload=payload: call(
+                        "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload
+                    ),
+                )
                 out["append_ack"][f"batch_{size}"] = summary(samples)
             out["append_throughput"], out["append_cpu_ms_per_request"] = {}, {}
             for clients, servers in ((1, [first]), (8, [first]), (32, [first]), (32, replicas)):
@@ -107,10 +113,16 @@ async def bench_logs(tmp: Path, url: str, *, duration: float, read_items: int) -
                     requests = max(1, items // 10)
                     out["append_throughput"][name] = round(items / duration)
                     out["append_cpu_ms_per_request"][name] = {
-                        "servers": round((sum(process_cpu_seconds(s.proc.pid) for s in replicas) - cpu) * 1000
-                                         / requests, 3),
-                        "client": round((after.ru_utime + after.ru_stime - client_cpu.ru_utime
-                                         - client_cpu.ru_stime) * 1000 / requests, 3)}
+                        "servers": round(
+                            (sum(process_cpu_seconds(s.proc.pid) for s in replicas) - cpu) * 1000 / requests, 3
+                        ),
+                        "client": round(
+                            (after.ru_utime + after.ru_stime - client_cpu.ru_utime - client_cpu.ru_stime)
+                            * 1000
+                            / requests,
+                            3,
+                        ),
+                    }
             out["append_items_verified"] = verify(url)
             out["append_throughput"]["baseline_raw_psycopg"] = raw_psycopg_appends(url, duration)
             out["reads"] = await bench_reads(first, call, read_items)
@@ -127,7 +139,8 @@ def verify(url: str) -> int:
     with psycopg.connect(url) as conn:
         stored, gapless = conn.execute(
             "SELECT sum(n), bool_and(n = top + 1) FROM (SELECT count(*) AS n, max(seq) AS top FROM log_items"
-            " WHERE conversation_id LIKE '%%conversation%%' GROUP BY conversation_id) AS c").fetchone()
+            " WHERE conversation_id LIKE '%%conversation%%' GROUP BY conversation_id) AS c"
+        ).fetchone()
     if not gapless:
         raise RuntimeError("a conversation of the load has a gap or a repeated seq")
     return int(stored)
@@ -142,6 +155,8 @@ async def bench(args: Any, embedder: Any, only: set[str]) -> dict[str, Any]:
         if "indexing" in only:
             out["log_indexing"] = await bench_log_indexing(tmp, appends=args.index_appends, database_url=url)
         if "search" in only and embedder is not None:
-            out["search"] = {str(size): await bench_search(tmp, embedder, size, url)
-                             for size in (int(s) for s in args.sizes.split(","))}
+            out["search"] = {
+                str(size): await bench_search(tmp, embedder, size, url)
+                for size in (int(s) for s in args.sizes.split(","))
+            }
     return out

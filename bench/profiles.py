@@ -64,8 +64,9 @@ def score(dataset: data.Dataset, found: list[list[str]]) -> dict[str, dict[str, 
         if members:
             row: dict[str, Any] = {"questions": len(members)}
             for k in KS:
-                row[f"R@{k}"] = round(statistics.fmean(
-                    recall_at(found[i], dataset.questions[i].gold, k) for i in members), 3)
+                row[f"R@{k}"] = round(
+                    statistics.fmean(recall_at(found[i], dataset.questions[i].gold, k) for i in members), 3
+                )
             table[name] = row
     return table
 
@@ -75,8 +76,13 @@ def misses(dataset: data.Dataset, found: list[list[str]], per_category: int = 4)
     out: dict[str, list[dict[str, Any]]] = {}
     for q, hits in zip(dataset.questions, found, strict=False):
         if recall_at(hits, q.gold, 5) < 1 and len(out.setdefault(q.category, [])) < per_category:
-            out[q.category].append({"question": q.text, "gold": [contents[g] for g in q.gold],
-                                    "first_hit": contents.get(hits[0]) if hits else None})
+            out[q.category].append(
+                {
+                    "question": q.text,
+                    "gold": [contents[g] for g in q.gold],
+                    "first_hit": contents.get(hits[0]) if hits else None,
+                }
+            )
     return out
 
 
@@ -102,25 +108,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset = data.generate(args.seed)
     started = time.perf_counter()
     report: dict[str, Any] = {
-        "benchmark": "profiles", "seed": args.seed, "limit": args.limit, "entities": dataset.entities,
-        "memories": len(dataset.memories), "questions": len(dataset.questions),
+        "benchmark": "profiles",
+        "seed": args.seed,
+        "limit": args.limit,
+        "entities": dataset.entities,
+        "memories": len(dataset.memories),
+        "questions": len(dataset.questions),
         "questions_per_category": {c: sum(q.category == c for q in dataset.questions) for c in data.CATEGORIES},
         "modes": {},
     }
     with tempfile.TemporaryDirectory(prefix="bench-profiles-") as tmp:
-        for mode in (MODES if args.mode == "all" else (args.mode,)):
+        for mode in MODES if args.mode == "all" else (args.mode,):
             report["modes"][mode] = run_mode(mode, dataset, args, Path(tmp))
             overall = report["modes"][mode]["recall"]["overall"]
-            print(f"{mode}: R@1 {overall['R@1']:.3f} R@5 {overall['R@5']:.3f} R@10 {overall['R@10']:.3f} "
-                  f"({report['modes'][mode]['seconds']} s)", file=sys.stderr, flush=True)
+            print(
+                f"{mode}: R@1 {overall['R@1']:.3f} R@5 {overall['R@5']:.3f} R@10 {overall['R@10']:.3f} "
+                f"({report['modes'][mode]['seconds']} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     report["total_seconds"] = round(time.perf_counter() - started, 1)
     return report
 
 
 def print_table(report: dict[str, Any]) -> None:
     modes = list(report["modes"])
-    print(f"\nProfiles and events through recall(limit={report['limit']}), seed {report['seed']}: "
-          f"{report['memories']} memories, {report['questions']} questions, {len(report['entities'])} buckets")
+    print(
+        f"\nProfiles and events through recall(limit={report['limit']}), seed {report['seed']}: "
+        f"{report['memories']} memories, {report['questions']} questions, {len(report['entities'])} buckets"
+    )
     print(f"{'category':<15}{'n':>5}" + "".join(f"{m + ' R@' + str(k):>17}" for m in modes for k in KS))
     for name, first in report["modes"][modes[0]]["recall"].items():
         row = f"{name:<15}{first['questions']:>5}"

@@ -34,8 +34,14 @@ def child_env(**extra: str) -> dict[str, str]:
     """The parent's environment without its MEMORY_* settings (the model and index ones excepted), offline."""
     keep = ("MEMORY_EMBEDDING_", "MEMORY_INDEX_BACKEND", "MEMORY_QDRANT_")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k.startswith(keep)}
-    env.update(FASTMCP_SHOW_SERVER_BANNER="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", MEMORY_LOG_LEVEL="WARNING", PYTHONUNBUFFERED="1")
+    env.update(
+        FASTMCP_SHOW_SERVER_BANNER="false",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        MEMORY_LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+    )
     env.update(extra)
     return env
 
@@ -74,18 +80,38 @@ class Server:
 
     def start(self) -> Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        created = subprocess.run([sys.executable, "-m", "memory_server", "site", "create", SITE, "--data-dir",
-                                  str(self.data_dir)], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                                 timeout=120)
+        created = subprocess.run(
+            [sys.executable, "-m", "memory_server", "site", "create", SITE, "--data-dir", str(self.data_dir)],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if created.returncode != 0:
             raise RuntimeError(f"site create failed:\n{created.stdout}{created.stderr}")
         self.secret = parse_fields(created.stdout)["secret"]
         started = time.perf_counter()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "memory_server", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--data-dir", str(self.data_dir)],
-                cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                [
+                    sys.executable,
+                    "-m",
+                    "memory_server",
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--data-dir",
+                    str(self.data_dir),
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
         self.http = httpx.Client(base_url=self.base, auth=(SITE, self.secret), timeout=60.0)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while True:

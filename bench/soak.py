@@ -82,13 +82,20 @@ def conversation_of(client: int, n: int) -> str:
 
 def payload(client: int, batch: int, pos: int) -> dict[str, Any]:
     """What client `client` appended at position `pos` of its batch `batch` (recomputed when checking)."""
-    return {"role": "user" if pos % 2 == 0 else "assistant", "client": client, "batch": batch, "pos": pos,
-            "text": f"turn {batch}.{pos} of client {client}: " + "words " * (pos % 7 + 3)}
+    return {
+        "role": "user" if pos % 2 == 0 else "assistant",
+        "client": client,
+        "batch": batch,
+        "pos": pos,
+        "text": f"turn {batch}.{pos} of client {client}: " + "words " * (pos % 7 + 3),
+    }
 
 
 def memory_text(rng: random.Random, client: int, n: int) -> str:
-    return (f"Soak note {client}-{n}: the {rng.choice(NOUNS)} from {rng.choice(PLACES)} was {rng.choice(VERBS)} "
-            f"on day {n % 28 + 1} by team {rng.randint(1, 9)}.")
+    return (
+        f"Soak note {client}-{n}: the {rng.choice(NOUNS)} from {rng.choice(PLACES)} was {rng.choice(VERBS)} "
+        f"on day {n % 28 + 1} by team {rng.randint(1, 9)}."
+    )
 
 
 def query_text(rng: random.Random) -> str:
@@ -106,10 +113,15 @@ def run_client(job: ClientJob) -> ClientResult:
             op = rng.choices(ops, weights)[0]
             conversation = conversation_of(job.client, rng.randrange(CONVERSATIONS_PER_CLIENT))
             if op == "append":
-                body: dict[str, Any] = {"items": [payload(job.client, batches, p) for p in range(BATCH)],
-                                        "idempotency_key": f"c{job.client}-b{batches}"}
+                body: dict[str, Any] = {
+                    "items": [payload(job.client, batches, p) for p in range(BATCH)],
+                    "idempotency_key": f"c{job.client}-b{batches}",
+                }
                 request: tuple[str, str, dict[str, Any] | None] = (
-                    "POST", f"/v1/conversations/{conversation}/items", body)
+                    "POST",
+                    f"/v1/conversations/{conversation}/items",
+                    body,
+                )
             elif op == "remember":
                 content = memory_text(rng, job.client, remembered)
                 request = ("POST", "/v1/memories", {"content": content, "type": "note", "tags": [f"c{job.client}"]})
@@ -203,9 +215,13 @@ def rss_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
     half = len(samples) // 2
     out: dict[str, Any] = {}
     for name in RssSampler.FIELDS:
-        out[name] = {"start_mb": samples[0][name], "peak_mb": max(s[name] for s in samples),
-                     "end_mb": samples[-1][name], "first_half_mb_per_min": slope_mb_per_min(samples[:half + 1], name),
-                     "second_half_mb_per_min": slope_mb_per_min(samples[half:], name)}
+        out[name] = {
+            "start_mb": samples[0][name],
+            "peak_mb": max(s[name] for s in samples),
+            "end_mb": samples[-1][name],
+            "first_half_mb_per_min": slope_mb_per_min(samples[: half + 1], name),
+            "second_half_mb_per_min": slope_mb_per_min(samples[half:], name),
+        }
     return out
 
 
@@ -224,23 +240,29 @@ def verify(http: httpx2.Client, results: list[ClientResult]) -> dict[str, Any]:
             if [item["seq"] for item in stored] != list(range(len(stored))):
                 bad_logs.append(f"{conversation}: seq not gapless from 0")
             for first, count, batch in by_conversation.get(conversation, []):
-                got = [item["payload"] for item in stored[first:first + count]]
+                got = [item["payload"] for item in stored[first : first + count]]
                 if got != [payload(result.client, batch, p) for p in range(BATCH)]:
                     lost_batches += 1
         for reference, content, _ in result.memories:
             response = http.get(f"/v1/memories/{reference}")
             if response.status_code != 200 or response.json()["content"] != content:
                 lost_memories += 1
-    return {"batches_checked": sum(len(r.appends) for r in results), "batches_lost": lost_batches,
-            "log_items_stored": items, "logs_not_gapless": bad_logs,
-            "memories_checked": sum(len(r.memories) for r in results), "memories_lost": lost_memories}
+    return {
+        "batches_checked": sum(len(r.appends) for r in results),
+        "batches_lost": lost_batches,
+        "log_items_stored": items,
+        "logs_not_gapless": bad_logs,
+        "memories_checked": sum(len(r.memories) for r in results),
+        "memories_lost": lost_memories,
+    }
 
 
 def replay(http: httpx2.Client, conversation: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     while True:
-        page = http.get(f"/v1/conversations/{conversation}/items",
-                        params={"offset": len(items), "limit": 1000}).json()["items"]
+        page = http.get(f"/v1/conversations/{conversation}/items", params={"offset": len(items), "limit": 1000}).json()[
+            "items"
+        ]
         items += page
         if len(page) < 1000:
             return items
@@ -250,14 +272,24 @@ def latency_summary(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     if not ordered:
         return {}
-    return {"p50_ms": round(statistics.median(ordered) * 1000, 1),
-            "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000, 1),
-            "max_ms": round(ordered[-1] * 1000, 1)}
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 1),
+        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000, 1),
+        "max_ms": round(ordered[-1] * 1000, 1),
+    }
 
 
-def run(data_dir: Path, *, seconds: float, clients: int, processes: bool = False, sample_s: float = 5.0,
-        database_url: str | None = None, weights: dict[str, int] | None = None,
-        server_env: dict[str, str] | None = None) -> dict[str, Any]:
+def run(
+    data_dir: Path,
+    *,
+    seconds: float,
+    clients: int,
+    processes: bool = False,
+    sample_s: float = 5.0,
+    database_url: str | None = None,
+    weights: dict[str, int] | None = None,
+    server_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Start a server on `data_dir`, soak it, check it; the report (see the module docstring). `server_env`:
     more environment for the server process (e.g. MALLOC_ARENA_MAX, to compare allocators' settings)."""
     env = {**(server_env or {}), **({"MEMORY_DATABASE_URL": database_url} if database_url else {})}
@@ -279,53 +311,88 @@ def run(data_dir: Path, *, seconds: float, clients: int, processes: bool = False
             for status, count in result.statuses.get(op, {}).items():
                 statuses[status] = statuses.get(status, 0) + count
         samples = [s for result in results for s in result.latencies.get(op, [])]
-        operations[op] = {"requests": sum(statuses.values()), "statuses": dict(sorted(statuses.items())),
-                          **latency_summary(samples)}
-    five_xx = sum(count for op in operations.values() for status, count in op["statuses"].items()
-                  if status.startswith("5"))
+        operations[op] = {
+            "requests": sum(statuses.values()),
+            "statuses": dict(sorted(statuses.items())),
+            **latency_summary(samples),
+        }
+    five_xx = sum(
+        count for op in operations.values() for status, count in op["statuses"].items() if status.startswith("5")
+    )
     return {
-        "machine": f"{os.cpu_count()} cores", "storage": "postgres" if database_url else "sqlite",
-        "seconds": seconds, "clients": clients, "clients_are": "processes" if processes else "threads", "mix": mix,
+        "machine": f"{os.cpu_count()} cores",
+        "storage": "postgres" if database_url else "sqlite",
+        "seconds": seconds,
+        "clients": clients,
+        "clients_are": "processes" if processes else "threads",
+        "mix": mix,
         "server_env": server_env or {},
-        "operations": operations, "five_xx": five_xx,
+        "operations": operations,
+        "five_xx": five_xx,
         "five_xx_samples": [s for result in results for s in result.five_xx][:FIVE_XX_SAMPLES],
         "transport_errors": sum(r.transport_errors for r in results),
         "remembers_not_created": sum(1 for r in results for _, _, created in r.memories if not created),
         "tracebacks": log.count("Traceback (most recent call last)"),
-        "verified": checked, "rss": rss_summary(sampler.samples), "rss_samples": sampler.samples,
+        "verified": checked,
+        "rss": rss_summary(sampler.samples),
+        "rss_samples": sampler.samples,
     }
 
 
 def failed(report: dict[str, Any]) -> bool:
     checked = report["verified"]
-    return bool(report["five_xx"] or report["tracebacks"] or report["transport_errors"] or checked["batches_lost"]
-                or checked["memories_lost"] or checked["logs_not_gapless"])
+    return bool(
+        report["five_xx"]
+        or report["tracebacks"]
+        or report["transport_errors"]
+        or checked["batches_lost"]
+        or checked["memories_lost"]
+        or checked["logs_not_gapless"]
+    )
 
 
 def table(report: dict[str, Any], *, curve_points: int = 12) -> str:
-    lines = [f"soak: {report['storage']}, {report['clients']} client {report['clients_are']}, {report['seconds']:g} s"
-             f" ({report['machine']})", "",
-             "| operation | requests | 2xx | 4xx | 5xx | p50 ms | p95 ms | max ms |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"soak: {report['storage']}, {report['clients']} client {report['clients_are']}, {report['seconds']:g} s"
+        f" ({report['machine']})",
+        "",
+        "| operation | requests | 2xx | 4xx | 5xx | p50 ms | p95 ms | max ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for op, data in report["operations"].items():
         by_class = {k: sum(c for s, c in data["statuses"].items() if s.startswith(k)) for k in "245"}
-        lines.append(f"| {op} | {data['requests']} | {by_class['2']} | {by_class['4']} | {by_class['5']} |"
-                     f" {data.get('p50_ms', '')} | {data.get('p95_ms', '')} | {data.get('max_ms', '')} |")
+        lines.append(
+            f"| {op} | {data['requests']} | {by_class['2']} | {by_class['4']} | {by_class['5']} |"
+            f" {data.get('p50_ms', '')} | {data.get('p95_ms', '')} | {data.get('max_ms', '')} |"
+        )
     checked = report["verified"]
-    lines += ["", f"checked: {checked['batches_checked']} acknowledged batches ({checked['batches_lost']} lost, "
-                  f"{checked['log_items_stored']} items stored), {checked['memories_checked']} acknowledged memories "
-                  f"({checked['memories_lost']} lost); 5xx: {report['five_xx']}; tracebacks in the server log: "
-                  f"{report['tracebacks']}", "", "| t s | VmRSS MB | RssAnon MB | RssFile MB |", "|---|---|---|---|"]
+    lines += [
+        "",
+        f"checked: {checked['batches_checked']} acknowledged batches ({checked['batches_lost']} lost, "
+        f"{checked['log_items_stored']} items stored), {checked['memories_checked']} acknowledged memories "
+        f"({checked['memories_lost']} lost); 5xx: {report['five_xx']}; tracebacks in the server log: "
+        f"{report['tracebacks']}",
+        "",
+        "| t s | VmRSS MB | RssAnon MB | RssFile MB |",
+        "|---|---|---|---|",
+    ]
     samples = report["rss_samples"]
     step = max(1, len(samples) // curve_points)
     for sample in samples[::step] + ([samples[-1]] if samples and (len(samples) - 1) % step else []):
-        lines.append(f"| {sample['t_s']:g} | {sample.get('VmRSS', '')} | {sample.get('RssAnon', '')} |"
-                     f" {sample.get('RssFile', '')} |")
+        lines.append(
+            f"| {sample['t_s']:g} | {sample.get('VmRSS', '')} | {sample.get('RssAnon', '')} |"
+            f" {sample.get('RssFile', '')} |"
+        )
     rss = report["rss"]
     if rss:
-        lines += ["", "growth MB/min (first half -> second half): " + ", ".join(
-            f"{name} {rss[name]['first_half_mb_per_min']} -> {rss[name]['second_half_mb_per_min']}"
-            for name in RssSampler.FIELDS)]
+        lines += [
+            "",
+            "growth MB/min (first half -> second half): "
+            + ", ".join(
+                f"{name} {rss[name]['first_half_mb_per_min']} -> {rss[name]['second_half_mb_per_min']}"
+                for name in RssSampler.FIELDS
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -343,17 +410,32 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--processes", action="store_true", help="each client in a process of its own")
     parser.add_argument("--storage", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--mix", type=parse_mix, default=dict(WEIGHTS), help="operation weights, e.g. "
-                        "append=1,remember=1 (operations left out are not run)")
-    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="an environment variable for the server process")
+    parser.add_argument(
+        "--mix",
+        type=parse_mix,
+        default=dict(WEIGHTS),
+        help="operation weights, e.g. append=1,remember=1 (operations left out are not run)",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the server process",
+    )
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server_env = dict(item.split("=", 1) for item in args.server_env)
-        kwargs = dict(seconds=args.seconds, clients=args.clients, processes=args.processes, sample_s=args.sample_s,
-                      weights=args.mix, server_env=server_env)
+        kwargs = dict(
+            seconds=args.seconds,
+            clients=args.clients,
+            processes=args.processes,
+            sample_s=args.sample_s,
+            weights=args.mix,
+            server_env=server_env,
+        )
         if args.storage == "postgres":
             from bench.postgres import private_server
 

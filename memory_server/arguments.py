@@ -61,9 +61,13 @@ def size_text(size: int) -> str:
 
 def limits(settings: Settings) -> dict[str, str]:
     """The configured values descriptions may name."""
-    return {"max_payload": size_text(settings.max_payload_bytes), "max_batch": size_text(settings.max_batch_bytes),
-            "max_content": size_text(settings.max_content_bytes), "min_score": f"{settings.search_min_score}",
-            "context_header": settings.context_header}
+    return {
+        "max_payload": size_text(settings.max_payload_bytes),
+        "max_batch": size_text(settings.max_batch_bytes),
+        "max_content": size_text(settings.max_content_bytes),
+        "min_score": f"{settings.search_min_score}",
+        "context_header": settings.context_header,
+    }
 
 
 _FIELD = re.compile(r"\{(max_payload|max_batch|max_content|min_score|context_header)\}")
@@ -80,8 +84,12 @@ def describe(text: str, settings: Settings) -> str:
 def described_schema(schema: Any, settings: Settings) -> Any:
     """A JSON schema (or OpenAPI document) with every description's fields filled in."""
     if isinstance(schema, dict):
-        return {key: describe(value, settings) if key == "description" and isinstance(value, str)
-                else described_schema(value, settings) for key, value in schema.items()}
+        return {
+            key: describe(value, settings)
+            if key == "description" and isinstance(value, str)
+            else described_schema(value, settings)
+            for key, value in schema.items()
+        }
     if isinstance(schema, list):
         return [described_schema(item, settings) for item in schema]
     return schema

@@ -75,8 +75,9 @@ class Services:
             raise unavailable_until_loaded(self.memory_error)
         return self.memories
 
-    def load_memories(self, *, embedder: Embedder | None = None, index: VectorIndex | None = None,
-                      repair_index: bool = True) -> Memories:
+    def load_memories(
+        self, *, embedder: Embedder | None = None, index: VectorIndex | None = None, repair_index: bool = True
+    ) -> Memories:
         """Load the model and open the index. With `repair_index`, refuse an index built with another model
         and index the backlog; `reindex` passes False since it replaces the index anyway. Errors are kept
         for /readyz and the tools."""
@@ -87,8 +88,9 @@ class Services:
         try:
             tokens = TokenCounter()
             choice = resolve_model(settings.embedding_model, project_root=PROJECT_ROOT)
-            embedder = embedder or load_embedder(choice, threads=settings.embedding_threads,
-                                                 engine=settings.embedding_engine)
+            embedder = embedder or load_embedder(
+                choice, threads=settings.embedding_threads, engine=settings.embedding_engine
+            )
             if self.observe_embedder is not None:
                 embedder = self.observe_embedder(embedder)
             if index is None:
@@ -142,21 +144,33 @@ class Services:
 def open_configured_index(settings: Settings) -> VectorIndex:
     from memory_server.index.factory import open_index
 
-    return open_index(backend=settings.index_backend, path=settings.index_path, url=settings.qdrant_url,
-                      api_key=settings.qdrant_api_key, collection=settings.qdrant_collection)
+    return open_index(
+        backend=settings.index_backend,
+        path=settings.index_path,
+        url=settings.qdrant_url,
+        api_key=settings.qdrant_api_key,
+        collection=settings.qdrant_collection,
+    )
 
 
-def open_services(settings: Settings, *, integrity_budget_s: float | None = None,
-                  nowait_sign_in: bool = False, storage: Storage | None = None) -> Services:
+def open_services(
+    settings: Settings,
+    *,
+    integrity_budget_s: float | None = None,
+    nowait_sign_in: bool = False,
+    storage: Storage | None = None,
+) -> Services:
     """The storage and everything that needs only it. `nowait_sign_in`: a server settles known credentials
     on its event loop (see memory_server.auth.authenticator). `storage`: an already open store to serve (it is
     closed with the services), instead of the one the settings name."""
     storage = storage or open_storage(settings, integrity_budget_s=integrity_budget_s)
     usage = UsageLog(storage.sites, storage.oauth)
     services = Services(
-        settings=settings, storage=storage,
-        authenticator=Authenticator(storage.sites, nowait=nowait_sign_in, oauth=storage.oauth,
-                                    resource=settings.mcp_resource, usage=usage),
+        settings=settings,
+        storage=storage,
+        authenticator=Authenticator(
+            storage.sites, nowait=nowait_sign_in, oauth=storage.oauth, resource=settings.mcp_resource, usage=usage
+        ),
         logs=LogOperations(storage.logs, LogLimits(settings.max_payload_bytes, settings.max_batch_bytes)),
     )
     services.closers.append(storage.close)

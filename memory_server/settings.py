@@ -1,4 +1,4 @@
-"""Settings, read once at the entry point (`server.__main__` / the CLI) and passed down.
+"""Settings, read once at the entry point (`memory_server.__main__` / the CLI) and passed down.
 
 Every setting has an environment variable `MEMORY_<NAME>`; a command-line flag wins over it.
 """
@@ -18,9 +18,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMORY_", extra="ignore")
 
     data_dir: Path = Field(Path("./data"), description="Where SQLite and the embedded index live.")
-    database_url: SecretStr | None = Field(None, description=(
-        "postgresql://… : PostgreSQL is the authority (several replicas may share it); unset: SQLite in the "
-        "data directory."))
+    database_url: SecretStr | None = Field(
+        None,
+        description=(
+            "postgresql://… : PostgreSQL is the authority (several replicas may share it); unset: SQLite in the "
+            "data directory."
+        ),
+    )
     host: str = Field("127.0.0.1", description="HTTP bind address.")
     port: int = Field(8765, ge=0, le=65535, description="HTTP port.")
     transport: Literal["http", "stdio"] = Field("http", description="MCP transport for `serve`.")
@@ -32,56 +36,115 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(256 * 1024, ge=1, description="Largest log item payload, serialized.")
     max_batch_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Largest append batch, serialized.")
     max_content_bytes: int = Field(32 * 1024, ge=1, description="Largest saved-memory content (UTF-8).")
-    log_retention_interval_s: float = Field(60.0, gt=0, description=(
-        "Seconds between two rounds of the task that deletes conversations past their site's log retention."))
+    log_retention_interval_s: float = Field(
+        60.0,
+        gt=0,
+        description=(
+            "Seconds between two rounds of the task that deletes conversations past their site's log retention."
+        ),
+    )
     max_request_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest HTTP request body; larger bodies get 413."
     )
-    integrity_check_s: float = Field(3.0, ge=0, description=(
-        "Seconds `serve` spends on the SQLite integrity check (PRAGMA quick_check) before opening the port; "
-        "what is left is checked in the background and a damaged file shows in /readyz. 0: all of it in the "
-        "background."))
+    integrity_check_s: float = Field(
+        3.0,
+        ge=0,
+        description=(
+            "Seconds `serve` spends on the SQLite integrity check (PRAGMA quick_check) before opening the port; "
+            "what is left is checked in the background and a damaged file shows in /readyz. 0: all of it in the "
+            "background."
+        ),
+    )
 
     allowed_origins: str = Field(
-        "", description="Comma-separated web origins (https://app.example.com) whose pages may call /mcp and /v1; "
+        "",
+        description="Comma-separated web origins (https://app.example.com) whose pages may call /mcp and /v1; "
         "a request with any other Origin header gets 403. Requests without Origin (non-browser clients) are "
-        "not affected.")
-    max_connections: int = Field(1000, ge=1, description="Open HTTP connections at most (capped below the "
-                                 "descriptor limit); at the cap the longest-idle connection is closed.")
-    header_timeout_s: float = Field(10.0, gt=0, description="Seconds a connection may take to send a request "
-                                    "head (from connecting, or from the previous response).")
+        "not affected.",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Open HTTP connections at most (capped below the "
+        "descriptor limit); at the cap the longest-idle connection is closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a connection may take to send a request "
+        "head (from connecting, or from the previous response).",
+    )
     body_timeout_s: float = Field(60.0, gt=0, description="Seconds a request may take to send its body.")
-    body_min_rate: int = Field(1024, ge=0, description=(
-        "Bytes per second a request body must arrive at, on average, once its first 5 s are past (time the "
-        "server itself is not reading does not count); a slower body's connection is closed. 0: no minimum."))
+    body_min_rate: int = Field(
+        1024,
+        ge=0,
+        description=(
+            "Bytes per second a request body must arrive at, on average, once its first 5 s are past (time the "
+            "server itself is not reading does not count); a slower body's connection is closed. 0: no minimum."
+        ),
+    )
     keep_alive_s: int = Field(5, ge=1, description="Seconds an idle keep-alive connection stays open.")
     sign_in_failures_per_minute: int = Field(
-        10, ge=1, description="Failed sign-ins per client address per minute before 429 with Retry-After.")
-    trusted_proxies: str = Field("", description=(
-        "Comma-separated addresses or networks (127.0.0.1, 10.0.0.0/8) of reverse proxies whose X-Forwarded-For "
-        "and X-Forwarded-Proto are believed, or * for every peer. Empty: none; the peer's own address is the "
-        "client's (for the sign-in and registration limits, and the logs)."))
+        10, ge=1, description="Failed sign-ins per client address per minute before 429 with Retry-After."
+    )
+    trusted_proxies: str = Field(
+        "",
+        description=(
+            "Comma-separated addresses or networks (127.0.0.1, 10.0.0.0/8) of reverse proxies whose X-Forwarded-For "
+            "and X-Forwarded-Proto are believed, or * for every peer. Empty: none; the peer's own address is the "
+            "client's (for the sign-in and registration limits, and the logs)."
+        ),
+    )
 
-    public_url: str | None = Field(None, description=(
-        "The externally visible base URL (https://memory.example.com behind a reverse proxy): the OAuth "
-        "issuer, and the base of the /mcp resource and the metadata URLs. Unset: derived from the bind "
-        "address (http://127.0.0.1:8765)."))
+    public_url: str | None = Field(
+        None,
+        description=(
+            "The externally visible base URL (https://memory.example.com behind a reverse proxy): the OAuth "
+            "issuer, and the base of the /mcp resource and the metadata URLs. Unset: derived from the bind "
+            "address (http://127.0.0.1:8765)."
+        ),
+    )
     oauth_access_token_s: int = Field(3600, ge=1, le=86400, description="Lifetime of an OAuth access token.")
-    oauth_refresh_token_s: int = Field(30 * 86400, ge=60, description=(
-        "Lifetime of an OAuth refresh token; each refresh issues a new one (an unused grant ends after it)."))
+    oauth_refresh_token_s: int = Field(
+        30 * 86400,
+        ge=60,
+        description=(
+            "Lifetime of an OAuth refresh token; each refresh issues a new one (an unused grant ends after it)."
+        ),
+    )
     oauth_code_s: int = Field(60, ge=1, le=60, description="Lifetime of an OAuth authorization code (at most 60 s).")
-    oauth_requests_per_minute: int = Field(10, ge=1, description=(
-        "Per client address per minute: client registrations (POST /register) accepted, and as many "
-        "authorization requests (/authorize), counted apart; more get 429 with Retry-After."))
-    oauth_unused_client_s: int = Field(86400, ge=1, description=(
-        "Seconds a registered OAuth client that has never completed a sign-in is kept; then it is removed "
-        "(it registers again). A client that signed in once is kept."))
-    oauth_max_unused_clients: int = Field(10_000, ge=1, description=(
-        "Registered OAuth clients that have never completed a sign-in, at most; beyond, registrations get 503 "
-        "until some expire or sign in."))
-    oauth_max_pending: int = Field(1000, ge=1, description=(
-        "Authorization requests waiting on the consent page, at most (all clients); beyond, /authorize "
-        "answers temporarily_unavailable."))
+    oauth_requests_per_minute: int = Field(
+        10,
+        ge=1,
+        description=(
+            "Per client address per minute: client registrations (POST /register) accepted, and as many "
+            "authorization requests (/authorize), counted apart; more get 429 with Retry-After."
+        ),
+    )
+    oauth_unused_client_s: int = Field(
+        86400,
+        ge=1,
+        description=(
+            "Seconds a registered OAuth client that has never completed a sign-in is kept; then it is removed "
+            "(it registers again). A client that signed in once is kept."
+        ),
+    )
+    oauth_max_unused_clients: int = Field(
+        10_000,
+        ge=1,
+        description=(
+            "Registered OAuth clients that have never completed a sign-in, at most; beyond, registrations get 503 "
+            "until some expire or sign in."
+        ),
+    )
+    oauth_max_pending: int = Field(
+        1000,
+        ge=1,
+        description=(
+            "Authorization requests waiting on the consent page, at most (all clients); beyond, /authorize "
+            "answers temporarily_unavailable."
+        ),
+    )
 
     index_backend: Literal["embedded", "server"] = Field("embedded", description="Vector index backend.")
     qdrant_url: str | None = Field(None, description="Qdrant server URL for the server backend.")
@@ -105,11 +168,10 @@ class Settings(BaseSettings):
         True, description="Rank memories dated in a period the query names (on Dec 4, 2023; in March) higher."
     )
     recall_speakers: bool = Field(
-        True, description="Rank the memories said by the person a query names (\"Nate: ...\") higher."
+        True, description='Rank the memories said by the person a query names ("Nate: ...") higher.'
     )
     recall_answers: bool = Field(
-        True, description="Rank memories holding the kind of answer a query asks for (a time, a number, a name) "
-                          "higher."
+        True, description="Rank memories holding the kind of answer a query asks for (a time, a number, a name) higher."
     )
     search_min_score: float = Field(
         0.5, ge=0.0, le=1.0, description="Default search_memory threshold (see docs/tools.md, Scores, for calibration)."
@@ -153,8 +215,9 @@ class Settings(BaseSettings):
                 try:
                     ipaddress.ip_network(entry)  # strict: 10.0.0.0/8, not 10.0.0.1/8
                 except ValueError:
-                    raise ValueError(f"{entry!r} is not an IP address or network (127.0.0.1, 10.0.0.0/8) "
-                                     "nor *") from None
+                    raise ValueError(
+                        f"{entry!r} is not an IP address or network (127.0.0.1, 10.0.0.0/8) nor *"
+                    ) from None
         return value
 
     @property

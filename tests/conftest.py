@@ -65,14 +65,16 @@ class LiveServer:
 
     def save(self, content: str, **fields: Any) -> None:
         """Remember a memory through REST, as the site (POST /v1/memories)."""
-        response = httpx2.post(f"{self.base}/v1/memories", json={"content": content, **fields}, auth=self.basic,
-                               timeout=60)
+        response = httpx2.post(
+            f"{self.base}/v1/memories", json={"content": content, **fields}, auth=self.basic, timeout=60
+        )
         assert response.status_code == 201, response.text
 
     def recalled(self, query: str, limit: int = 10) -> list[str]:
         """The contents POST /v1/recall returns for the query, best first."""
-        response = httpx2.post(f"{self.base}/v1/recall", json={"query": query, "limit": limit}, auth=self.basic,
-                               timeout=60)
+        response = httpx2.post(
+            f"{self.base}/v1/recall", json={"query": query, "limit": limit}, auth=self.basic, timeout=60
+        )
         assert response.status_code == 200, response.text
         return [hit["content"] for hit in response.json()["results"]]
 
@@ -80,9 +82,7 @@ class LiveServer:
         return admin(self.settings, lambda sites: auth.create_site(sites, name))
 
     def create_token(self, *, scopes: list[str], site: str | None = None, **bounds: Any) -> tuple[str, str]:
-        return admin(
-            self.settings, lambda sites: auth.create_token(sites, site or self.site, scopes=scopes, **bounds)
-        )
+        return admin(self.settings, lambda sites: auth.create_token(sites, site or self.site, scopes=scopes, **bounds))
 
 
 class ThreadedServer:

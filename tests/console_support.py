@@ -19,8 +19,14 @@ from oauth_support import Owner, RawClient
 from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli
 from tests import backends
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 SHOTS = REPO_ROOT / "docs" / "console"
 SITE = "acme"
 CONVERSATION = "conv-console-0001"
@@ -31,12 +37,20 @@ DEPLOY_OLD = "The deploy window is Tuesdays from 14:00 to 16:00 UTC."
 DEPLOY_NEW = "The deploy window moved to Thursdays from 10:00 to 12:00 UTC."
 WIFI = "The guest Wi-Fi password is rotated every Friday; ask the front desk."
 NOTES = 36
-TOPICS = ["Deploys are frozen during the last week of December.", "The staging database is rebuilt every Monday.",
-          "Alice prefers dark mode in every editor.", "On-call hand-over happens on Mondays at 09:00.",
-          "We authenticate MCP clients with a Basic credential per site.", "Backups are kept for 35 days.",
-          "The style guide asks for British spelling in docs.", "Incident reviews are blameless and written.",
-          "Bob owns the billing service.", "Feature flags are removed two releases after launch.",
-          "Customer data never leaves the EU region.", "The API is versioned in the path: /v1, /v2."]
+TOPICS = [
+    "Deploys are frozen during the last week of December.",
+    "The staging database is rebuilt every Monday.",
+    "Alice prefers dark mode in every editor.",
+    "On-call hand-over happens on Mondays at 09:00.",
+    "We authenticate MCP clients with a Basic credential per site.",
+    "Backups are kept for 35 days.",
+    "The style guide asks for British spelling in docs.",
+    "Incident reviews are blameless and written.",
+    "Bob owns the billing service.",
+    "Feature flags are removed two releases after launch.",
+    "Customer data never leaves the EU region.",
+    "The API is versioned in the path: /v1, /v2.",
+]
 
 
 def rfc3339(when: datetime) -> str:
@@ -53,37 +67,111 @@ def seed_lines(now: datetime) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = [{"kind": "header", "version": 1}]
     for n in range(NOTES):
         occurred = rfc3339(now - timedelta(days=(n * n * 11 + 3 * n) % 90 + 1, hours=n % 5))
-        lines.append({"kind": "memory", "site": SITE, "content": f"{TOPICS[n % len(TOPICS)]} (note {n})",
-                      "type": ["fact", "decision", "note", "preference"][n % 4], "bucket": "eng" if n % 3 else "ops",
-                      "project": "memory-os", "tags": ["team-notes"], "occurred_at": occurred,
-                      "created_at": imported, "updated_at": imported})
-    lines.append({"kind": "memory", "site": SITE, "content": RELEASE, "type": "decision", "bucket": "eng",
-                  "project": "memory-os", "team": "platform", "tags": ["release"],
-                  "provenance": {"source": "chat", "agent": "planner", "conversation_id": CONVERSATION, "seq": 73}})
+        lines.append(
+            {
+                "kind": "memory",
+                "site": SITE,
+                "content": f"{TOPICS[n % len(TOPICS)]} (note {n})",
+                "type": ["fact", "decision", "note", "preference"][n % 4],
+                "bucket": "eng" if n % 3 else "ops",
+                "project": "memory-os",
+                "tags": ["team-notes"],
+                "occurred_at": occurred,
+                "created_at": imported,
+                "updated_at": imported,
+            }
+        )
+    lines.append(
+        {
+            "kind": "memory",
+            "site": SITE,
+            "content": RELEASE,
+            "type": "decision",
+            "bucket": "eng",
+            "project": "memory-os",
+            "team": "platform",
+            "tags": ["release"],
+            "provenance": {"source": "chat", "agent": "planner", "conversation_id": CONVERSATION, "seq": 73},
+        }
+    )
     lines.append({"kind": "memory", "site": SITE, "content": BIKE, "bucket": "personal", "type": "note"})
     old_at, new_at = rfc3339(now - timedelta(days=40)), rfc3339(now - timedelta(days=6))
-    lines.append({"kind": "memory", "site": SITE, "reference": "mem_deploy_window_1", "content": DEPLOY_OLD,
-                  "type": "decision", "bucket": "ops", "team": "platform", "occurred_at": old_at,
-                  "superseded_by": "mem_deploy_window_2", "valid_to": new_at})
-    lines.append({"kind": "memory", "site": SITE, "reference": "mem_deploy_window_2", "content": DEPLOY_NEW,
-                  "type": "decision", "bucket": "ops", "team": "platform", "occurred_at": new_at,
-                  "supersedes": "mem_deploy_window_1"})
-    lines.append({"kind": "memory", "site": SITE, "content": WIFI, "type": "fact", "bucket": "ops",
-                  "expires_at": rfc3339(now + timedelta(days=30))})
+    lines.append(
+        {
+            "kind": "memory",
+            "site": SITE,
+            "reference": "mem_deploy_window_1",
+            "content": DEPLOY_OLD,
+            "type": "decision",
+            "bucket": "ops",
+            "team": "platform",
+            "occurred_at": old_at,
+            "superseded_by": "mem_deploy_window_2",
+            "valid_to": new_at,
+        }
+    )
+    lines.append(
+        {
+            "kind": "memory",
+            "site": SITE,
+            "reference": "mem_deploy_window_2",
+            "content": DEPLOY_NEW,
+            "type": "decision",
+            "bucket": "ops",
+            "team": "platform",
+            "occurred_at": new_at,
+            "supersedes": "mem_deploy_window_1",
+        }
+    )
+    lines.append(
+        {
+            "kind": "memory",
+            "site": SITE,
+            "content": WIFI,
+            "type": "fact",
+            "bucket": "ops",
+            "expires_at": rfc3339(now + timedelta(days=30)),
+        }
+    )
     recorded = rfc3339(now - timedelta(hours=3))
     for seq in range(LOG_ITEMS):
-        payload = {"role": "user" if seq % 2 == 0 else "assistant", "text": f"turn {seq} of the planning chat",
-                   "meta": {"seq": seq, "tokens": 12 + seq % 7}}
-        lines.append({"kind": "log_item", "site": SITE, "conversation_id": CONVERSATION, "seq": seq,
-                      "recorded_at": recorded, "payload": payload})
-    others = {"conv-console-0002": [{"speaker": "Alice", "content": [{"type": "text", "text": "Shall we ship?"},
-                                                                      {"type": "text", "text": "Tests are green."}]},
-                                    {"event": "deploy", "status": "started"}],
-              "conv-console-0003": [{"role": "user", "text": "hello"}]}
+        payload = {
+            "role": "user" if seq % 2 == 0 else "assistant",
+            "text": f"turn {seq} of the planning chat",
+            "meta": {"seq": seq, "tokens": 12 + seq % 7},
+        }
+        lines.append(
+            {
+                "kind": "log_item",
+                "site": SITE,
+                "conversation_id": CONVERSATION,
+                "seq": seq,
+                "recorded_at": recorded,
+                "payload": payload,
+            }
+        )
+    others = {
+        "conv-console-0002": [
+            {
+                "speaker": "Alice",
+                "content": [{"type": "text", "text": "Shall we ship?"}, {"type": "text", "text": "Tests are green."}],
+            },
+            {"event": "deploy", "status": "started"},
+        ],
+        "conv-console-0003": [{"role": "user", "text": "hello"}],
+    }
     for other, payloads in others.items():
         for seq, payload in enumerate(payloads):
-            lines.append({"kind": "log_item", "site": SITE, "conversation_id": other, "seq": seq,
-                          "recorded_at": recorded, "payload": payload})
+            lines.append(
+                {
+                    "kind": "log_item",
+                    "site": SITE,
+                    "conversation_id": other,
+                    "seq": seq,
+                    "recorded_at": recorded,
+                    "payload": payload,
+                }
+            )
     return lines
 
 

@@ -65,8 +65,10 @@ class Ledger:
 
     def acks(self) -> dict[str, Ack]:
         """Every acknowledged write by its name: an append's idempotency key, a memory's reference."""
-        return {**{key: ack for key, (_, _, ack) in self.appends.items()},
-                **{ref: ack for ref, (_, ack) in self.memories.items()}}
+        return {
+            **{key: ack for key, (_, _, ack) in self.appends.items()},
+            **{ref: ack for ref, (_, ack) in self.memories.items()},
+        }
 
     def acked_after(self, replica: str, at: float) -> int:
         return sum(1 for ack in self.acks().values() if ack.replica == replica and ack.at > at)
@@ -74,12 +76,16 @@ class Ledger:
     def written_between(self, start: float, end: float) -> set[str]:
         """Writes committed after `start` and acknowledged before `end`: sent after `start`, and not answered
         as a duplicate of an earlier commit."""
-        return {name for name, ack in self.acks().items() if ack.sent > start and ack.at < end
-                and not ack.answer.get("duplicate") and ack.answer.get("created", True)}
+        return {
+            name
+            for name, ack in self.acks().items()
+            if ack.sent > start and ack.at < end and not ack.answer.get("duplicate") and ack.answer.get("created", True)
+        }
 
 
-async def _send(http: httpx2.AsyncClient, replica: Replica, ledger: Ledger, path: str, body: dict[str, Any],
-                stop: asyncio.Event) -> tuple[dict[str, Any], float] | None:
+async def _send(
+    http: httpx2.AsyncClient, replica: Replica, ledger: Ledger, path: str, body: dict[str, Any], stop: asyncio.Event
+) -> tuple[dict[str, Any], float] | None:
     """POST one write, retried while `unavailable`: its answer and when the request that succeeded was
     sent; None once stopped, or on a fault."""
     while not stop.is_set():
@@ -93,10 +99,16 @@ async def _send(http: httpx2.AsyncClient, replica: Replica, ledger: Ledger, path
             return dict(response.json()), sent
         error = response.json().get("error", {}) if response.content else {}
         # A generic "internal error" is how an exception no one classified is answered: a fault here.
-        if (response.status_code != 503 or error.get("code") != "unavailable" or "retry-after" not in response.headers
-                or "internal error" in error.get("message", "")):
-            ledger.faults.append(f"{replica.name} {path}: {response.status_code} {response.headers.get('retry-after')}"
-                                 f" {response.text[:300]}")
+        if (
+            response.status_code != 503
+            or error.get("code") != "unavailable"
+            or "retry-after" not in response.headers
+            or "internal error" in error.get("message", "")
+        ):
+            ledger.faults.append(
+                f"{replica.name} {path}: {response.status_code} {response.headers.get('retry-after')}"
+                f" {response.text[:300]}"
+            )
             return None
         ledger.unavailable[replica.name] += 1
         await asyncio.sleep(RETRY_S)
@@ -111,8 +123,14 @@ async def appender(replica: Replica, writer: int, ledger: Ledger, stop: asyncio.
             conversation = CONVERSATIONS[rng.randrange(len(CONVERSATIONS))]
             key, size = f"{replica.name}-w{writer}-b{batch}", rng.choice([1, 3, 5])
             items = [{"writer": writer, "batch": batch, "pos": pos, "size": size, "key": key} for pos in range(size)]
-            done = await _send(http, replica, ledger, f"/v1/conversations/{conversation}/items",
-                               {"items": items, "idempotency_key": key}, stop)
+            done = await _send(
+                http,
+                replica,
+                ledger,
+                f"/v1/conversations/{conversation}/items",
+                {"items": items, "idempotency_key": key},
+                stop,
+            )
             if done is None:
                 return
             ledger.appends[key] = (conversation, size, Ack(replica.name, done[1], time.monotonic(), done[0]))
@@ -129,12 +147,13 @@ async def rememberer(replica: Replica, writer: int, ledger: Ledger, stop: asynci
         while not stop.is_set():
             # Retrying the same content is safe: an identical memory is answered with the existing one.
             content = note(replica.name, writer, n)
-            done = await _send(http, replica, ledger, "/v1/memories", {"content": content, "bucket": "failover"},
-                               stop)
+            done = await _send(http, replica, ledger, "/v1/memories", {"content": content, "bucket": "failover"}, stop)
             if done is None:
                 return
-            ledger.memories[str(done[0]["reference"])] = (content, Ack(replica.name, done[1], time.monotonic(),
-                                                                       done[0]))
+            ledger.memories[str(done[0]["reference"])] = (
+                content,
+                Ack(replica.name, done[1], time.monotonic(), done[0]),
+            )
             n += 1
 
 
@@ -161,9 +180,18 @@ async def _until(check: Callable[[], bool], within_s: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def run_failover(replicas: list[Replica], pair: Pair, *, appenders: int = 3, rememberers: int = 1,
-                       warm_up: int = 20, standby_away_s: float = 0.0, promote_after_s: float = 0.0,
-                       after_promotion: int = 20, within_s: float = 60.0) -> tuple[Ledger, Failover]:
+async def run_failover(
+    replicas: list[Replica],
+    pair: Pair,
+    *,
+    appenders: int = 3,
+    rememberers: int = 1,
+    warm_up: int = 20,
+    standby_away_s: float = 0.0,
+    promote_after_s: float = 0.0,
+    after_promotion: int = 20,
+    within_s: float = 60.0,
+) -> tuple[Ledger, Failover]:
     """Load; with `standby_away_s`, stop the standby for that long under load; crash the primary; start the
     standby again if it was stopped; promote it `promote_after_s` after the crash; load on until every
     replica acknowledged `after_promotion` writes after the promotion; then stop every client."""
@@ -171,8 +199,11 @@ async def run_failover(replicas: list[Replica], pair: Pair, *, appenders: int = 
     tasks = [asyncio.create_task(appender(r, n, ledger, stop)) for r in replicas for n in range(appenders)]
     tasks += [asyncio.create_task(rememberer(r, n, ledger, stop)) for r in replicas for n in range(rememberers)]
     try:
-        await _until(lambda: all(ledger.acked_after(r.name, 0) >= warm_up for r in replicas) or bool(ledger.faults),
-                     within_s, "the warm-up")
+        await _until(
+            lambda: all(ledger.acked_after(r.name, 0) >= warm_up for r in replicas) or bool(ledger.faults),
+            within_s,
+            "the warm-up",
+        )
         if standby_away_s:
             await asyncio.to_thread(pair.stop_standby)
             result.standby_stopped_at = time.monotonic()
@@ -187,8 +218,13 @@ async def run_failover(replicas: list[Replica], pair: Pair, *, appenders: int = 
         await asyncio.to_thread(pair.promote)
         promoted = time.monotonic()
         result.promoted_s = promoted - crashed
-        await _until(lambda: all(ledger.acked_after(r.name, promoted) >= after_promotion for r in replicas)
-                     or bool(ledger.faults), within_s, "writes acknowledged on the new primary by every replica")
+        await _until(
+            lambda: (
+                all(ledger.acked_after(r.name, promoted) >= after_promotion for r in replicas) or bool(ledger.faults)
+            ),
+            within_s,
+            "writes acknowledged on the new primary by every replica",
+        )
         for ack in ledger.acks().values():
             if ack.at > promoted:
                 first = result.first_ack_s.get(ack.replica, float("inf"))
@@ -213,8 +249,9 @@ class Survival:
 async def read_log(http: httpx2.AsyncClient, conversation: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     while True:
-        response = await http.get(f"/v1/conversations/{conversation}/items",
-                                  params={"offset": len(items), "limit": PAGE})
+        response = await http.get(
+            f"/v1/conversations/{conversation}/items", params={"offset": len(items), "limit": PAGE}
+        )
         assert response.status_code == 200, response.text
         page = response.json()["items"]
         items += page

@@ -100,14 +100,23 @@ class Owner:
     async def submit(self, http: httpx2.AsyncClient, page: httpx2.Response, **override: str) -> httpx2.Response:
         form = parse_form(page.text)
         data = [(k, v) for k, v in form.fields if k not in ("site", "secret", "teams", "projects", "buckets")]
-        data += [("site", self.site), ("secret", self.secret), ("teams", self.teams), ("projects", self.projects),
-                 ("buckets", self.buckets), ("action", self.action)]
+        data += [
+            ("site", self.site),
+            ("secret", self.secret),
+            ("teams", self.teams),
+            ("projects", self.projects),
+            ("buckets", self.buckets),
+            ("action", self.action),
+        ]
         chosen = self.scopes if self.scopes is not None else [v for _, v, on in form.checkboxes if on]
         data += [("scope", scope) for scope in chosen]
         data = [(k, override.get(k, v)) for k, v in data]
         assert form.action is not None
-        return await http.post(str(page.url.join(form.action)), content=urlencode(data).encode(),
-                               headers={"content-type": "application/x-www-form-urlencoded"})
+        return await http.post(
+            str(page.url.join(form.action)),
+            content=urlencode(data).encode(),
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
 
 
 def callback_of(response: httpx2.Response) -> dict[str, str]:
@@ -116,9 +125,15 @@ def callback_of(response: httpx2.Response) -> dict[str, str]:
     return {k: v[0] for k, v in query.items()}
 
 
-def oauth_client(server_url: str, owner: Owner, *, redirect_uri: str = "http://127.0.0.1:38123/callback",
-                 storage: MemoryTokenStorage | None = None, client_name: str = "Test connector",
-                 **metadata: Any) -> tuple[OAuthClientProvider, MemoryTokenStorage]:
+def oauth_client(
+    server_url: str,
+    owner: Owner,
+    *,
+    redirect_uri: str = "http://127.0.0.1:38123/callback",
+    storage: MemoryTokenStorage | None = None,
+    client_name: str = "Test connector",
+    **metadata: Any,
+) -> tuple[OAuthClientProvider, MemoryTokenStorage]:
     """The SDK's OAuth client for `server_url`; its browser step is `owner` answering the consent page."""
     storage = storage or MemoryTokenStorage()
     answers: list[AuthorizationCodeResult] = []
@@ -126,16 +141,19 @@ def oauth_client(server_url: str, owner: Owner, *, redirect_uri: str = "http://1
     async def redirect_handler(url: str) -> None:
         async with httpx2.AsyncClient(timeout=30) as http:
             query = callback_of(await owner.consent(http, url))
-        answers.append(AuthorizationCodeResult(code=query.get("code", ""), state=query.get("state"),
-                                               iss=query.get("iss")))
+        answers.append(
+            AuthorizationCodeResult(code=query.get("code", ""), state=query.get("state"), iss=query.get("iss"))
+        )
 
     async def callback_handler() -> AuthorizationCodeResult:
         return answers.pop()
 
     client_metadata = OAuthClientMetadata.model_validate(
-        {"client_name": client_name, "redirect_uris": [redirect_uri], **metadata})
-    provider = OAuthClientProvider(server_url, client_metadata, storage, redirect_handler=redirect_handler,
-                                   callback_handler=callback_handler)
+        {"client_name": client_name, "redirect_uris": [redirect_uri], **metadata}
+    )
+    provider = OAuthClientProvider(
+        server_url, client_metadata, storage, redirect_handler=redirect_handler, callback_handler=callback_handler
+    )
     return provider, storage
 
 
@@ -162,8 +180,9 @@ class RawClient:
     redirect_uri: str
 
     @classmethod
-    async def register(cls, http: httpx2.AsyncClient, base: str, *, redirect_uri: str = "http://127.0.0.1:38124/cb",
-                       **metadata: Any) -> RawClient:
+    async def register(
+        cls, http: httpx2.AsyncClient, base: str, *, redirect_uri: str = "http://127.0.0.1:38124/cb", **metadata: Any
+    ) -> RawClient:
         body = {"client_name": "Raw client", "redirect_uris": [redirect_uri], **metadata}
         response = await http.post(f"{base}/register", json=body)
         assert response.status_code == 201, response.text
@@ -171,9 +190,16 @@ class RawClient:
         return cls(base, info["client_id"], info.get("client_secret"), redirect_uri)
 
     def authorize_url(self, challenge: str, *, state: str = "st-123", **params: str) -> str:
-        query = {"response_type": "code", "client_id": self.client_id, "redirect_uri": self.redirect_uri,
-                 "code_challenge": challenge, "code_challenge_method": "S256", "state": state,
-                 "resource": f"{self.base}/mcp", **params}
+        query = {
+            "response_type": "code",
+            "client_id": self.client_id,
+            "redirect_uri": self.redirect_uri,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": state,
+            "resource": f"{self.base}/mcp",
+            **params,
+        }
         return f"{self.base}/authorize?{urlencode(query)}"
 
     async def token(self, http: httpx2.AsyncClient, **form: str) -> httpx2.Response:
@@ -183,13 +209,20 @@ class RawClient:
         return await http.post(f"{self.base}/token", data=data)
 
     async def exchange(self, http: httpx2.AsyncClient, code: str, verifier: str, **form: str) -> httpx2.Response:
-        fields = {"grant_type": "authorization_code", "code": code, "code_verifier": verifier,
-                  "redirect_uri": self.redirect_uri, "resource": f"{self.base}/mcp", **form}
+        fields = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "code_verifier": verifier,
+            "redirect_uri": self.redirect_uri,
+            "resource": f"{self.base}/mcp",
+            **form,
+        }
         return await self.token(http, **fields)
 
     async def refresh(self, http: httpx2.AsyncClient, refresh_token: str) -> httpx2.Response:
-        return await self.token(http, grant_type="refresh_token", refresh_token=refresh_token,
-                                resource=f"{self.base}/mcp")
+        return await self.token(
+            http, grant_type="refresh_token", refresh_token=refresh_token, resource=f"{self.base}/mcp"
+        )
 
     async def revoke(self, http: httpx2.AsyncClient, token: str) -> httpx2.Response:
         data = {"client_id": self.client_id, "token": token}

@@ -94,8 +94,9 @@ def _free_port() -> int:
 class PostgresServer:
     """One PostgreSQL server on a private data directory; see the module docstring."""
 
-    def __init__(self, bindir: Path, directory: Path, *, user: str | None,
-                 settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bindir: Path, directory: Path, *, user: str | None, settings: dict[str, str] | None = None
+    ) -> None:
         self.bindir = bindir
         self.settings = {**_SETTINGS, **(settings or {})}  # passed with -c: above postgresql(.auto).conf
         self.socket_dir = directory  # DIR: sockets; DIR/data: the cluster; DIR/postgres.log: its log
@@ -120,16 +121,24 @@ class PostgresServer:
 
     def _run(self, *argv: str, check: bool = True, timeout: float = _WAIT_S + 30) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [str(self.bindir / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=timeout,
-            stdin=subprocess.DEVNULL, cwd=self.socket_dir,
-            user=self.user, group=self.user, extra_groups=[] if self.user else None,
+            [str(self.bindir / argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            cwd=self.socket_dir,
+            user=self.user,
+            group=self.user,
+            extra_groups=[] if self.user else None,
             # The postmaster must not share the terminal's process group: a Ctrl-C meant for pytest would
             # shut it down under the tests still running their clean-up.
             start_new_session=True,
         )
         if check and result.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
-                               f"\n--- {self.log_path} ---\n{self.log_tail()}")
+            raise RuntimeError(
+                f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
+                f"\n--- {self.log_path} ---\n{self.log_tail()}"
+            )
         return result
 
     def _options(self) -> str:
@@ -139,12 +148,35 @@ class PostgresServer:
 
     def init(self) -> None:
         # --no-sync skips initdb's final flush of the template files only; the server's fsync stays on.
-        self._run("initdb", "-D", str(self.data_dir), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                  "--locale=C", "--no-sync", "--no-instructions")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data_dir),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+        )
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path), "-o", self._options(),
-                  "-w", "-t", str(_WAIT_S), "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_path),
+            "-o",
+            self._options(),
+            "-w",
+            "-t",
+            str(_WAIT_S),
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         """`pg_ctl stop -m MODE`: smart, fast (rolls back open transactions) or immediate (a crash)."""
@@ -152,8 +184,21 @@ class PostgresServer:
 
     def restart(self, mode: str = "fast") -> None:
         """`pg_ctl restart -m MODE`: clients see their connections closed and must reconnect."""
-        self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path), "-o", self._options(),
-                  "-m", mode, "-w", "-t", str(_WAIT_S), "restart")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_path),
+            "-o",
+            self._options(),
+            "-m",
+            mode,
+            "-w",
+            "-t",
+            str(_WAIT_S),
+            "restart",
+        )
 
     def promote(self) -> None:
         """`pg_ctl promote`: a standby becomes a primary; returns once it accepts writes."""
@@ -178,8 +223,11 @@ class PostgresServer:
         stop = [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"]
         self._watchdog = subprocess.Popen(
             [sys.executable, "-c", _WATCHDOG, json.dumps([stop, self.user, str(self.socket_dir)])],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
 
     def destroy(self) -> None:
@@ -203,8 +251,10 @@ def _server_user() -> str | None:
     try:
         pwd.getpwnam("postgres")
     except KeyError:
-        pytest.skip("the tests run as root and there is no 'postgres' user to run PostgreSQL as "
-                    "(install Debian's postgresql package, or run the tests as a non-root user)")
+        pytest.skip(
+            "the tests run as root and there is no 'postgres' user to run PostgreSQL as "
+            "(install Debian's postgresql package, or run the tests as a non-root user)"
+        )
     return "postgres"
 
 
@@ -223,8 +273,10 @@ def _make_directory(user: str | None) -> Path:
 def postgres_server() -> Iterator[PostgresServer]:
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip("PostgreSQL server binaries not found (no /usr/lib/postgresql/*/bin/initdb, no initdb on "
-                    "PATH): install Debian's postgresql package (`make system-packages`, as root)")
+        pytest.skip(
+            "PostgreSQL server binaries not found (no /usr/lib/postgresql/*/bin/initdb, no initdb on "
+            "PATH): install Debian's postgresql package (`make system-packages`, as root)"
+        )
     user = _server_user()
     server = PostgresServer(bindir, _make_directory(user), user=user)
     server.arm_watchdog()
@@ -310,8 +362,9 @@ class ReplicatedPostgres:
         self.primary = PostgresServer(bindir, _make_directory(user), user=user)
         # Passed with -c, so it holds over what pg_basebackup copied: once promoted, the standby has no
         # standby of its own to wait for.
-        self.standby = PostgresServer(bindir, _make_directory(user), user=user,
-                                      settings={"synchronous_standby_names": ""})
+        self.standby = PostgresServer(
+            bindir, _make_directory(user), user=user, settings={"synchronous_standby_names": ""}
+        )
         self.startup_seconds = 0.0
 
     def url(self, dbname: str = "postgres") -> str:
@@ -329,10 +382,25 @@ class ReplicatedPostgres:
         hba.write_text(_REPLICATION_HBA + hba.read_text())  # first line that matches wins
         self.primary.start()
         _admin_execute(self.primary, f"CREATE ROLE {REPLICATION_ROLE} WITH REPLICATION LOGIN")
-        source = (f"host={self.primary.socket_dir} port={self.primary.port} user={REPLICATION_ROLE} "
-                  f"application_name={STANDBY_NAME}")
-        self.standby._run("pg_basebackup", "-D", str(self.standby.data_dir), "-R", "-X", "stream", "-c", "fast",
-                          "-C", "-S", STANDBY_NAME, "-d", source)
+        source = (
+            f"host={self.primary.socket_dir} port={self.primary.port} user={REPLICATION_ROLE} "
+            f"application_name={STANDBY_NAME}"
+        )
+        self.standby._run(
+            "pg_basebackup",
+            "-D",
+            str(self.standby.data_dir),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-C",
+            "-S",
+            STANDBY_NAME,
+            "-d",
+            source,
+        )
         self.standby.start()
         if self.synchronous:
             _admin_execute(self.primary, f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
@@ -348,8 +416,9 @@ class ReplicatedPostgres:
         deadline = time.monotonic() + _WAIT_S
         with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=30) as conn:
             while True:
-                row = conn.execute("SELECT state, sync_state FROM pg_stat_replication WHERE application_name = %s",
-                                   [STANDBY_NAME]).fetchone()
+                row = conn.execute(
+                    "SELECT state, sync_state FROM pg_stat_replication WHERE application_name = %s", [STANDBY_NAME]
+                ).fetchone()
                 if row == wanted:
                     return
                 if time.monotonic() > deadline:

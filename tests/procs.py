@@ -34,8 +34,7 @@ INHERITED_SETTINGS = ("MEMORY_EMBEDDING_", "MEMORY_INDEX_BACKEND", "MEMORY_QDRAN
 
 def server_env(**extra: str) -> dict[str, str]:
     """The environment for a child process: no banner, quiet logs, offline, plus `extra` (MEMORY_*)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MEMORY_") or k.startswith(INHERITED_SETTINGS)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_") or k.startswith(INHERITED_SETTINGS)}
     env.update(
         FASTMCP_SHOW_SERVER_BANNER="false",
         HF_HUB_OFFLINE="1",
@@ -47,8 +46,9 @@ def server_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None,
-            executable: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, data_dir: Path | None = None, env: dict[str, str] | None = None, executable: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `memory-server ARGS [--data-dir D]` to completion and return the finished process."""
     command = (executable or [sys.executable, "-m", "memory_server"]) + list(args)
     if data_dir is not None:
@@ -70,8 +70,16 @@ def parse_fields(output: str) -> dict[str, str]:
 class ServerProcess:
     """One `memory-server serve` child process on 127.0.0.1:<port>."""
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, log_path: Path | None = None,
-                 env: dict[str, str] | None = None, preexec: Any = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        log_path: Path | None = None,
+        env: dict[str, str] | None = None,
+        preexec: Any = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.host = host
@@ -87,9 +95,23 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "memory_server", "serve", "--port", str(self.port), "--host", self.host,
-                 "--data-dir", str(self.data_dir)],
-                cwd=REPO_ROOT, env=self._env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                [
+                    sys.executable,
+                    "-m",
+                    "memory_server",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--host",
+                    self.host,
+                    "--data-dir",
+                    str(self.data_dir),
+                ],
+                cwd=REPO_ROOT,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
                 preexec_fn=self._preexec,
             )
         finally:
@@ -173,7 +195,6 @@ class ServerProcesses:
                 server.kill()
             except Exception:  # keep killing the rest
                 pass
-
 
 
 @pytest.fixture

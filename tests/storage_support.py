@@ -21,8 +21,17 @@ DIM = 8
 
 
 def memory(content: str, **fields: Any) -> NewMemory:
-    values: dict[str, Any] = {"type": "note", "location": None, "project": None, "team": None, "bucket": "default",
-                              "tags": (), "metadata": {}, "provenance": {}, "occurred_at": WHEN}
+    values: dict[str, Any] = {
+        "type": "note",
+        "location": None,
+        "project": None,
+        "team": None,
+        "bucket": "default",
+        "tags": (),
+        "metadata": {},
+        "provenance": {},
+        "occurred_at": WHEN,
+    }
     values.update(fields)
     values["tags"] = tuple(values["tags"])
     return NewMemory(content=content, **values)
@@ -36,27 +45,38 @@ def document(content: str, *, model: str = "model-a", seed: int = 0) -> Document
     return Document(vector=vector(seed), model=model, terms=analyzed_text(content))
 
 
-def remember(storage: Storage, site_id: int, content: str, *, kept: Kept | None = None, words: Words = Words(),
-             model: str = "model-a", **fields: Any) -> Any:
+def remember(
+    storage: Storage,
+    site_id: int,
+    content: str,
+    *,
+    kept: Kept | None = None,
+    words: Words = Words(),
+    model: str = "model-a",
+    **fields: Any,
+) -> Any:
     """Insert one memory; its Inserted outcome."""
     new = memory(content, **fields)
-    return storage.memories.insert(site_id, [(new, document(content, model=model, seed=len(content)), kept)],
-                                   words)[0]
+    return storage.memories.insert(site_id, [(new, document(content, model=model, seed=len(content)), kept)], words)[0]
 
 
 # A vocabulary with repeats (BM25 ties), stemming, underscores (one analysed term, two FTS5 tokens) and
 # diacritics (folded by FTS5's tokenizer).
-VOCABULARY = ("apple banana cherry delta echo foxtrot garden harbor island jungle kettle lemon meadow night "
-              "orange piano quartz river sunset tiger umbrella violet walnut xenon yellow zebra running runs "
-              "café cafe naïve naive snake_case snake case x_y 2024 v2 Zürich zurich").split()
+VOCABULARY = (
+    "apple banana cherry delta echo foxtrot garden harbor island jungle kettle lemon meadow night "
+    "orange piano quartz river sunset tiger umbrella violet walnut xenon yellow zebra running runs "
+    "café cafe naïve naive snake_case snake case x_y 2024 v2 Zürich zurich"
+).split()
 
 
 def corpus(size: int, *, seed: int = 11) -> list[tuple[int, str]]:
     """(site 0 or 1, content) for `size` memories of 1-24 words each, some words far more common."""
     rng = random.Random(seed)
     weights = [1.0 / (1 + i % 13) for i in range(len(VOCABULARY))]
-    return [(rng.randrange(2), " ".join(rng.choices(VOCABULARY, weights, k=rng.randint(1, 24))) + f" #{n}")
-            for n in range(size)]
+    return [
+        (rng.randrange(2), " ".join(rng.choices(VOCABULARY, weights, k=rng.randint(1, 24))) + f" #{n}")
+        for n in range(size)
+    ]
 
 
 APPENDER = """
@@ -88,9 +108,16 @@ print(json.dumps(acks))
 
 def run_appenders(url: str, data_dir: Path, site_id: int, writers: int, batches: int) -> dict[tuple[int, int], Any]:
     """`writers` OS processes, each with its own storage, appending `batches` batches to 4 conversations."""
-    children = [subprocess.Popen([sys.executable, "-c", APPENDER, url, str(data_dir), str(site_id), str(w),
-                                  str(batches)], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for w in range(writers)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPENDER, url, str(data_dir), str(site_id), str(w), str(batches)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(writers)
+    ]
     acks: dict[tuple[int, int], Any] = {}
     try:
         for writer, child in enumerate(children):

@@ -21,8 +21,10 @@ import pytest
 from conftest import execute, index_backlog, make_settings
 from procs import ServerProcess, parse_fields, run_cli
 
-REFUSE = ("CREATE TRIGGER refuse_marking_indexed BEFORE UPDATE OF indexed ON memories WHEN NEW.indexed = 1"
-          " BEGIN SELECT RAISE(ABORT, 'marking memories indexed is refused'); END")
+REFUSE = (
+    "CREATE TRIGGER refuse_marking_indexed BEFORE UPDATE OF indexed ON memories WHEN NEW.indexed = 1"
+    " BEGIN SELECT RAISE(ABORT, 'marking memories indexed is refused'); END"
+)
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -36,15 +38,22 @@ def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, tuple[str, str]]]:
 
 
 def remember_over_mcp(process: ServerProcess, auth: tuple[str, str], content: str) -> dict[str, Any]:
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": "remember", "arguments": {"content": content}}})
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "remember", "arguments": {"content": content}},
+        }
+    )
     reply = httpx2.post(process.url, content=body, headers=MCP_HEADERS, auth=auth, timeout=60).json()
     assert not reply["result"].get("isError"), reply
     return dict(reply["result"]["structuredContent"])
 
 
 def test_a_failure_after_the_commit_answers_the_write_as_done_and_the_outbox_repairs_it(
-        server: tuple[ServerProcess, tuple[str, str]]) -> None:
+    server: tuple[ServerProcess, tuple[str, str]],
+) -> None:
     process, auth = server
     settings = make_settings(process.data_dir)
     execute(settings, REFUSE)

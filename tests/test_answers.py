@@ -18,41 +18,48 @@ backends = pytest.mark.backends
 AT = "2023-05-08T10:00:00Z"
 
 
-@pytest.mark.parametrize(("query", "kinds"), [
-    ("When did Caroline go to the support group?", ["time"]),
-    ("How long has Nate had his turtles?", ["time"]),
-    ("Which month did they move?", ["time"]),
-    ("How many days did the trip last?", ["time", "number"]),
-    ("How many children does Melanie have?", ["number"]),
-    ("How often does Joanna run?", ["number"]),
-    ("Who gave Nate the game?", ["name"]),
-    ("Where did Joanna grow up?", ["name"]),
-    ("What book did Melanie read?", ["name"]),
-    ("Which sci-fi movie did they watch?", ["name"]),
-    ("What is the name of her dog?", ["name"]),
-    ("Why did Caroline start painting?", []),
-    ("what does she like about hiking", []),
-])
+@pytest.mark.parametrize(
+    ("query", "kinds"),
+    [
+        ("When did Caroline go to the support group?", ["time"]),
+        ("How long has Nate had his turtles?", ["time"]),
+        ("Which month did they move?", ["time"]),
+        ("How many days did the trip last?", ["time", "number"]),
+        ("How many children does Melanie have?", ["number"]),
+        ("How often does Joanna run?", ["number"]),
+        ("Who gave Nate the game?", ["name"]),
+        ("Where did Joanna grow up?", ["name"]),
+        ("What book did Melanie read?", ["name"]),
+        ("Which sci-fi movie did they watch?", ["name"]),
+        ("What is the name of her dog?", ["name"]),
+        ("Why did Caroline start painting?", []),
+        ("what does she like about hiking", []),
+    ],
+)
 def test_the_kind_a_query_asks_for(query: str, kinds: list[str]) -> None:
     assert [kind.name for kind in asked_kinds(query)] == kinds
 
 
-@pytest.mark.parametrize(("content", "time", "number", "names"), [
-    ("Nate: I went there yesterday!", True, False, ()),
-    ("Nate: We moved in May 2022.", True, True, ("May",)),
-    ("Joanna: Been doing it for a few weeks", True, True, ()),
-    ("Joanna: I have three kids", False, True, ()),
-    ("Joanna: I loved reading Dune by Frank Herbert. It was great.", False, False, ("Dune", "Frank", "Herbert")),
-    ("Melanie: Hey Caroline! So good. Thanks again", False, False, ("Caroline",)),  # sentence starts skipped
-    ("The cafe opened", False, False, ()),
-])
+@pytest.mark.parametrize(
+    ("content", "time", "number", "names"),
+    [
+        ("Nate: I went there yesterday!", True, False, ()),
+        ("Nate: We moved in May 2022.", True, True, ("May",)),
+        ("Joanna: Been doing it for a few weeks", True, True, ()),
+        ("Joanna: I have three kids", False, True, ()),
+        ("Joanna: I loved reading Dune by Frank Herbert. It was great.", False, False, ("Dune", "Frank", "Herbert")),
+        ("Melanie: Hey Caroline! So good. Thanks again", False, False, ("Caroline",)),  # sentence starts skipped
+        ("The cafe opened", False, False, ()),
+    ],
+)
 def test_what_a_memory_holds(content: str, time: bool, number: bool, names: tuple[str, ...]) -> None:
     assert read_kinds(document_text(content, AT), AT) == (time, number, names)
 
 
 def _pool(contents: list[str]) -> CandidateSet:
-    return CandidateSet([Candidate(id=i, text=document_text(c, AT), vector=np.zeros(2), occurred_at=AT)
-                         for i, c in enumerate(contents)])
+    return CandidateSet(
+        [Candidate(id=i, text=document_text(c, AT), vector=np.zeros(2), occurred_at=AT) for i, c in enumerate(contents)]
+    )
 
 
 def test_the_boost_goes_to_the_memories_holding_the_kind_while_they_are_few() -> None:

@@ -143,8 +143,9 @@ BAD_AUTHORIZATIONS: dict[str, Callable[[LiveServer], str | bytes | None]] = {
 @pytest.mark.parametrize("case", list(BAD_AUTHORIZATIONS))
 async def test_bad_credentials_get_401_before_any_tool_runs(edge: LiveServer, case: str) -> None:
     authorization = BAD_AUTHORIZATIONS[case](edge)
-    response = await post(edge.url, rpc("append_memory", {"conversation_id": "conv-intrude-1", "items": [{"x": 1}]}),
-                          authorization)
+    response = await post(
+        edge.url, rpc("append_memory", {"conversation_id": "conv-intrude-1", "items": [{"x": 1}]}), authorization
+    )
     assert_401(response)
     async with edge.client() as client:
         assert await items_of(client, "conv-intrude-1") == []
@@ -171,8 +172,12 @@ async def test_every_mcp_method_needs_credentials(edge: LiveServer) -> None:
 
 @pytest.mark.parametrize(
     "scopes, bounds",
-    [([READ], {}), ([WRITE], {}), ([READ, WRITE], {}),
-     ([READ, WRITE], {"teams": ["t1"], "projects": ["p1"], "buckets": ["b1"]})],
+    [
+        ([READ], {}),
+        ([WRITE], {}),
+        ([READ, WRITE], {}),
+        ([READ, WRITE], {"teams": ["t1"], "projects": ["p1"], "buckets": ["b1"]}),
+    ],
     ids=["read", "write", "read+write", "read+write bounded"],
 )
 async def test_bearer_token_on_log_tools_gets_unprocessable_parameters(
@@ -188,15 +193,17 @@ async def test_bearer_token_on_log_tools_gets_unprocessable_parameters(
             assert result.is_error and text.startswith("unprocessable_parameters: "), text
             assert "Basic" in text
             assert result.structured_content is None  # an error result is its `code: message` text alone
-            assert text.split(": ", 1)[1] == ("this operation requires the site's Basic authentication "
-                                              "(conversation logs take no tokens)")
+            assert text.split(": ", 1)[1] == (
+                "this operation requires the site's Basic authentication (conversation logs take no tokens)"
+            )
     async with live.client() as basic:
         assert [i["payload"] for i in await items_of(basic, "conv-basic-02")] == [{"a": 1}]
 
 
 async def test_revoked_token_is_rejected_by_the_running_server(live: LiveServer) -> None:
-    created = run_cli("token", "create", "--site", live.site, "--scope", READ, "--scope", WRITE,
-                      data_dir=live.settings.data_dir)
+    created = run_cli(
+        "token", "create", "--site", live.site, "--scope", READ, "--scope", WRITE, data_dir=live.settings.data_dir
+    )
     assert created.returncode == 0, created.stderr
     fields = parse_fields(created.stdout)
     token, token_id = fields["token"], fields["id"]
@@ -234,10 +241,12 @@ async def test_sites_never_see_each_other(live: LiveServer) -> None:
         assert sorted(await conversations_of(a)) == ["conv-acme-only", shared_id]
         assert await conversations_of(b) == [shared_id]
         # Idempotency keys are per site too.
-        first = await a.call_tool("append_memory", {"conversation_id": shared_id, "items": [{"k": 1}],
-                                                    "idempotency_key": "same"})
-        second = await b.call_tool("append_memory", {"conversation_id": shared_id, "items": [{"k": 1}],
-                                                     "idempotency_key": "same"})
+        first = await a.call_tool(
+            "append_memory", {"conversation_id": shared_id, "items": [{"k": 1}], "idempotency_key": "same"}
+        )
+        second = await b.call_tool(
+            "append_memory", {"conversation_id": shared_id, "items": [{"k": 1}], "idempotency_key": "same"}
+        )
         assert first.structured_content["duplicate"] is False and second.structured_content["duplicate"] is False
 
 
@@ -261,8 +270,9 @@ async def test_site_delete_removes_its_data(live: LiveServer) -> None:
     other_secret = live.create_site("globex")
     async with live.client() as a, live.client(auth=httpx2.BasicAuth("globex", other_secret)) as b:
         await a.call_tool("append_memory", {"conversation_id": "conv-doomed-01", "items": [{"n": 1}, {"n": 2}]})
-        await a.call_tool("append_memory", {"conversation_id": "conv-doomed-01", "items": [{"n": 3}],
-                                            "idempotency_key": "key-1"})
+        await a.call_tool(
+            "append_memory", {"conversation_id": "conv-doomed-01", "items": [{"n": 3}], "idempotency_key": "key-1"}
+        )
         await b.call_tool("append_memory", {"conversation_id": "conv-survivor", "items": [{"n": 1}]})
     old_id = admin(live.settings, lambda sites: sites.site_id(live.site))
 
@@ -278,8 +288,9 @@ async def test_site_delete_removes_its_data(live: LiveServer) -> None:
     async with Client(live.url, auth=httpx2.BasicAuth(live.site, recreated["secret"])) as a:
         assert await conversations_of(a) == []
         assert await items_of(a, "conv-doomed-01") == []
-        ack = await a.call_tool("append_memory", {"conversation_id": "conv-doomed-01", "items": [{"n": 3}],
-                                                  "idempotency_key": "key-1"})
+        ack = await a.call_tool(
+            "append_memory", {"conversation_id": "conv-doomed-01", "items": [{"n": 3}], "idempotency_key": "key-1"}
+        )
         assert ack.structured_content["first_seq"] == 0 and ack.structured_content["duplicate"] is False
     async with live.client(auth=httpx2.BasicAuth("globex", other_secret)) as b:
         assert [i["payload"] for i in await items_of(b, "conv-survivor")] == [{"n": 1}]
@@ -315,7 +326,7 @@ async def test_oversized_chunked_body_gets_413(small: LiveServer) -> None:
 
     async def chunks() -> AsyncIterator[bytes]:
         for start in range(0, len(body), 4096):
-            yield body[start:start + 4096]
+            yield body[start : start + 4096]
 
     response = await post(small.url, chunks(), small.basic_header())  # type: ignore[arg-type]
     assert response.status_code == 413
@@ -329,7 +340,7 @@ async def test_body_under_the_limit_is_accepted_chunked_or_not(small: LiveServer
 
     async def chunks() -> AsyncIterator[bytes]:
         for start in range(0, len(body), 4096):
-            yield body[start:start + 4096]
+            yield body[start : start + 4096]
 
     for content in (body, chunks()):
         response = await post(small.url, content, small.basic_header())  # type: ignore[arg-type]
@@ -357,13 +368,13 @@ MALFORMED_BODIES = {
     "tools/call without params": b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}',
     "unknown tool": rpc("no_such_tool", {}),
     "arguments not an object": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"recall_memory",'
-                               b'"arguments":[1,2]}}',
+    b'"arguments":[1,2]}}',
     "NaN literal": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append_memory",'
-                   b'"arguments":{"conversation_id":"conv-malformed","items":[{"x":NaN}]}}}',
+    b'"arguments":{"conversation_id":"conv-malformed","items":[{"x":NaN}]}}}',
     "huge number": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append_memory",'
-                   b'"arguments":{"conversation_id":"conv-malformed","items":[{"x":1e999}]}}}',
+    b'"arguments":{"conversation_id":"conv-malformed","items":[{"x":1e999}]}}}',
     "lone surrogate": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append_memory",'
-                      b'"arguments":{"conversation_id":"conv-malformed","items":[{"x":"\\ud800"}]}}}',
+    b'"arguments":{"conversation_id":"conv-malformed","items":[{"x":"\\ud800"}]}}}',
 }
 
 

@@ -37,8 +37,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
 
 def mcp_call(process: ServerProcess, auth: tuple[str, str], tool: str, arguments: Any) -> tuple[int, dict[str, Any]]:
     """A raw JSON-RPC tools/call (the body exactly as given, lone surrogates escaped as JSON allows)."""
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": tool, "arguments": arguments}})
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    )
     response = httpx2.post(process.url, content=body, headers=MCP_HEADERS, auth=auth, timeout=60)
     return response.status_code, response.json() if response.content else {}
 
@@ -58,8 +59,10 @@ def test_dates_outside_the_calendar_in_utc_are_invalid_everywhere(server: Any, o
     with httpx2.Client(base_url=process.base, auth=auth, timeout=60) as http:
         created = http.post("/v1/memories", json={"content": "A memory to move in time."})
         reference = created.json()["reference"]
-        for response in (http.post("/v1/memories", json={"content": "x", "occurred_at": occurred_at}),
-                         http.patch(f"/v1/memories/{reference}", json={"occurred_at": occurred_at})):
+        for response in (
+            http.post("/v1/memories", json={"content": "x", "occurred_at": occurred_at}),
+            http.patch(f"/v1/memories/{reference}", json={"occurred_at": occurred_at}),
+        ):
             assert response.status_code == 422, response.text
             assert response.json()["error"]["code"] == "invalid_parameters"
             assert "years 1 and 9999" in response.json()["error"]["message"]
@@ -83,17 +86,20 @@ def test_forged_cursors_with_lone_surrogates_are_invalid(server: Any, fields: li
 LONE = "\ud83d"
 
 
-@pytest.mark.parametrize("tool, arguments", [
-    ("remember", {"content": f"broken {LONE} text"}),
-    ("remember", {"content": "fine", "location": f"a/{LONE}"}),
-    ("remember", {"content": "fine", "metadata": {LONE: 1}}),
-    ("remember", {"content": "fine", "provenance": {"agent": LONE}}),
-    ("append_memory", {"conversation_id": "conv-surrogate", "items": [{"text": LONE}]}),
-    ("append_memory", {"conversation_id": "conv-surrogate", "items": [{"a": 1}], "idempotency_key": LONE}),
-    ("recall", {"query": f"what {LONE}"}),
-    ("search_memory", {"query": f"what {LONE}"}),
-    ("recall_context", {"query": f"what {LONE}"}),
-])
+@pytest.mark.parametrize(
+    "tool, arguments",
+    [
+        ("remember", {"content": f"broken {LONE} text"}),
+        ("remember", {"content": "fine", "location": f"a/{LONE}"}),
+        ("remember", {"content": "fine", "metadata": {LONE: 1}}),
+        ("remember", {"content": "fine", "provenance": {"agent": LONE}}),
+        ("append_memory", {"conversation_id": "conv-surrogate", "items": [{"text": LONE}]}),
+        ("append_memory", {"conversation_id": "conv-surrogate", "items": [{"a": 1}], "idempotency_key": LONE}),
+        ("recall", {"query": f"what {LONE}"}),
+        ("search_memory", {"query": f"what {LONE}"}),
+        ("recall_context", {"query": f"what {LONE}"}),
+    ],
+)
 def test_lone_surrogates_are_refused_on_mcp(server: Any, tool: str, arguments: dict[str, Any]) -> None:
     """The MCP SDK's JSON parser refuses a body escaping a lone surrogate with its JSON-RPC parse error
     (HTTP 400, -32700), before any tool runs; whatever gets past it is invalid_parameters. Never a 5xx."""
@@ -115,13 +121,31 @@ def test_import_reports_and_skips_every_bad_line_and_keeps_going(tmp_path: Path)
         {"kind": "memory", "site": "acme", "reference": "mem_bad2", "content": "x", "occurred_at": EXTREME_DATES[0]},
         {"kind": "memory", "site": "acme", "reference": "../../x y/\u202e", "content": "Unaddressable."},
         {"kind": "memory", "site": "acme", "reference": "mem_bad3", "content": "x", "metadata": {"k": LONE}},
-        {"kind": "log_item", "site": "acme", "conversation_id": "conv-import-1", "seq": 0,
-         "recorded_at": "2024-01-01T00:00:00Z", "payload": {"t": LONE}},
-        {"kind": "log_item", "site": "acme", "conversation_id": "conv-import-1", "seq": 0,
-         "recorded_at": EXTREME_DATES[1], "payload": {"t": "late"}},
+        {
+            "kind": "log_item",
+            "site": "acme",
+            "conversation_id": "conv-import-1",
+            "seq": 0,
+            "recorded_at": "2024-01-01T00:00:00Z",
+            "payload": {"t": LONE},
+        },
+        {
+            "kind": "log_item",
+            "site": "acme",
+            "conversation_id": "conv-import-1",
+            "seq": 0,
+            "recorded_at": EXTREME_DATES[1],
+            "payload": {"t": "late"},
+        },
         {"kind": "memory", "site": "acme", "reference": "mem_good2", "content": "Second good memory."},
-        {"kind": "log_item", "site": "acme", "conversation_id": "conv-import-1", "seq": 0,
-         "recorded_at": "2024-01-01T00:00:00Z", "payload": {"t": "ok"}},
+        {
+            "kind": "log_item",
+            "site": "acme",
+            "conversation_id": "conv-import-1",
+            "seq": 0,
+            "recorded_at": "2024-01-01T00:00:00Z",
+            "payload": {"t": "ok"},
+        },
     ]
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n{not json\n\x00\x01\n")
@@ -156,9 +180,23 @@ def test_a_reference_holding_other_content_is_a_conflict_not_already_present(tmp
 
 # Text with everything JSON can carry: lone surrogates (category Cs), NULs and other controls, any plane.
 TEXT = st.text(st.characters(codec=None, categories=None), max_size=40) | st.sampled_from(
-    ["", " ", "\x00", "\ud800", "a\udfffb", "\u202e", "x" * 300, "../../x y"])
-DATES = st.sampled_from([*EXTREME_DATES, "0000-01-01T00:00:00Z", "2024-02-30T00:00:00Z", "2024-05-08", "now",
-                         "2024-05-08T13:56:00Z", "1970-01-01T00:00:00+14:00", "+275760-09-13T00:00:00Z"]) | TEXT
+    ["", " ", "\x00", "\ud800", "a\udfffb", "\u202e", "x" * 300, "../../x y"]
+)
+DATES = (
+    st.sampled_from(
+        [
+            *EXTREME_DATES,
+            "0000-01-01T00:00:00Z",
+            "2024-02-30T00:00:00Z",
+            "2024-05-08",
+            "now",
+            "2024-05-08T13:56:00Z",
+            "1970-01-01T00:00:00+14:00",
+            "+275760-09-13T00:00:00Z",
+        ]
+    )
+    | TEXT
+)
 NUMBERS = st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False, allow_infinity=False)
 SCALARS = st.none() | st.booleans() | NUMBERS | TEXT | DATES
 
@@ -170,17 +208,30 @@ def nested(depth: int) -> Any:
     return value
 
 
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
-                    max_leaves=12) | st.sampled_from([nested(63), nested(64), nested(65), nested(500)])
-MEMORY_FIELDS = ["content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
-                 "occurred_at"]
+JSON = st.recursive(
+    SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=12
+) | st.sampled_from([nested(63), nested(64), nested(65), nested(500)])
+MEMORY_FIELDS = [
+    "content",
+    "type",
+    "location",
+    "project",
+    "team",
+    "bucket",
+    "tags",
+    "metadata",
+    "provenance",
+    "occurred_at",
+]
 WRITES = st.one_of(
     st.tuples(st.just("rest-remember"), st.dictionaries(st.sampled_from(MEMORY_FIELDS), JSON, min_size=1)),
     st.tuples(st.just("rest-patch"), st.dictionaries(st.sampled_from(MEMORY_FIELDS), JSON, min_size=1)),
     st.tuples(st.just("rest-append"), st.fixed_dictionaries({"items": JSON}, optional={"idempotency_key": JSON})),
     st.tuples(st.just("mcp-remember"), st.dictionaries(st.sampled_from(MEMORY_FIELDS), JSON, min_size=1)),
-    st.tuples(st.just("mcp-append"), st.fixed_dictionaries({"conversation_id": JSON, "items": JSON},
-                                                           optional={"idempotency_key": JSON})),
+    st.tuples(
+        st.just("mcp-append"),
+        st.fixed_dictionaries({"conversation_id": JSON, "items": JSON}, optional={"idempotency_key": JSON}),
+    ),
     st.tuples(st.just("rest-append-items"), st.lists(st.dictionaries(TEXT, JSON, max_size=3), min_size=1, max_size=3)),
 )
 

@@ -138,8 +138,12 @@ def test_profiles_sizes(prof: profiles.Dataset) -> None:
 
 def test_profiles_dates_come_in_many_formats(prof: profiles.Dataset) -> None:
     patterns = {
-        "iso": r"\b20\d\d-\d\d-\d\d\b", "numeric": r"\b\d{1,2}/\d{1,2}/\d\d\b", "dotted": r"\b\d\d\.\d\d\.20\d\d\b",
-        "ordinal": r"\b\d{1,2}(st|nd|rd|th)\b", "apostrophe": r"[A-Z][a-z]+ '\d\d\b", "month-iso": r"\b20\d\d-\d\d\b",
+        "iso": r"\b20\d\d-\d\d-\d\d\b",
+        "numeric": r"\b\d{1,2}/\d{1,2}/\d\d\b",
+        "dotted": r"\b\d\d\.\d\d\.20\d\d\b",
+        "ordinal": r"\b\d{1,2}(st|nd|rd|th)\b",
+        "apostrophe": r"[A-Z][a-z]+ '\d\d\b",
+        "month-iso": r"\b20\d\d-\d\d\b",
         "relative": r"\b(yesterday|today|last month|last (spring|summer|autumn))\b",
     }
     for name, pattern in patterns.items():

@@ -72,8 +72,10 @@ def test_console_script_is_installed_and_works(data_dir: Path) -> None:
 
 
 def test_site_list_rotate_delete(data_dir: Path) -> None:
-    secrets = {name: parse_fields(ok("site", "create", name, data_dir=data_dir))["secret"]
-               for name in ("acme", "globex", "initech")}
+    secrets = {
+        name: parse_fields(ok("site", "create", name, data_dir=data_dir))["secret"]
+        for name in ("acme", "globex", "initech")
+    }
     listed = ok("site", "list", data_dir=data_dir)
     assert [line.split()[0] for line in listed.splitlines()] == ["acme", "globex", "initech"]
     assert not any(secret in listed for secret in secrets.values())
@@ -105,8 +107,27 @@ def test_tokens_create_list_revoke(data_dir: Path) -> None:
     ok("site", "create", "acme", data_dir=data_dir)
     ok("site", "create", "globex", data_dir=data_dir)
     read = parse_fields(ok("token", "create", "--site", "acme", "--scope", "memory:read", data_dir=data_dir))
-    both = parse_fields(ok("token", "create", "--site", "acme", "--scope", "memory:read", "--scope", "memory:write",
-                           "--team", "t1", "--team", "t2", "--project", "p1", "--bucket", "b1", data_dir=data_dir))
+    both = parse_fields(
+        ok(
+            "token",
+            "create",
+            "--site",
+            "acme",
+            "--scope",
+            "memory:read",
+            "--scope",
+            "memory:write",
+            "--team",
+            "t1",
+            "--team",
+            "t2",
+            "--project",
+            "p1",
+            "--bucket",
+            "b1",
+            data_dir=data_dir,
+        )
+    )
     for created in (read, both):
         assert created["id"] and created["token"].startswith("mst_") and len(created["token"]) > 40
 
@@ -128,8 +149,9 @@ def test_tokens_create_list_revoke(data_dir: Path) -> None:
     with pytest.raises(Unauthorized):
         authenticate(data_dir, f"Bearer {read['token']}")
     assert authenticate(data_dir, f"Bearer {both['token']}").site == "acme"
-    relisted = {line.split("\t")[0]: line for line in ok("token", "list", "--site", "acme",
-                                                         data_dir=data_dir).splitlines()[1:]}
+    relisted = {
+        line.split("\t")[0]: line for line in ok("token", "list", "--site", "acme", data_dir=data_dir).splitlines()[1:]
+    }
     assert "revoked" in relisted[read["id"]] and "active" in relisted[both["id"]]
     fails("token", "revoke", read["id"], data_dir=data_dir, says="no active token")
 
@@ -137,10 +159,28 @@ def test_tokens_create_list_revoke(data_dir: Path) -> None:
 def test_token_errors_exit_non_zero_with_a_clear_message(data_dir: Path) -> None:
     ok("site", "create", "acme", data_dir=data_dir)
     fails("token", "create", "--site", "acme", "--scope", "memory:admin", data_dir=data_dir, says="unknown scope")
-    fails("token", "create", "--site", "acme", "--scope", "memory:read", "--scope", "root", data_dir=data_dir,
-          says="unknown scope")
-    fails("token", "create", "--site", "nobody", "--scope", "memory:read", data_dir=data_dir,
-          says="no site named 'nobody'")
+    fails(
+        "token",
+        "create",
+        "--site",
+        "acme",
+        "--scope",
+        "memory:read",
+        "--scope",
+        "root",
+        data_dir=data_dir,
+        says="unknown scope",
+    )
+    fails(
+        "token",
+        "create",
+        "--site",
+        "nobody",
+        "--scope",
+        "memory:read",
+        data_dir=data_dir,
+        says="no site named 'nobody'",
+    )
     fails("token", "create", "--site", "acme", data_dir=data_dir, says="--scope")  # a scope is required
     fails("token", "list", "--site", "nobody", data_dir=data_dir, says="no site named 'nobody'")
     fails("token", "revoke", "deadbeef0000", data_dir=data_dir, says="no active token")
@@ -150,8 +190,7 @@ def test_token_errors_exit_non_zero_with_a_clear_message(data_dir: Path) -> None
 def test_secrets_are_stored_only_as_hashes(data_dir: Path) -> None:
     secret = parse_fields(ok("site", "create", "acme", data_dir=data_dir))["secret"]
     rotated = parse_fields(ok("site", "rotate", "acme", data_dir=data_dir))["secret"]
-    token = parse_fields(ok("token", "create", "--site", "acme", "--scope", "memory:read",
-                            data_dir=data_dir))["token"]
+    token = parse_fields(ok("token", "create", "--site", "acme", "--scope", "memory:read", data_dir=data_dir))["token"]
     settings = make_settings(data_dir)
     values = (secret, rotated, token, token.removeprefix("mst_"))
     if settings.database_url is None:

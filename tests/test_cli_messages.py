@@ -48,8 +48,10 @@ def test_bad_flags_and_settings_are_one_line_errors(tmp_path: Path) -> None:
     data = tmp_path / "data"
     one_line_error(run_cli("serve", "--transport", "foo", data_dir=data), says="--transport")
     one_line_error(run_cli("serve", "--port", "99999", data_dir=data), says="--port")
-    one_line_error(run_cli("site", "list", data_dir=data, env=server_env(MEMORY_MAX_CONNECTIONS="many")),
-                   says="MEMORY_MAX_CONNECTIONS")
+    one_line_error(
+        run_cli("site", "list", data_dir=data, env=server_env(MEMORY_MAX_CONNECTIONS="many")),
+        says="MEMORY_MAX_CONNECTIONS",
+    )
     one_line_error(run_cli("serve", data_dir=data, env=server_env(MEMORY_PORT="-1")), says="MEMORY_PORT")
     assert not data.exists()
 
@@ -59,8 +61,9 @@ def test_reindex_while_a_server_runs_says_to_stop_it(tmp_path: Path) -> None:
     run_cli("site", "create", "acme", data_dir=data)
     with ServerProcess(data) as server:
         assert server.proc is not None
-        one_line_error(run_cli("reindex", data_dir=data),
-                       says=f"stop the server (pid {server.proc.pid}), then run reindex again")
+        one_line_error(
+            run_cli("reindex", data_dir=data), says=f"stop the server (pid {server.proc.pid}), then run reindex again"
+        )
 
 
 def test_an_unreachable_qdrant_server_says_what_to_check(tmp_path: Path) -> None:
@@ -68,8 +71,9 @@ def test_an_unreachable_qdrant_server_says_what_to_check(tmp_path: Path) -> None
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]  # nothing listens there once the socket is closed
     env = server_env(MEMORY_INDEX_BACKEND="server", MEMORY_QDRANT_URL=f"http://127.0.0.1:{port}")
-    line = one_line_error(run_cli("serve", "--port", "0", data_dir=tmp_path / "data", env=env),
-                          says="Check MEMORY_QDRANT_URL")
+    line = one_line_error(
+        run_cli("serve", "--port", "0", data_dir=tmp_path / "data", env=env), says="Check MEMORY_QDRANT_URL"
+    )
     assert f"127.0.0.1:{port}" in line
 
 
@@ -84,17 +88,24 @@ def test_version_is_the_projects() -> None:
 # --- the database: a malformed URL, a refused password, an emptied file ---------------------------------
 
 PASSWORD = "s3cret-Pa55"
-MALFORMED_URLS = [f"postgresql://memory:{PASSWORD}%zz@db.example/memory",  # a bad percent escape in the password
-                  f"postgresql://memory:{PASSWORD}@[db.example/memory",  # an unclosed IPv6 bracket: all of it quoted
-                  f"postgresql://memory@db.example/memory?password={PASSWORD}%zz"]
+MALFORMED_URLS = [
+    f"postgresql://memory:{PASSWORD}%zz@db.example/memory",  # a bad percent escape in the password
+    f"postgresql://memory:{PASSWORD}@[db.example/memory",  # an unclosed IPv6 bracket: all of it quoted
+    f"postgresql://memory@db.example/memory?password={PASSWORD}%zz",
+]
 
 
 def test_a_malformed_database_url_is_named_never_printed_with_its_password(tmp_path: Path) -> None:
     data = tmp_path / "data"
     for url in MALFORMED_URLS:
         env = server_env(MEMORY_DATABASE_URL=url)
-        for command in (("site", "list"), ("serve", "--port", "0"), ("export", "-"), ("doctor",),
-                        ("token", "list", "--site", "acme")):
+        for command in (
+            ("site", "list"),
+            ("serve", "--port", "0"),
+            ("export", "-"),
+            ("doctor",),
+            ("token", "list", "--site", "acme"),
+        ):
             done = run_cli(*command, data_dir=data, env=env)
             line = one_line_error(done, says="MEMORY_DATABASE_URL is not a PostgreSQL URL")
             assert PASSWORD not in done.stdout + done.stderr, (command, line)
@@ -116,8 +127,22 @@ def password_postgres() -> Iterator[tuple[str, str]]:
         password_file = server.socket_dir / "password"
         password_file.write_text(f"{PASSWORD}\n")
         password_file.chmod(0o644)
-        server._run("initdb", "-D", str(server.data_dir), "-A", "scram-sha-256", "--pwfile", str(password_file),
-                    "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
+        server._run(
+            "initdb",
+            "-D",
+            str(server.data_dir),
+            "-A",
+            "scram-sha-256",
+            "--pwfile",
+            str(password_file),
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+        )
         password_file.unlink()
         server.start()
         right = server.url().replace("postgres@", f"postgres:{PASSWORD}@")
@@ -127,7 +152,8 @@ def password_postgres() -> Iterator[tuple[str, str]]:
 
 
 def test_a_wrong_postgresql_password_says_authentication_failed_not_retry(
-        tmp_path: Path, password_postgres: tuple[str, str]) -> None:
+    tmp_path: Path, password_postgres: tuple[str, str]
+) -> None:
     _, wrong = password_postgres
     env = server_env(MEMORY_DATABASE_URL=wrong)
     for command in (("site", "list"), ("serve", "--port", "0"), ("export", "-"), ("site", "create", "acme")):
@@ -137,7 +163,8 @@ def test_a_wrong_postgresql_password_says_authentication_failed_not_retry(
 
 
 def test_readyz_says_authentication_failed_once_the_password_is_changed_under_a_running_server(
-        tmp_path: Path, password_postgres: tuple[str, str]) -> None:
+    tmp_path: Path, password_postgres: tuple[str, str]
+) -> None:
     right, _ = password_postgres
     data = tmp_path / "data"
     with ServerProcess(data, env=server_env(MEMORY_DATABASE_URL=right)) as server:
@@ -145,16 +172,19 @@ def test_readyz_says_authentication_failed_once_the_password_is_changed_under_a_
         with psycopg.connect(right, autocommit=True) as admin:
             admin.execute("ALTER ROLE postgres PASSWORD 'changed-by-the-dba'")
             try:  # the server's connections were authenticated already: close them, so it must connect again
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-                              " AND backend_type = 'client backend'")
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                    " AND backend_type = 'client backend'"
+                )
                 ready = httpx2.get(f"{server.base}/readyz", timeout=60)
             finally:
                 with psycopg.connect(right.replace(PASSWORD, "changed-by-the-dba"), autocommit=True) as again:
                     again.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
         assert ready.status_code == 503, ready.text
         reasons = ready.json()["reasons"]
-        assert any("authentication failed" in reason and "retrying will not help" in reason for reason in reasons), \
+        assert any("authentication failed" in reason and "retrying will not help" in reason for reason in reasons), (
             reasons
+        )
         assert PASSWORD not in ready.text and "Traceback" not in server.log()
 
 
@@ -165,8 +195,12 @@ def test_an_emptied_database_in_a_used_data_directory_is_damage_not_a_first_star
     with ServerProcess(data) as server:
         server.wait_ready()
         for fact in facts:
-            assert httpx2.post(f"{server.base}/v1/memories", json={"content": fact}, auth=("acme", secret),
-                               timeout=60).status_code == 201
+            assert (
+                httpx2.post(
+                    f"{server.base}/v1/memories", json={"content": fact}, auth=("acme", secret), timeout=60
+                ).status_code
+                == 201
+            )
         server.stop()
     kept = tmp_path / "memory.db.kept"
     assert run_cli("backup", str(kept), data_dir=data).returncode == 0

@@ -75,18 +75,30 @@ def client(live: ServerProcess, site: Site) -> Iterator[Client]:
 
 
 def test_saved_memory_operations(client: Client) -> None:
-    made = client.remember("The sync client ships its own pyproject.", type="decision", bucket="client-sync",
-                           project="memory-os", tags=["client", "packaging"], metadata={"n": 1},
-                           provenance={"source": "test"}, occurred_at="2026-11-30T10:00:00Z")
+    made = client.remember(
+        "The sync client ships its own pyproject.",
+        type="decision",
+        bucket="client-sync",
+        project="memory-os",
+        tags=["client", "packaging"],
+        metadata={"n": 1},
+        provenance={"source": "test"},
+        occurred_at="2026-11-30T10:00:00Z",
+    )
     assert made.created is True
-    again = client.remember("The sync client ships its own pyproject.", type="decision", bucket="client-sync",
-                            project="memory-os")
+    again = client.remember(
+        "The sync client ships its own pyproject.", type="decision", bucket="client-sync", project="memory-os"
+    )
     assert (again.reference, again.created) == (made.reference, False)
 
     memory = client.get(made.reference)
     assert isinstance(memory, Memory)
     assert (memory.content, memory.type, memory.bucket, memory.tags) == (
-        "The sync client ships its own pyproject.", "decision", "client-sync", ["client", "packaging"])
+        "The sync client ships its own pyproject.",
+        "decision",
+        "client-sync",
+        ["client", "packaging"],
+    )
     assert memory.occurred_at.year == 2026 and memory.occurred_at.tzinfo is not None
     assert memory.supersedes is None and memory.expires_at is None
 
@@ -113,7 +125,8 @@ def test_saved_memory_operations(client: Client) -> None:
     listed = [m.reference for m in client.iter_memories(bucket="client-sync", page_size=1)]
     assert listed == [second.reference, made.reference]  # newest first, each once
     assert [m.reference for m in client.list_memories(bucket="client-sync", tags=["client"]).memories] == [
-        made.reference]
+        made.reference
+    ]
 
     gone = client.forget(made.reference)
     assert (gone.reference, gone.forgotten) == (made.reference, True)
@@ -124,8 +137,7 @@ def test_saved_memory_operations(client: Client) -> None:
 async def test_saved_memory_operations_async(live: ServerProcess, site: Site) -> None:
     async with AsyncClient(live.base, auth=site.auth) as client:
         assert await client.ready()
-        made = await client.remember("The async client mirrors the sync one.", bucket="client-async",
-                                     tags=["async"])
+        made = await client.remember("The async client mirrors the sync one.", bucket="client-async", tags=["async"])
         assert made.created
         assert (await client.get(made.reference)).tags == ["async"]
         updated = await client.update(made.reference, content="The async client mirrors every sync method.")
@@ -133,8 +145,9 @@ async def test_saved_memory_operations_async(live: ServerProcess, site: Site) ->
         assert (await client.update(made.reference, tags=UNSET, metadata={"k": "v"})).tags == ["async"]
         hits = await client.recall("does the async client mirror the sync one?", bucket="client-async")
         assert hits[0].reference == made.reference
-        assert [h.reference for h in await client.search("async client mirrors", bucket="client-async",
-                                                         min_score=0.0)] == [made.reference]
+        assert [
+            h.reference for h in await client.search("async client mirrors", bucket="client-async", min_score=0.0)
+        ] == [made.reference]
         pack = await client.context("async client", bucket="client-async")
         assert pack.items[0].reference == made.reference
         page = await client.list_memories(bucket="client-async")
@@ -293,18 +306,28 @@ def canned(status: int, body: Any, headers: dict[str, str] | None = None) -> htt
     return httpx.MockTransport(lambda request: httpx.Response(status, content=content, headers=headers))
 
 
-@pytest.mark.parametrize(("status", "body", "cls", "code"), [
-    (503, {"error": {"code": "unavailable", "message": "model loading", "retryable": True}}, Unavailable,
-     "unavailable"),
-    (502, b"<html>Bad Gateway</html>", Unavailable, "unavailable"),
-    (500, {"error": {"code": "internal", "message": "boom", "retryable": False}}, Unavailable, "internal"),
-    (429, b"slow down", Unavailable, "unavailable"),
-    (413, b"too big", PayloadTooLarge, "payload_too_large"),
-    (418, {"error": {"code": "teapot", "message": "short and stout", "retryable": False}}, MemoryServerError,
-     "teapot"),
-])
-def test_responses_without_a_server_error_body(status: int, body: Any, cls: type[MemoryServerError],
-                                               code: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "cls", "code"),
+    [
+        (
+            503,
+            {"error": {"code": "unavailable", "message": "model loading", "retryable": True}},
+            Unavailable,
+            "unavailable",
+        ),
+        (502, b"<html>Bad Gateway</html>", Unavailable, "unavailable"),
+        (500, {"error": {"code": "internal", "message": "boom", "retryable": False}}, Unavailable, "internal"),
+        (429, b"slow down", Unavailable, "unavailable"),
+        (413, b"too big", PayloadTooLarge, "payload_too_large"),
+        (
+            418,
+            {"error": {"code": "teapot", "message": "short and stout", "retryable": False}},
+            MemoryServerError,
+            "teapot",
+        ),
+    ],
+)
+def test_responses_without_a_server_error_body(status: int, body: Any, cls: type[MemoryServerError], code: str) -> None:
     with Client("http://memory.invalid", transport=canned(status, body, {"retry-after": "2"})) as client:
         with pytest.raises(MemoryServerError) as info:
             client.tail("client-canned-01")
@@ -314,12 +337,26 @@ def test_responses_without_a_server_error_body(status: int, body: Any, cls: type
 
 
 def test_models_accept_fields_a_newer_server_adds() -> None:
-    memory = {"reference": "r1", "type": "fact", "content": "c", "location": None, "project": None,
-              "team": None, "bucket": "default", "tags": [], "metadata": {}, "provenance": {},
-              "occurred_at": "2026-01-01T00:00:00Z", "created_at": "2026-01-01T00:00:00Z",
-              "updated_at": "2026-01-02T00:00:00Z", "supersedes": "r0", "superseded_by": "r2",
-              "valid_to": "2026-02-01T00:00:00Z", "expires_at": "2027-01-01T00:00:00Z",
-              "a_field_from_the_future": {"x": 1}}
+    memory = {
+        "reference": "r1",
+        "type": "fact",
+        "content": "c",
+        "location": None,
+        "project": None,
+        "team": None,
+        "bucket": "default",
+        "tags": [],
+        "metadata": {},
+        "provenance": {},
+        "occurred_at": "2026-01-01T00:00:00Z",
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-02T00:00:00Z",
+        "supersedes": "r0",
+        "superseded_by": "r2",
+        "valid_to": "2026-02-01T00:00:00Z",
+        "expires_at": "2027-01-01T00:00:00Z",
+        "a_field_from_the_future": {"x": 1},
+    }
     with Client("http://memory.invalid", transport=canned(200, memory)) as client:
         got = client.get("r1")
     assert (got.supersedes, got.superseded_by) == ("r0", "r2")
@@ -344,7 +381,9 @@ def test_package_depends_on_httpx_and_pydantic_only() -> None:
     project = tomllib.loads((CLIENT_DIR / "pyproject.toml").read_text())["project"]
     assert project["name"] == "memory-client"
     assert sorted(dep.split(">")[0].split("=")[0].split("<")[0] for dep in project["dependencies"]) == [
-        "httpx", "pydantic"]
+        "httpx",
+        "pydantic",
+    ]
     assert (CLIENT_DIR / "memory_client" / "py.typed").exists()
     allowed = set(sys.stdlib_module_names) | {"httpx", "pydantic", "memory_client"}
     for source in (CLIENT_DIR / "memory_client").glob("*.py"):
@@ -363,7 +402,11 @@ def test_package_passes_mypy_strict(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), "memory_client"],
-        cwd=CLIENT_DIR, capture_output=True, text=True, timeout=300)
+        cwd=CLIENT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -372,8 +415,22 @@ def test_package_builds_alone(tmp_path: Path) -> None:
     source = tmp_path / "src"  # a copy: an in-tree build would leave build/ and *.egg-info behind
     shutil.copytree(CLIENT_DIR, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w",
-         str(tmp_path), str(source)], capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     wheels = list(tmp_path.glob("memory_client-*.whl"))
     assert len(wheels) == 1
@@ -395,14 +452,19 @@ def python_blocks(markdown: str, heading: str | None = None) -> list[str]:
 
 def run_example(code: str, live: ServerProcess, site: Site) -> dict[str, Any]:
     code = code.replace("http://127.0.0.1:8765", live.base).replace('("default", SECRET)', "(SITE, SECRET)")
-    namespace: dict[str, Any] = {"SITE": site.name, "SECRET": site.secret, "__name__": "example",
-                                 "call_your_model": lambda context, question: f"answer to {question}"}
+    namespace: dict[str, Any] = {
+        "SITE": site.name,
+        "SECRET": site.secret,
+        "__name__": "example",
+        "call_your_model": lambda context, question: f"answer to {question}",
+    }
     exec(compile(code, "README example", "exec"), namespace)
     return namespace
 
 
-def test_readme_examples_run(live: ServerProcess, site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_examples_run(
+    live: ServerProcess, site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # the spool path in the example starts with ~
     monkeypatch.chdir(tmp_path)
     readme = (REPO_ROOT / "README.md").read_text()

@@ -23,8 +23,17 @@ from memory_server.admin.client_config.clients import default_file
 from procs import ServerProcess, parse_fields, run_cli, server_env
 
 JSON_CLIENTS = ("claude-desktop", "cursor", "vscode", "windsurf")
-TOOLS = {"append_memory", "recall_memory", "replay_memory", "list_conversations", "remember", "recall",
-         "search_memory", "recall_context", "forget"}
+TOOLS = {
+    "append_memory",
+    "recall_memory",
+    "replay_memory",
+    "list_conversations",
+    "remember",
+    "recall",
+    "search_memory",
+    "recall_context",
+    "forget",
+}
 
 
 def _strings() -> dict[str, Any]:
@@ -49,22 +58,33 @@ SCHEMAS = {
     # Claude Desktop: local servers only, {command, args, env}; a remote one through mcp-remote, also local.
     "claude-desktop": _file("mcpServers", _entry(LOCAL, ["command", "args"])),
     # Cursor: {command, args, env} or {url, headers}.
-    "cursor": _file("mcpServers", _entry(LOCAL, ["command"]),
-                    _entry({"url": {"type": "string"}, "headers": _strings()}, ["url"])),
+    "cursor": _file(
+        "mcpServers", _entry(LOCAL, ["command"]), _entry({"url": {"type": "string"}, "headers": _strings()}, ["url"])
+    ),
     # VS Code: "servers", with a required type: stdio {command, args, env} or http {url, headers}.
-    "vscode": _file("servers", _entry({"type": {"const": "stdio"}, **LOCAL}, ["type", "command"]),
-                    _entry({"type": {"enum": ["http", "sse"]}, "url": {"type": "string"}, "headers": _strings()},
-                           ["type", "url"])),
+    "vscode": _file(
+        "servers",
+        _entry({"type": {"const": "stdio"}, **LOCAL}, ["type", "command"]),
+        _entry({"type": {"enum": ["http", "sse"]}, "url": {"type": "string"}, "headers": _strings()}, ["type", "url"]),
+    ),
     # Windsurf: {command, args, env} or {serverUrl, headers} (a Cursor-style `url` does not connect there).
-    "windsurf": _file("mcpServers", _entry(LOCAL, ["command"]),
-                      _entry({"serverUrl": {"type": "string"}, "headers": _strings()}, ["serverUrl"])),
+    "windsurf": _file(
+        "mcpServers",
+        _entry(LOCAL, ["command"]),
+        _entry({"serverUrl": {"type": "string"}, "headers": _strings()}, ["serverUrl"]),
+    ),
     # Claude Code's .mcp.json: {type: stdio, command, args, env} or {type: http, url, headers}.
-    "claude-code": _file("mcpServers", _entry({"type": {"const": "stdio"}, **LOCAL}, ["command"]),
-                         _entry({"type": {"const": "http"}, "url": {"type": "string"}, "headers": _strings()},
-                                ["type", "url"])),
+    "claude-code": _file(
+        "mcpServers",
+        _entry({"type": {"const": "stdio"}, **LOCAL}, ["command"]),
+        _entry({"type": {"const": "http"}, "url": {"type": "string"}, "headers": _strings()}, ["type", "url"]),
+    ),
     # Codex's config.toml: [mcp_servers.NAME] with command, args, env, or url and http_headers.
-    "codex": _file("mcp_servers", _entry(LOCAL, ["command"]),
-                   _entry({"url": {"type": "string"}, "http_headers": _strings()}, ["url"])),
+    "codex": _file(
+        "mcp_servers",
+        _entry(LOCAL, ["command"]),
+        _entry({"url": {"type": "string"}, "http_headers": _strings()}, ["url"]),
+    ),
 }
 
 
@@ -97,7 +117,7 @@ def claude_code_entry(line: str) -> dict[str, Any]:
     env = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--env")
     dashes = words.index("--")
     assert words[dashes - 1] == "memory"
-    return {"type": "stdio", "command": words[dashes + 1], "args": words[dashes + 2:], "env": env}
+    return {"type": "stdio", "command": words[dashes + 1], "args": words[dashes + 2 :], "env": env}
 
 
 def remote(client: str, document: dict[str, Any]) -> tuple[str, dict[str, str]]:
@@ -172,8 +192,16 @@ def server(tmp_path: Path) -> Any:
 
 async def test_http_entries_with_a_new_token_fit_each_schema_and_call_tools(server: ServerProcess) -> None:
     for n, client in enumerate((*JSON_CLIENTS, "claude-code", "codex")):
-        out, err, code = config(client, "--transport", "http", "--token", "--bucket", "agents",
-                                data_dir=server.data_dir, MEMORY_PORT=str(server.port))
+        out, err, code = config(
+            client,
+            "--transport",
+            "http",
+            "--token",
+            "--bucket",
+            "agents",
+            data_dir=server.data_dir,
+            MEMORY_PORT=str(server.port),
+        )
         assert code == 0, err
         assert "made token " in err
         document = parsed(client, out)
@@ -181,11 +209,13 @@ async def test_http_entries_with_a_new_token_fit_each_schema_and_call_tools(serv
         url, headers = remote(client, document)
         assert url == server.url and headers["Authorization"].startswith("Bearer mst_")
         async with Client(StreamableHttpTransport(url, headers=headers), timeout=60) as session:
-            made = await session.call_tool("remember", {"content": f"Client {client} was set up ({n}).",
-                                                        "bucket": "agents"})
+            made = await session.call_tool(
+                "remember", {"content": f"Client {client} was set up ({n}).", "bucket": "agents"}
+            )
             assert made.structured_content["created"] is True
-            outside = await session.call_tool("remember", {"content": "Out of bounds.", "bucket": "other"},
-                                              raise_on_error=False)
+            outside = await session.call_tool(
+                "remember", {"content": "Out of bounds.", "bucket": "other"}, raise_on_error=False
+            )
             assert outside.is_error and outside.content[0].text.startswith("forbidden: ")  # the token's bounds
     listed = run_cli("token", "list", "--site", "default", data_dir=server.data_dir).stdout
     assert listed.count("buckets=agents") == 6
@@ -193,8 +223,9 @@ async def test_http_entries_with_a_new_token_fit_each_schema_and_call_tools(serv
 
 async def test_http_entry_with_the_site_credential_reaches_the_logs(server: ServerProcess) -> None:
     secret = parse_fields(server.log())["secret"]
-    out, err, code = config("cursor", "--transport", "http", "--secret", secret, data_dir=server.data_dir,
-                            MEMORY_PORT=str(server.port))
+    out, err, code = config(
+        "cursor", "--transport", "http", "--secret", secret, data_dir=server.data_dir, MEMORY_PORT=str(server.port)
+    )
     assert code == 0, err
     url, headers = remote("cursor", parsed("cursor", out))
     assert headers["Authorization"] == "Basic " + base64.b64encode(f"default:{secret}".encode()).decode()
@@ -203,10 +234,13 @@ async def test_http_entry_with_the_site_credential_reaches_the_logs(server: Serv
         assert ack.structured_content["first_seq"] == 0  # log tools need the site's Basic credential
 
     _, err, code = config("cursor", "--transport", "http", "--secret", "not-it", data_dir=server.data_dir)
-    assert code == 1 and err.strip() == ("error: that is not the secret of site 'default' (memory-server site "
-                                         "rotate default issues a new one; or pass --token for a new scoped token)")
-    _, err, code = config("cursor", "--transport", "http", "--site", "nobody", "--secret", "x",
-                          data_dir=server.data_dir)
+    assert code == 1 and err.strip() == (
+        "error: that is not the secret of site 'default' (memory-server site "
+        "rotate default issues a new one; or pass --token for a new scoped token)"
+    )
+    _, err, code = config(
+        "cursor", "--transport", "http", "--site", "nobody", "--secret", "x", data_dir=server.data_dir
+    )
     assert code == 1 and "no site named 'nobody'" in err
 
 
@@ -233,9 +267,12 @@ def test_write_merges_into_claude_desktops_file_keeping_other_servers_with_a_bac
     home, data = tmp_path / "home", tmp_path / "data"
     target = home / ".config" / "Claude" / "claude_desktop_config.json"
     target.parent.mkdir(parents=True)
-    before = {"globalShortcut": "Ctrl+Space",
-              "mcpServers": {"filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem",
-                                                                       "/home/me"]}}}
+    before = {
+        "globalShortcut": "Ctrl+Space",
+        "mcpServers": {
+            "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me"]}
+        },
+    }
     target.write_text(json.dumps(before, indent=4))
     target.chmod(0o640)
 
@@ -265,8 +302,9 @@ def test_write_merges_into_claude_desktops_file_keeping_other_servers_with_a_bac
     assert len(list(target.parent.glob("*.bak"))) == 2
 
 
-@pytest.mark.parametrize("client,relative", [("cursor", ".cursor/mcp.json"),
-                                             ("windsurf", ".codeium/windsurf/mcp_config.json")])
+@pytest.mark.parametrize(
+    "client,relative", [("cursor", ".cursor/mcp.json"), ("windsurf", ".codeium/windsurf/mcp_config.json")]
+)
 def test_write_creates_the_clients_file_where_it_reads_it(tmp_path: Path, client: str, relative: str) -> None:
     home = tmp_path / "home"
     _, err, code = config(client, "--write", data_dir=tmp_path / "data", home=home)
@@ -294,9 +332,17 @@ def test_write_refuses_a_file_that_does_not_parse(tmp_path: Path) -> None:
 def test_write_into_vscodes_servers_keeps_its_inputs(tmp_path: Path) -> None:
     target = tmp_path / ".vscode" / "mcp.json"
     target.parent.mkdir()
-    before = {"inputs": [{"type": "promptString", "id": "key", "description": "API key", "password": True}],
-              "servers": {"perplexity": {"type": "stdio", "command": "npx", "args": ["-y", "server-perplexity-ask"],
-                                         "env": {"PERPLEXITY_API_KEY": "${input:key}"}}}}
+    before = {
+        "inputs": [{"type": "promptString", "id": "key", "description": "API key", "password": True}],
+        "servers": {
+            "perplexity": {
+                "type": "stdio",
+                "command": "npx",
+                "args": ["-y", "server-perplexity-ask"],
+                "env": {"PERPLEXITY_API_KEY": "${input:key}"},
+            }
+        },
+    }
     target.write_text(json.dumps(before))
     _, err, code = config("vscode", "--write", "--config-file", str(target), data_dir=tmp_path / "data")
     assert code == 0, err
@@ -309,9 +355,11 @@ def test_write_into_codexs_toml_keeps_every_other_table(tmp_path: Path) -> None:
     home = tmp_path / "home"
     target = home / ".codex" / "config.toml"
     target.parent.mkdir(parents=True)
-    before = ('model = "o4-mini"  # the default model\n\n[mcp_servers.docs]\ncommand = "npx"\n'
-              'args = ["-y", "docs-mcp"]\n\n[mcp_servers.docs.env]\nDOCS_TOKEN = "t0k"\n\n[profiles.fast]\n'
-              'model = "o4-mini"\n')
+    before = (
+        'model = "o4-mini"  # the default model\n\n[mcp_servers.docs]\ncommand = "npx"\n'
+        'args = ["-y", "docs-mcp"]\n\n[mcp_servers.docs.env]\nDOCS_TOKEN = "t0k"\n\n[profiles.fast]\n'
+        'model = "o4-mini"\n'
+    )
     target.write_text(before)
     _, err, code = config("codex", "--write", data_dir=tmp_path / "data", home=home)
     assert code == 0, err
@@ -352,8 +400,11 @@ def test_claude_code_and_vscode_write_into_the_project_they_are_run_in(tmp_path:
 
 def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    for args, says in ((["zed"], "unknown client 'zed'"), (["cursor", "--transport", "sse"], "--transport must be"),
-                       (["cursor", "--name", "my server"], "--name must be"),
-                       (["cursor", "--transport", "http", "--token", "--url", "ftp://x"], "--url must be")):
+    for args, says in (
+        (["zed"], "unknown client 'zed'"),
+        (["cursor", "--transport", "sse"], "--transport must be"),
+        (["cursor", "--name", "my server"], "--name must be"),
+        (["cursor", "--transport", "http", "--token", "--url", "ftp://x"], "--url must be"),
+    ):
         _, err, code = config(*args, data_dir=data)
         assert code == 1 and err.count("\n") == 1 and says in err, (args, err)

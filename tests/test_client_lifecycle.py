@@ -34,11 +34,17 @@ def live(site: Site) -> Iterator[ServerProcess]:
 
 def test_remember_and_update_carry_supersedes_and_expires_at(live: ServerProcess, site: Site) -> None:
     with Client(live.base, auth=site.auth) as memory:
-        old = memory.remember("Deploys go out on Tuesdays.", type="decision", bucket="lifecycle",
-                              occurred_at="2026-01-05T09:00:00Z")
-        new = memory.remember("Deploys go out on Thursdays.", type="decision", bucket="lifecycle",
-                              occurred_at="2026-02-02T09:00:00Z", supersedes=old.reference,
-                              expires_at=datetime(2099, 1, 1, tzinfo=UTC))
+        old = memory.remember(
+            "Deploys go out on Tuesdays.", type="decision", bucket="lifecycle", occurred_at="2026-01-05T09:00:00Z"
+        )
+        new = memory.remember(
+            "Deploys go out on Thursdays.",
+            type="decision",
+            bucket="lifecycle",
+            occurred_at="2026-02-02T09:00:00Z",
+            supersedes=old.reference,
+            expires_at=datetime(2099, 1, 1, tzinfo=UTC),
+        )
         replaced, replacing = memory.get(old.reference), memory.get(new.reference)
         assert (replaced.superseded_by, replacing.supersedes) == (new.reference, old.reference)
         assert replaced.valid_to == datetime(2026, 2, 2, 9, tzinfo=UTC)  # the new one's occurred_at
@@ -47,7 +53,8 @@ def test_remember_and_update_carry_supersedes_and_expires_at(live: ServerProcess
         assert [hit.reference for hit in hits] == [new.reference]  # a superseded memory is left out
 
         assert memory.update(new.reference, expires_at="2098-06-01T00:00:00+02:00").expires_at == datetime(
-            2098, 5, 31, 22, tzinfo=UTC)
+            2098, 5, 31, 22, tzinfo=UTC
+        )
         assert memory.update(new.reference, expires_at=None).expires_at is None  # cleared
         unlinked = memory.update(new.reference, supersedes=None)
         assert unlinked.supersedes is None and memory.get(old.reference).superseded_by is None
@@ -56,8 +63,12 @@ def test_remember_and_update_carry_supersedes_and_expires_at(live: ServerProcess
 async def test_the_async_client_carries_them_too(live: ServerProcess, site: Site) -> None:
     async with AsyncClient(live.base, auth=site.auth) as memory:
         old = await memory.remember("The office closes at six.", bucket="lifecycle-async")
-        new = await memory.remember("The office closes at seven.", bucket="lifecycle-async",
-                                    supersedes=old.reference, expires_at="2099-03-01T00:00:00Z")
+        new = await memory.remember(
+            "The office closes at seven.",
+            bucket="lifecycle-async",
+            supersedes=old.reference,
+            expires_at="2099-03-01T00:00:00Z",
+        )
         assert (await memory.get(old.reference)).superseded_by == new.reference
         assert (await memory.get(new.reference)).expires_at == datetime(2099, 3, 1, tzinfo=UTC)
         changed = await memory.update(new.reference, expires_at=None, supersedes=None)

@@ -73,15 +73,17 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
 
 
 @pytest.mark.parametrize("buffer", ["memory", "spool"])
-def test_server_killed_twice_and_unreachable(tmp_path: Path, site: Site, buffer: str,
-                                             server_processes: ServerProcesses) -> None:
+def test_server_killed_twice_and_unreachable(
+    tmp_path: Path, site: Site, buffer: str, server_processes: ServerProcesses
+) -> None:
     process = server_processes.start(site.data_dir)
     cid = f"recorder-chaos-{buffer}"
     total = 2000
     with Client(process.base, auth=site.auth, timeout=10) as client:
         wait_ready(client)
-        recorder = client.recorder(cid, spool=tmp_path / "spool.db" if buffer == "spool" else None,
-                                   max_batch_items=50, backoff_max=1.0)
+        recorder = client.recorder(
+            cid, spool=tmp_path / "spool.db" if buffer == "spool" else None, max_batch_items=50, backoff_max=1.0
+        )
         stopped_at = 0.0
         for i in range(total):
             recorder.record({"i": i, "text": f"turn {i} of the conversation"})
@@ -143,12 +145,28 @@ time.sleep(600)
 """
 
 
-def record_in_child(url: str, site: Site, cid: str, spool: Path, count: int, *, batch: int = 500,
-                    backoff: float = 0.2) -> subprocess.Popen[str]:
+def record_in_child(
+    url: str, site: Site, cid: str, spool: Path, count: int, *, batch: int = 500, backoff: float = 0.2
+) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "client"), str(REPO_ROOT)])}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, site.name, site.secret, cid, str(spool), str(count), str(batch),
-         str(backoff)], stdout=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            url,
+            site.name,
+            site.secret,
+            cid,
+            str(spool),
+            str(count),
+            str(batch),
+            str(backoff),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "recorded"
     return child
@@ -164,8 +182,7 @@ def spooled(spool: Path) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM items").fetchone()[0])
 
 
-def test_client_killed_with_500_items_spooled(tmp_path: Path, site: Site,
-                                              server_processes: ServerProcesses) -> None:
+def test_client_killed_with_500_items_spooled(tmp_path: Path, site: Site, server_processes: ServerProcesses) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     spool = tmp_path / "spool.db"
@@ -185,8 +202,9 @@ def test_client_killed_with_500_items_spooled(tmp_path: Path, site: Site,
     assert spooled(spool) == 0
 
 
-def test_client_killed_after_the_server_acknowledged(tmp_path: Path, site: Site,
-                                                     server_processes: ServerProcesses) -> None:
+def test_client_killed_after_the_server_acknowledged(
+    tmp_path: Path, site: Site, server_processes: ServerProcesses
+) -> None:
     """The batch is committed, its acknowledgement lost, the client dies before it can retry: the next
     recorder on the spool resends the batch with the key persisted before it was first sent."""
     process = server_processes.start(site.data_dir)
@@ -234,8 +252,7 @@ def test_poison_items_are_dead_lettered(tmp_path: Path, site: Site, server_proce
         for spool in (None, tmp_path / "spool.db"):
             dead.clear()
             name = f"{cid}-{'spool' if spool else 'mem'}"
-            recorder = client.recorder(name, spool=spool, on_dead_letter=lambda item, error: dead.append(
-                (item, error)))
+            recorder = client.recorder(name, spool=spool, on_dead_letter=lambda item, error: dead.append((item, error)))
             expected = []
             for i in range(400):
                 item = poison.get(i, {"i": i})
@@ -284,8 +301,9 @@ def test_items_that_are_not_json_objects(shared: tuple[ServerProcess, Site]) -> 
 # --- the buffer, the spool, configuration errors --------------------------------------------------------
 
 
-def test_full_buffer_drops_new_items_and_keeps_a_prefix(tmp_path: Path, site: Site,
-                                                        server_processes: ServerProcesses) -> None:
+def test_full_buffer_drops_new_items_and_keeps_a_prefix(
+    tmp_path: Path, site: Site, server_processes: ServerProcesses
+) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     spool = tmp_path / "spool.db"
@@ -440,7 +458,10 @@ def test_split_bounds() -> None:
     assert split_bounds(4, named) == [(0, 3), (3, 4)]
     assert split_bounds(4, PayloadTooLarge("items[0] is too big")) == [(0, 1), (1, 4)]
     assert split_bounds(10, InvalidParameters("body.items.7: Input should be a valid dictionary")) == [
-        (0, 7), (7, 8), (8, 10)]
+        (0, 7),
+        (7, 8),
+        (8, 10),
+    ]
     batch_level = PayloadTooLarge("the batch exceeds 4194304 bytes serialized")
     assert split_bounds(10, batch_level) == [(0, 5), (5, 10)]
     assert split_bounds(10, PayloadTooLarge("items[12] is out of this batch")) == [(0, 5), (5, 10)]

@@ -142,9 +142,14 @@ async def test_processes_appending_through_sqlite(tmp_path: Path) -> None:
     site_id = admin(settings, lambda sites: sites.site_id("acme"))
     writers, batches = 6, 25
     children = [
-        subprocess.Popen([sys.executable, "-c", APPENDER, str(settings.data_dir), str(site_id), str(w),
-                          str(batches), CONVERSATION], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env={**os.environ, **backends.current.env(settings.data_dir)})
+        subprocess.Popen(
+            [sys.executable, "-c", APPENDER, str(settings.data_dir), str(site_id), str(w), str(batches), CONVERSATION],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **backends.current.env(settings.data_dir)},
+        )
         for w in range(writers)
     ]
     acks = {}

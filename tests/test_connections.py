@@ -28,8 +28,9 @@ def limit_descriptors() -> None:
 def guarded(tmp_path: Path) -> Iterator[tuple[ServerProcess, tuple[str, str]]]:
     data = tmp_path / "data"
     secret = parse_fields(run_cli("site", "create", "acme", data_dir=data).stdout)["secret"]
-    env = server_env(MEMORY_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT), MEMORY_BODY_TIMEOUT_S=str(BODY_TIMEOUT),
-                     MEMORY_KEEP_ALIVE_S="2")
+    env = server_env(
+        MEMORY_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT), MEMORY_BODY_TIMEOUT_S=str(BODY_TIMEOUT), MEMORY_KEEP_ALIVE_S="2"
+    )
     process = ServerProcess(data, env=env, preexec=limit_descriptors)
     process.start()
     try:
@@ -104,9 +105,10 @@ def test_a_body_sent_a_byte_a_second_is_cut_off(guarded: tuple[ServerProcess, tu
     sock = socket.create_connection(("127.0.0.1", process.port), timeout=10)
     try:
         basic = httpx2.BasicAuth(*auth)._auth_header
-        sock.sendall(b"POST /v1/conversations/conv-slow-body1/items HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: 100000\r\n"
-                     + f"Authorization: {basic}\r\n\r\n".encode())
+        sock.sendall(
+            b"POST /v1/conversations/conv-slow-body1/items HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100000\r\n" + f"Authorization: {basic}\r\n\r\n".encode()
+        )
         started = time.monotonic()
         closed = False
         while time.monotonic() - started < BODY_TIMEOUT + 4 and not closed:

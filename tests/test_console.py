@@ -46,8 +46,9 @@ from tests.console_support import (
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip(f"Chromium is not installed at {CHROMIUM} (.ci/system-packages installs it)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
-                               "(pip install -e '.[test]')")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is not installed (pip install -e '.[test]')"
+)
 
 pytestmark = pytest.mark.backends  # the server's authority is SQLite, then PostgreSQL
 
@@ -99,8 +100,10 @@ def page(browser: Any, console: Console) -> Iterator[Any]:
 
 def card_dates(page: Any, which: str) -> list[str]:
     """The `which` ("occurred" or "saved") date of each memory card on the page, in page order."""
-    return [re.search(rf"{which} (\S+ \S+) UTC", text).group(1)  # type: ignore[union-attr]
-            for text in page.locator("ol.cards > li").all_inner_texts()]
+    return [
+        re.search(rf"{which} (\S+ \S+) UTC", text).group(1)  # type: ignore[union-attr]
+        for text in page.locator("ol.cards > li").all_inner_texts()
+    ]
 
 
 def summary_total(page: Any) -> int:
@@ -152,7 +155,8 @@ def test_the_list_is_sorted_by_the_date_it_shows_and_counted(page: Any, console:
     page.wait_for_function("document.querySelector('#summary').textContent.includes('newest saved first')")
     saved = card_dates(page, "saved")
     assert saved == sorted(saved, reverse=True) and card_dates(page, "occurred") != sorted(
-        card_dates(page, "occurred"), reverse=True)  # the import's order is not the order things happened
+        card_dates(page, "occurred"), reverse=True
+    )  # the import's order is not the order things happened
     following = parse_qs(urlsplit(page.get_by_role("link", name="Next page").get_attribute("href")).query)
     assert following["order"] == ["created"]
     # A page of one order never continues the other.
@@ -391,8 +395,9 @@ def test_delete_a_conversation_after_confirming(page: Any, console: Console) -> 
     page.get_by_role("link", name="Delete this conversation…").click()
     page.get_by_role("button", name="Delete the conversation").click()
     page.wait_for_url("**/ui/conversations?deleted=conv-console-0003**")
-    assert page.get_by_role("status").inner_text() == ("Deleted conversation conv-console-0003: 1 item, "
-                                                       "0 memories unlinked.")
+    assert page.get_by_role("status").inner_text() == (
+        "Deleted conversation conv-console-0003: 1 item, 0 memories unlinked."
+    )
     assert page.locator("tbody tr", has_text="conv-console-0003").count() == 0
     with console.rest() as http:
         listed = http.get("/v1/conversations").json()["conversations"]
@@ -445,8 +450,9 @@ def test_create_label_and_revoke_a_token_and_see_its_last_use(page: Any, console
     with httpx2.Client(base_url=console.base, timeout=60) as http:
         assert http.get("/v1/memories", headers={"Authorization": f"Bearer {token}"}).status_code == 401
     for label in ("x" * 101, "two\nlines"):
-        refused = page.request.post("/ui/access/tokens", form={"csrf": csrf_of(page), "scope": "memory:read",
-                                                                "label": label})
+        refused = page.request.post(
+            "/ui/access/tokens", form={"csrf": csrf_of(page), "scope": "memory:read", "label": label}
+        )
         assert refused.status == 422 and "label:" in refused.text()
 
 
@@ -493,19 +499,24 @@ def test_oauth_grants_are_listed_with_their_client_and_revoked(page: Any, consol
 def test_the_cli_labels_a_token_and_lists_its_last_use(page: Any, console: Console) -> None:
     token_id, token = console.token("--scope", "memory:read", "--label", "laptop: Claude Code")
     data_dir = console.process.data_dir
-    line = next(line for line in run_cli("token", "list", "--site", SITE, data_dir=data_dir).stdout.splitlines()
-                if line.startswith(token_id))
+    line = next(
+        line
+        for line in run_cli("token", "list", "--site", SITE, data_dir=data_dir).stdout.splitlines()
+        if line.startswith(token_id)
+    )
     assert line.endswith("\tactive\tlabel: laptop: Claude Code\tlast used: never")
     with httpx2.Client(base_url=console.base, timeout=60) as http:
         assert http.get("/v1/memories", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     sign_in(page, console, to="/ui/access")
     eventually(page, "/ui/access", lambda p: p.locator(f"#token-{token_id} .last-used").inner_text() != "never")
     assert "laptop: Claude Code" in page.locator(f"#token-{token_id}").inner_text()
-    line = next(line for line in run_cli("token", "list", "--site", SITE, data_dir=data_dir).stdout.splitlines()
-                if line.startswith(token_id))
+    line = next(
+        line
+        for line in run_cli("token", "list", "--site", SITE, data_dir=data_dir).stdout.splitlines()
+        if line.startswith(token_id)
+    )
     assert re.search(r"\tlast used: \d{4}-\d\d-\d\dT", line)
-    refused = run_cli("token", "create", "--site", SITE, "--scope", "memory:read", "--label", "a\tb",
-                      data_dir=data_dir)
+    refused = run_cli("token", "create", "--site", SITE, "--scope", "memory:read", "--label", "a\tb", data_dir=data_dir)
     assert refused.returncode != 0 and "label: printable text only" in refused.stderr
     assert "Traceback" not in refused.stderr
 
@@ -581,8 +592,10 @@ def test_status_page_charts_memories_by_the_day_they_occurred(page: Any, console
     assert page.locator("#conversation-count").inner_text() == str(conversations)
     storage = "PostgreSQL" if backends.current.name == "postgres" else "SQLite"
     assert "multilingual-e5-small" in page.content() and storage in page.content()
-    rows = page.evaluate("Array.from(document.querySelectorAll('details table tbody tr'))"
-                         ".map(row => [row.cells[0].textContent, Number(row.cells[1].textContent)])")
+    rows = page.evaluate(
+        "Array.from(document.querySelectorAll('details table tbody tr'))"
+        ".map(row => [row.cells[0].textContent, Number(row.cells[1].textContent)])"
+    )
     assert dict(rows) == expected and len(expected) > 10  # not one spike on the import's day
     assert page.locator("#occurred-count").inner_text() == str(sum(expected.values()))
     legend = page.locator(".u-legend").inner_text()
@@ -606,10 +619,17 @@ def test_every_page_fits_375_px(page: Any, console: Console) -> None:
     sign_in(page, console)
     assert page.goto("/ui/nowhere").status == 404 and fits(page)  # the error page
     reference = console.reference_of("Alice prefers dark mode in every editor. (note 2)")
-    pages = {"memories": "/ui/memories", "memory": "/ui/memories/mem_deploy_window_1",
-             "search": "/ui/search?q=deploy+window", "conversations": "/ui/conversations",
-             "conversation": f"/ui/conversations/{CONVERSATION}", "access": "/ui/access", "status": "/ui/status",
-             "forget": f"/ui/memories/{reference}/forget", "delete": f"/ui/conversations/{CONVERSATION}/delete"}
+    pages = {
+        "memories": "/ui/memories",
+        "memory": "/ui/memories/mem_deploy_window_1",
+        "search": "/ui/search?q=deploy+window",
+        "conversations": "/ui/conversations",
+        "conversation": f"/ui/conversations/{CONVERSATION}",
+        "access": "/ui/access",
+        "status": "/ui/status",
+        "forget": f"/ui/memories/{reference}/forget",
+        "delete": f"/ui/conversations/{CONVERSATION}/delete",
+    }
     for name, path in pages.items():
         page.goto(path)
         assert fits(page), path
@@ -659,34 +679,45 @@ def test_bad_input_gets_a_spec_error_never_a_500(page: Any, console: Console) ->
     sign_in(page, console)
     csrf = csrf_of(page)
     reference = console.reference_of("Alice prefers dark mode in every editor. (note 2)")
-    for path, status, code in (("/ui/memories?limit=abc", 422, "invalid_parameters"),
-                               ("/ui/memories?cursor=forged", 422, "invalid_parameters"),
-                               ("/ui/memories?order=random", 422, "invalid_parameters"),
-                               ("/ui/memories?tag=a%20b!", 422, "invalid_parameters"),
-                               ("/ui/conversations/bad id", 422, "invalid_parameters"),
-                               ("/ui/conversations/bad id/delete", 422, "invalid_parameters"),
-                               (f"/ui/conversations/{CONVERSATION}?offset=-1", 422, "invalid_parameters"),
-                               (f"/ui/conversations/{CONVERSATION}?limit=5000", 422, "invalid_parameters"),
-                               ("/ui/conversations?cursor=xyz", 422, "invalid_parameters"),
-                               ("/ui/conversations?deleted=bad%20id&items=x", 200, ""),
-                               ("/ui/memories/mem_unknown", 404, "not_found"),
-                               ("/ui/nowhere", 404, "not_found"),
-                               ("/ui/search?q=%20%20", 422, "invalid_parameters")):
+    for path, status, code in (
+        ("/ui/memories?limit=abc", 422, "invalid_parameters"),
+        ("/ui/memories?cursor=forged", 422, "invalid_parameters"),
+        ("/ui/memories?order=random", 422, "invalid_parameters"),
+        ("/ui/memories?tag=a%20b!", 422, "invalid_parameters"),
+        ("/ui/conversations/bad id", 422, "invalid_parameters"),
+        ("/ui/conversations/bad id/delete", 422, "invalid_parameters"),
+        (f"/ui/conversations/{CONVERSATION}?offset=-1", 422, "invalid_parameters"),
+        (f"/ui/conversations/{CONVERSATION}?limit=5000", 422, "invalid_parameters"),
+        ("/ui/conversations?cursor=xyz", 422, "invalid_parameters"),
+        ("/ui/conversations?deleted=bad%20id&items=x", 200, ""),
+        ("/ui/memories/mem_unknown", 404, "not_found"),
+        ("/ui/nowhere", 404, "not_found"),
+        ("/ui/search?q=%20%20", 422, "invalid_parameters"),
+    ):
         response = page.request.get(path)
         assert response.status == status, (path, response.status, response.text()[:300])
         if code:
             assert f"<strong>{code}</strong>" in response.text(), path
-    for form in ({"csrf": csrf, "metadata": "{" * 5000}, {"csrf": csrf, "content": ""},
-                 {"csrf": csrf, "content": "x" * 40000}, {"csrf": csrf, "provenance": "\"text\""},
-                 {"csrf": csrf, "supersedes": "x" * 500}, {"csrf": csrf, "expires_at": "9999-99-99"}):
+    for form in (
+        {"csrf": csrf, "metadata": "{" * 5000},
+        {"csrf": csrf, "content": ""},
+        {"csrf": csrf, "content": "x" * 40000},
+        {"csrf": csrf, "provenance": '"text"'},
+        {"csrf": csrf, "supersedes": "x" * 500},
+        {"csrf": csrf, "expires_at": "9999-99-99"},
+    ):
         response = page.request.post(f"/ui/memories/{reference}", form=form)
         assert response.status in (413, 422) and "Traceback" not in response.text(), response.text()[:300]
-    for path in ("/ui/conversations/bad id/delete", "/ui/access/tokens/nope/revoke",
-                 "/ui/access/grants/oa_nope/revoke"):
+    for path in (
+        "/ui/conversations/bad id/delete",
+        "/ui/access/tokens/nope/revoke",
+        "/ui/access/grants/oa_nope/revoke",
+    ):
         response = page.request.post(path, form={"csrf": csrf})
         assert response.status in (404, 422) and "Traceback" not in response.text(), (path, response.status)
-    raw = page.request.post(f"/ui/memories/{reference}", data=json.dumps({"csrf": csrf}),
-                            headers={"content-type": "application/json"})
+    raw = page.request.post(
+        f"/ui/memories/{reference}", data=json.dumps({"csrf": csrf}), headers={"content-type": "application/json"}
+    )
     assert raw.status == 422 and "application/x-www-form-urlencoded" in raw.text()
     with httpx2.Client(base_url=console.base, timeout=60) as http:
         foreign = http.post("/ui/sign-in", data={"site": SITE}, headers={"Origin": "http://evil.example"})

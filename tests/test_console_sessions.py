@@ -96,10 +96,17 @@ async def test_sessions_expire_when_idle_and_when_old(storage: Storage) -> None:
     record = storage.sites.session(id_hash(cookie))
     assert record is not None
     now = time.time()
-    idle = SessionRecord(**{**_fields(record), "id_hash": id_hash("idle"),
-                            "seen_at": now - console_sessions.IDLE_S - 5})
-    old = SessionRecord(**{**_fields(record), "id_hash": id_hash("old"),
-                           "created_at": now - console_sessions.ABSOLUTE_S - 5, "seen_at": now})
+    idle = SessionRecord(
+        **{**_fields(record), "id_hash": id_hash("idle"), "seen_at": now - console_sessions.IDLE_S - 5}
+    )
+    old = SessionRecord(
+        **{
+            **_fields(record),
+            "id_hash": id_hash("old"),
+            "created_at": now - console_sessions.ABSOLUTE_S - 5,
+            "seen_at": now,
+        }
+    )
     stale = SessionRecord(**{**_fields(record), "id_hash": id_hash("stale"), "seen_at": now - 120})
     for made in (idle, old, stale):
         storage.sites.add_session(made)
@@ -140,17 +147,27 @@ def shared(storage_backend: str, tmp_path_factory: pytest.TempPathFactory, embed
 
 def test_the_listing_filters_on_an_occurred_range(shared: LiveServer) -> None:
     with httpx2.Client(base_url=shared.base, auth=shared.basic, timeout=60) as http:
-        for n, day in enumerate(("2026-04-30T23:59:59Z", "2026-05-01T00:00:00Z", "2026-05-31T23:00:00+02:00",
-                                 "2026-06-01T00:00:00Z")):
-            created = http.post("/v1/memories", json={"content": f"range note {n}", "occurred_at": day,
-                                                      "bucket": "ranges"})
+        for n, day in enumerate(
+            ("2026-04-30T23:59:59Z", "2026-05-01T00:00:00Z", "2026-05-31T23:00:00+02:00", "2026-06-01T00:00:00Z")
+        ):
+            created = http.post(
+                "/v1/memories", json={"content": f"range note {n}", "occurred_at": day, "bucket": "ranges"}
+            )
             assert created.status_code == 201, created.text
-        page = http.get("/v1/memories", params={"bucket": "ranges", "occurred_after": "2026-05-01T00:00:00Z",
-                                                "occurred_before": "2026-06-01T00:00:00Z"}).json()
+        page = http.get(
+            "/v1/memories",
+            params={
+                "bucket": "ranges",
+                "occurred_after": "2026-05-01T00:00:00Z",
+                "occurred_before": "2026-06-01T00:00:00Z",
+            },
+        ).json()
         assert sorted(m["content"] for m in page["memories"]) == ["range note 1", "range note 2"]
         page = http.get("/v1/memories", params={"bucket": "ranges", "occurred_after": "2026-05-01T02:00:00+02:00"})
-        assert sorted(m["content"] for m in page.json()["memories"]) == ["range note 0", "range note 1",
-                                                                          "range note 2", "range note 3"][1:]
+        assert (
+            sorted(m["content"] for m in page.json()["memories"])
+            == ["range note 0", "range note 1", "range note 2", "range note 3"][1:]
+        )
         for bad in ("yesterday", "2026-05-01", "2026-13-01T00:00:00Z"):
             refused = http.get("/v1/memories", params={"occurred_before": bad})
             assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_parameters"
@@ -166,8 +183,10 @@ def test_per_day_counts_and_conversation_counts_are_scoped(shared: LiveServer) -
         assert other is not None
         with httpx2.Client(base_url=shared.base, auth=shared.basic, timeout=60) as http:
             for n in range(3):
-                assert http.post("/v1/memories", json={"content": f"daily {n}", "bucket": f"daily{n % 2}"}
-                                 ).status_code == 201
+                assert (
+                    http.post("/v1/memories", json={"content": f"daily {n}", "bucket": f"daily{n % 2}"}).status_code
+                    == 201
+                )
             assert http.post("/v1/conversations/per-day-conv-1/items", json={"items": [{}]}).status_code == 201
         from memory_server.storage.scope import Scope
 
@@ -175,14 +194,28 @@ def test_per_day_counts_and_conversation_counts_are_scoped(shared: LiveServer) -
         tomorrow = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 86400))
         since, before = f"{today}T00:00:00.000000Z", f"{tomorrow}T00:00:00.000000Z"
         counts = dict(storage.memories.occurred_per_day(Scope(site_id=site_id), since, before))
-        stored = query(shared.settings, "SELECT count(*) FROM memories WHERE site_id = ? AND occurred_at >= ?"
-                       " AND occurred_at < ?", site_id, since, before)[0][0]
+        stored = query(
+            shared.settings,
+            "SELECT count(*) FROM memories WHERE site_id = ? AND occurred_at >= ? AND occurred_at < ?",
+            site_id,
+            since,
+            before,
+        )[0][0]
         assert counts == {today: stored}
-        bounded = dict(storage.memories.occurred_per_day(Scope(site_id=site_id, buckets=frozenset({"daily1"})),
-                                                         "2000-01-01T00:00:00.000000Z", "9999-01-01T00:00:00.000000Z"))
+        bounded = dict(
+            storage.memories.occurred_per_day(
+                Scope(site_id=site_id, buckets=frozenset({"daily1"})),
+                "2000-01-01T00:00:00.000000Z",
+                "9999-01-01T00:00:00.000000Z",
+            )
+        )
         assert bounded == {today: 1}
-        assert storage.memories.occurred_per_day(Scope(site_id=other), "2000-01-01T00:00:00.000000Z",
-                                                 "9999-01-01T00:00:00.000000Z") == []
+        assert (
+            storage.memories.occurred_per_day(
+                Scope(site_id=other), "2000-01-01T00:00:00.000000Z", "9999-01-01T00:00:00.000000Z"
+            )
+            == []
+        )
         assert storage.logs.count_conversations(site_id) >= 1 and storage.logs.count_conversations(other) == 0
     finally:
         storage.close()

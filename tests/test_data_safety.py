@@ -25,14 +25,22 @@ def create_site(data: Path, name: str = "acme") -> str:
 
 
 def append(server: ServerProcess, secret: str, n: int) -> None:
-    response = httpx2.post(f"{server.base}/v1/conversations/{CONVERSATION}/items", auth=("acme", secret),
-                           json={"items": [{"n": i} for i in range(n)]}, timeout=30)
+    response = httpx2.post(
+        f"{server.base}/v1/conversations/{CONVERSATION}/items",
+        auth=("acme", secret),
+        json={"items": [{"n": i} for i in range(n)]},
+        timeout=30,
+    )
     assert response.status_code == 201, response.text
 
 
 def items(server: ServerProcess, secret: str) -> list[int]:
-    response = httpx2.get(f"{server.base}/v1/conversations/{CONVERSATION}/items", auth=("acme", secret),
-                          params={"offset": 0, "limit": 1000}, timeout=30)
+    response = httpx2.get(
+        f"{server.base}/v1/conversations/{CONVERSATION}/items",
+        auth=("acme", secret),
+        params={"offset": 0, "limit": 1000},
+        timeout=30,
+    )
     assert response.status_code == 200, response.text
     return [item["payload"]["n"] for item in response.json()["items"]]
 
@@ -54,16 +62,26 @@ def running(tmp_path: Path) -> Iterator[tuple[ServerProcess, str, Path]]:
         server.kill()
 
 
-def test_backup_and_export_refuse_every_live_file_even_through_links(running: tuple[ServerProcess, str, Path],
-                                                                     tmp_path: Path) -> None:
+def test_backup_and_export_refuse_every_live_file_even_through_links(
+    running: tuple[ServerProcess, str, Path], tmp_path: Path
+) -> None:
     server, secret, data = running
     link = tmp_path / "innocent.db"
     link.symlink_to(data / "memory.db-wal")
     hard = tmp_path / "hard.db"
     os.link(data / "memory.db", hard)
-    targets = [data / "memory.db-wal", data / "memory.db-shm", data / "memory.db-journal", data / "memory.db",
-               data / "index" / "copy.db", link, hard, data / "." / "memory.db-wal", data / "other.db",
-               data / "exports" / "all.jsonl"]
+    targets = [
+        data / "memory.db-wal",
+        data / "memory.db-shm",
+        data / "memory.db-journal",
+        data / "memory.db",
+        data / "index" / "copy.db",
+        link,
+        hard,
+        data / "." / "memory.db-wal",
+        data / "other.db",
+        data / "exports" / "all.jsonl",
+    ]
     for target in targets:
         for command in (("backup", str(target), "--force"), ("export", str(target), "--force")):
             refused = run_cli(*command, data_dir=data)
@@ -82,7 +100,8 @@ def leftovers(directory: Path) -> list[str]:
 
 
 def test_backup_and_export_replace_their_target_by_renaming_a_finished_file(
-        running: tuple[ServerProcess, str, Path], tmp_path: Path) -> None:
+    running: tuple[ServerProcess, str, Path], tmp_path: Path
+) -> None:
     server, secret, data = running
     for command in ("backup", "export"):
         target = tmp_path / f"{command}.out"
@@ -110,8 +129,9 @@ def check_private_files(data: Path, tmp_path: Path) -> None:
     secret = create_site(data)
     with ServerProcess(data) as server:
         append(server, secret, 3)
-        httpx2.post(f"{server.base}/v1/memories", auth=("acme", secret), json={"content": "A private fact."},
-                    timeout=60)
+        httpx2.post(
+            f"{server.base}/v1/memories", auth=("acme", secret), json={"content": "A private fact."}, timeout=60
+        )
         backup = run_cli("backup", str(tmp_path / "backup.db"), data_dir=data)
         assert backup.returncode == 0, backup.stderr
         export = run_cli("export", str(tmp_path / "export.jsonl"), data_dir=data)
@@ -121,7 +141,8 @@ def check_private_files(data: Path, tmp_path: Path) -> None:
         assert {p.name for p in written} >= {"memory.db", "memory.db-wal", "memory.db-shm"}
         assert {oct(mode(p)) for p in written} == {oct(0o600)}, {p: oct(mode(p)) for p in written}
         assert {p.name: oct(mode(p)) for p in data.rglob("*") if p.is_dir()} == {
-            p.name: oct(0o700) for p in data.rglob("*") if p.is_dir()}
+            p.name: oct(0o700) for p in data.rglob("*") if p.is_dir()
+        }
         assert mode(tmp_path / "backup.db") == 0o600
         assert mode(tmp_path / "export.jsonl") == 0o600
 
@@ -145,8 +166,12 @@ def damage(db: Path) -> None:
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    leaves = [row[0] for row in conn.execute(
-        "SELECT pageno FROM dbstat WHERE name = 'log_items' AND pagetype = 'leaf' ORDER BY pageno")]
+    leaves = [
+        row[0]
+        for row in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'log_items' AND pagetype = 'leaf' ORDER BY pageno"
+        )
+    ]
     conn.close()
     with open(db, "r+b") as file:
         file.seek((leaves[len(leaves) // 2] - 1) * page_size)
@@ -206,7 +231,9 @@ def test_a_file_that_is_not_a_database_gets_the_same_clean_message(tmp_path: Pat
         assert outcome.returncode == 1, (command, outcome.stdout)
         assert "Traceback" not in outcome.stderr, (command, outcome.stderr)
         assert outcome.stderr.startswith(f"error: the database {data / 'memory.db'} is damaged"), (
-            command, outcome.stderr)
+            command,
+            outcome.stderr,
+        )
     report = run_cli("doctor", data_dir=data)
     assert report.returncode == 1 and "Traceback" not in report.stdout + report.stderr
     assert "FAIL" in report.stdout
@@ -224,8 +251,12 @@ def test_a_damaged_page_met_while_serving_is_reported_by_readyz(tmp_path: Path) 
     with ServerProcess(data) as server:
         damage(data / "memory.db")
         for offset in range(0, 8000, 1000):  # replaying the whole log reads the damaged page
-            response = httpx2.get(f"{server.base}/v1/conversations/{CONVERSATION}/items", auth=("acme", secret),
-                                  params={"offset": offset, "limit": 1000}, timeout=30)
+            response = httpx2.get(
+                f"{server.base}/v1/conversations/{CONVERSATION}/items",
+                auth=("acme", secret),
+                params={"offset": offset, "limit": 1000},
+                timeout=30,
+            )
             if response.status_code != 200:
                 break
         assert response.status_code == 503, response.status_code

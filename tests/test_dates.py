@@ -37,64 +37,84 @@ def spans(text: str, anchor: date | None = ANCHOR) -> list[tuple[str, str, str]]
     return [(p.first.isoformat(), p.last.isoformat(), p.granularity) for p in periods(text, anchor)]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("What was Sam doing on Dec 4, 2023?", [("2023-12-04", "2023-12-04", "day")]),
-    ("Drift offsite: Seville, the 16th of November 2023", [("2023-11-16", "2023-11-16", "day")]),
-    ("released 2023-12-04", [("2023-12-04", "2023-12-04", "day")]),
-    ("At 10:30 on 4th December 2023", [("2023-12-04", "2023-12-04", "day")]),
-    ("Who was Maria's manager in March 2024?", [("2024-03-01", "2024-03-31", "month")]),
-    ("as of 2024-05", [("2024-05-01", "2024-05-31", "month")]),
-    ("in Sept. of 2022", [("2022-09-01", "2022-09-30", "month")]),
-    ("in Q2 2024", [("2024-04-01", "2024-06-30", "quarter")]),
-    ("during the fourth quarter of 2023", [("2023-10-01", "2023-12-31", "quarter")]),
-    ("winter 2023", [("2023-12-01", "2024-02-29", "season")]),
-    ("what happened in 2021", [("2021-01-01", "2021-12-31", "year")]),
-    ("What did Kenji do in October '22?", [("2022-10-01", "2022-10-31", "month")]),
-    ("Daft Punk tribute band @ Tempodrom — Sept ’22", [("2022-09-01", "2022-09-30", "month")]),
-    ("on 3 May '23", [("2023-05-03", "2023-05-03", "day")]),
-    ("in the summer of '99", [("1999-06-01", "1999-08-31", "season")]),
-    ("Q2 '24", [("2024-04-01", "2024-06-30", "quarter")]),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What was Sam doing on Dec 4, 2023?", [("2023-12-04", "2023-12-04", "day")]),
+        ("Drift offsite: Seville, the 16th of November 2023", [("2023-11-16", "2023-11-16", "day")]),
+        ("released 2023-12-04", [("2023-12-04", "2023-12-04", "day")]),
+        ("At 10:30 on 4th December 2023", [("2023-12-04", "2023-12-04", "day")]),
+        ("Who was Maria's manager in March 2024?", [("2024-03-01", "2024-03-31", "month")]),
+        ("as of 2024-05", [("2024-05-01", "2024-05-31", "month")]),
+        ("in Sept. of 2022", [("2022-09-01", "2022-09-30", "month")]),
+        ("in Q2 2024", [("2024-04-01", "2024-06-30", "quarter")]),
+        ("during the fourth quarter of 2023", [("2023-10-01", "2023-12-31", "quarter")]),
+        ("winter 2023", [("2023-12-01", "2024-02-29", "season")]),
+        ("what happened in 2021", [("2021-01-01", "2021-12-31", "year")]),
+        ("What did Kenji do in October '22?", [("2022-10-01", "2022-10-31", "month")]),
+        ("Daft Punk tribute band @ Tempodrom — Sept ’22", [("2022-09-01", "2022-09-30", "month")]),
+        ("on 3 May '23", [("2023-05-03", "2023-05-03", "day")]),
+        ("in the summer of '99", [("1999-06-01", "1999-08-31", "season")]),
+        ("Q2 '24", [("2024-04-01", "2024-06-30", "quarter")]),
+    ],
+)
 def test_absolute_dates_need_no_anchor(text: str, expected: list[tuple[str, str, str]]) -> None:
     assert spans(text, None) == expected
     assert spans(text) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("I went to the support group yesterday", [("2023-05-07", "2023-05-07", "day")]),
-    ("we met last Friday", [("2023-05-05", "2023-05-05", "day")]),
-    ("see you next Monday", [("2023-05-15", "2023-05-15", "day")]),
-    ("three weeks ago", [("2023-04-14", "2023-04-20", "week")]),
-    ("2 days ago", [("2023-05-06", "2023-05-06", "day")]),
-    ("a few months ago", [("2023-02-01", "2023-02-28", "month")]),
-    ("next month", [("2023-06-01", "2023-06-30", "month")]),
-    ("last year", [("2022-01-01", "2022-12-31", "year")]),
-    ("last week", [("2023-05-01", "2023-05-07", "week")]),
-    ("on May 7", [("2023-05-07", "2023-05-07", "day")]),
-    ("on Dec 20", [("2022-12-20", "2022-12-20", "day")]),  # over a month ahead: last year's
-    ("since June", [("2022-06-01", "2022-06-30", "month")]),
-    ("last spring", [("2022-03-01", "2022-05-31", "season")]),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I went to the support group yesterday", [("2023-05-07", "2023-05-07", "day")]),
+        ("we met last Friday", [("2023-05-05", "2023-05-05", "day")]),
+        ("see you next Monday", [("2023-05-15", "2023-05-15", "day")]),
+        ("three weeks ago", [("2023-04-14", "2023-04-20", "week")]),
+        ("2 days ago", [("2023-05-06", "2023-05-06", "day")]),
+        ("a few months ago", [("2023-02-01", "2023-02-28", "month")]),
+        ("next month", [("2023-06-01", "2023-06-30", "month")]),
+        ("last year", [("2022-01-01", "2022-12-31", "year")]),
+        ("last week", [("2023-05-01", "2023-05-07", "week")]),
+        ("on May 7", [("2023-05-07", "2023-05-07", "day")]),
+        ("on Dec 20", [("2022-12-20", "2022-12-20", "day")]),  # over a month ahead: last year's
+        ("since June", [("2022-06-01", "2022-06-30", "month")]),
+        ("last spring", [("2022-03-01", "2022-05-31", "season")]),
+    ],
+)
 def test_relative_dates_are_resolved_against_the_anchor(text: str, expected: list[tuple[str, str, str]]) -> None:
     assert spans(text) == expected
     assert spans(text, None) == []  # nothing to resolve them against
 
 
-@pytest.mark.parametrize(("anchor", "expected"), [
-    (date(2025, 12, 5), ("2025-06-01", "2025-08-31")),  # after the summer: the one just past
-    (date(2025, 7, 20), ("2024-06-01", "2024-08-31")),  # in it: the year before's
-    (date(2025, 3, 1), ("2024-06-01", "2024-08-31")),
-])
+@pytest.mark.parametrize(
+    ("anchor", "expected"),
+    [
+        (date(2025, 12, 5), ("2025-06-01", "2025-08-31")),  # after the summer: the one just past
+        (date(2025, 7, 20), ("2024-06-01", "2024-08-31")),  # in it: the year before's
+        (date(2025, 3, 1), ("2024-06-01", "2024-08-31")),
+    ],
+)
 def test_last_season_is_the_latest_one_over(anchor: date, expected: tuple[str, str]) -> None:
     assert spans("Back from Zanzibar: went last summer", anchor) == [(*expected, "season")]
     assert spans("last winter", date(2024, 1, 15)) == [("2022-12-01", "2023-02-28", "season")]
     assert spans("last winter", date(2024, 4, 1)) == [("2023-12-01", "2024-02-29", "season")]
 
 
-@pytest.mark.parametrize("text", [
-    "I have 2023 reasons", "this may be wrong", "you may want to march on", "version 2.0.1 at 10:30",
-    "04/05/2024", "", "room 1999b", "the 2020s", "rock'n'roll of the '90s", "it's '22-ish",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I have 2023 reasons",
+        "this may be wrong",
+        "you may want to march on",
+        "version 2.0.1 at 10:30",
+        "04/05/2024",
+        "",
+        "room 1999b",
+        "the 2020s",
+        "rock'n'roll of the '90s",
+        "it's '22-ish",
+    ],
+)
 def test_text_that_names_no_date(text: str) -> None:
     assert spans(text) == []
 
@@ -102,8 +122,10 @@ def test_text_that_names_no_date(text: str) -> None:
 def test_each_part_of_the_text_is_read_once() -> None:
     # "4 December 2023" is a day; the month and the year inside it are not periods of their own.
     assert spans("On 4 December 2023, then in January 2024 and yesterday") == [
-        ("2023-12-04", "2023-12-04", "day"), ("2024-01-01", "2024-01-31", "month"),
-        ("2023-05-07", "2023-05-07", "day")]
+        ("2023-12-04", "2023-12-04", "day"),
+        ("2024-01-01", "2024-01-31", "month"),
+        ("2023-05-07", "2023-05-07", "day"),
+    ]
 
 
 def test_one_text_reads_a_bounded_number_of_dates_from_its_start() -> None:
@@ -113,10 +135,29 @@ def test_one_text_reads_a_bounded_number_of_dates_from_its_start() -> None:
 
 
 @pytest.mark.parametrize("anchor", [date.min, date(1, 1, 1), date(1900, 1, 1), date(2100, 12, 31), date.max])
-@pytest.mark.parametrize("text", ["99999999999 days ago", "999999 weeks ago", "99999999 months ago", "9999 years ago",
-                                  "tomorrow", "yesterday", "next month", "next week", "next Monday", "next weekend",
-                                  "next winter", "last spring", "on Dec 31", "in May", "in 2100", "Q4 2199",
-                                  "31 December 2100", "2199-12-31"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "99999999999 days ago",
+        "999999 weeks ago",
+        "99999999 months ago",
+        "9999 years ago",
+        "tomorrow",
+        "yesterday",
+        "next month",
+        "next week",
+        "next Monday",
+        "next weekend",
+        "next winter",
+        "last spring",
+        "on Dec 31",
+        "in May",
+        "in 2100",
+        "Q4 2199",
+        "31 December 2100",
+        "2199-12-31",
+    ],
+)
 def test_dates_off_the_calendar_are_skipped_never_raised(text: str, anchor: date) -> None:
     for period in periods(text, anchor):
         assert 1900 <= period.first.year and period.last.year <= 2100
@@ -124,12 +165,14 @@ def test_dates_off_the_calendar_are_skipped_never_raised(text: str, anchor: date
 
 def test_a_query_resolves_relative_dates_against_today() -> None:
     assert query_periods("what did we decide last week?", date(2026, 12, 1)) == [
-        Period(date(2026, 11, 23), date(2026, 11, 29), "week")]
+        Period(date(2026, 11, 23), date(2026, 11, 29), "week")
+    ]
 
 
 def candidate(i: int, content: str, occurred_at: str) -> Candidate:
-    return Candidate(id=i, text=document_text(content, occurred_at), vector=np.zeros(2, dtype=np.float32),
-                     occurred_at=occurred_at)
+    return Candidate(
+        id=i, text=document_text(content, occurred_at), vector=np.zeros(2, dtype=np.float32), occurred_at=occurred_at
+    )
 
 
 def test_the_boost_goes_to_memories_dated_in_the_window_by_their_day_or_their_content() -> None:
@@ -157,9 +200,11 @@ def test_a_month_or_longer_goes_by_the_dates_a_memory_names_not_by_when_it_was_w
 
 
 def test_a_held_set_keeps_its_dates_itself_and_boosts_as_any_set() -> None:
-    rows = [candidate(0, "Went hiking with Sam.", "2023-12-05T09:00:00Z"),
-            candidate(1, "Told you: I ran a race last Monday.", "2023-12-13T09:00:00Z"),
-            candidate(2, "Nothing dated here.", "2023-06-04T12:00:00Z")]
+    rows = [
+        candidate(0, "Went hiking with Sam.", "2023-12-05T09:00:00Z"),
+        candidate(1, "Told you: I ran a race last Monday.", "2023-12-13T09:00:00Z"),
+        candidate(2, "Nothing dated here.", "2023-06-04T12:00:00Z"),
+    ]
     texts = DatedTexts()
     held = CandidateSet.of_rows([tuple(c) for c in rows], lasting=True)  # type: ignore[misc]
     asked = periods("What was Sam doing on Dec 4, 2023?")
@@ -207,8 +252,14 @@ def test_a_query_with_a_date_off_the_calendar_is_answered(settings: Any, embedde
 
 
 @backends
-@pytest.mark.parametrize("question", ["What was Sam doing on Dec 4, 2023?", "What was Sam doing on 4 December 2023?",
-                                      "What was Sam doing on 2023-12-04?"])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What was Sam doing on Dec 4, 2023?",
+        "What was Sam doing on 4 December 2023?",
+        "What was Sam doing on 2023-12-04?",
+    ],
+)
 def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder: Any, question: str) -> None:
     with serve(settings, embedder) as server:
         for content, when in [*OTHERS, *SAM]:
@@ -216,10 +267,10 @@ def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder
         assert server.recalled(question, 4)[0] == SAM[1][0]
 
 
-
 def test_the_days_and_weeks_a_query_names_are_prefetch_windows_months_are_not() -> None:
     assert prefetch_windows(periods("What was Sam doing on Dec 4, 2023?")) == [
-        (epoch_day(date(2023, 12, 3)), epoch_day(date(2023, 12, 14)))]
+        (epoch_day(date(2023, 12, 3)), epoch_day(date(2023, 12, 14)))
+    ]
     assert prefetch_windows(periods("Who was Maria's manager in March 2024?")) == []
     assert len(prefetch_windows(periods("on 1 May 2023, 2 May 2023 or 3 May 2023"))) == 2  # bounded
 
@@ -234,10 +285,10 @@ def test_a_memory_is_about_its_own_day_and_the_days_and_weeks_its_content_names(
     assert epoch_day(date(1970, 1, 2)) == 1  # whole days since the epoch
     # Relative to its own date, as the boost reads them; a week gives its seven days.
     assert memory_days("Yesterday we shipped the release.", written) == days("2024-03-09", "2024-03-10")
-    assert memory_days("Last Friday, and on 2 January 2024.", written) == days("2024-01-02", "2024-03-08",
-                                                                              "2024-03-10")
-    assert memory_days("We moved last week.", written) == days("2024-02-26", "2024-02-27", "2024-02-28", "2024-02-29",
-                                                                "2024-03-01", "2024-03-02", "2024-03-03", "2024-03-10")
+    assert memory_days("Last Friday, and on 2 January 2024.", written) == days("2024-01-02", "2024-03-08", "2024-03-10")
+    assert memory_days("We moved last week.", written) == days(
+        "2024-02-26", "2024-02-27", "2024-02-28", "2024-02-29", "2024-03-01", "2024-03-02", "2024-03-03", "2024-03-10"
+    )
     # A month or longer is too coarse to name a day.
     assert memory_days("In March 2024, and in 2023, and last month.", written) == days("2024-03-10")
     # However many weeks a text names, a bounded number of days.
@@ -251,8 +302,7 @@ def test_a_memory_is_about_its_own_day_and_the_days_and_weeks_its_content_names(
 def test_a_memory_holds_the_terms_of_the_days_and_weeks_its_content_names() -> None:
     at = "2024-05-09T10:00:00Z"  # a Thursday
     assert date_terms("Went to the climbing gym yesterday.", at) == ["day20240508", "week2024w19"]
-    assert date_terms("We met on 2023-12-31 and again last week.", at) == [
-        "day20231231", "week2023w52", "week2024w18"]
+    assert date_terms("We met on 2023-12-31 and again last week.", at) == ["day20231231", "week2023w52", "week2024w18"]
     assert date_terms("Over last weekend.", at) == ["day20240504", "day20240505", "week2024w18"]
     # a month or longer is no term (too coarse: see DATE_TERM_WEIGHT); nor is the memory's own day
     assert date_terms("Moved to Porto in March 2024.", at) == []
@@ -282,8 +332,7 @@ def test_a_query_looks_for_the_day_or_week_it_names() -> None:
     today = date(2024, 5, 9)
     assert query_date_terms(query_periods("What did Ana do on 8 May 2024?", today)) == {"day20240508": 1.0}
     assert query_date_terms(query_periods("what happened last week", today)) == {"week2024w18": 1.0}
-    assert query_date_terms(query_periods("plans for last weekend", today)) == {"day20240504": 0.5,
-                                                                                 "day20240505": 0.5}
+    assert query_date_terms(query_periods("plans for last weekend", today)) == {"day20240504": 0.5, "day20240505": 0.5}
     assert query_date_terms(query_periods("Who led Atlas in March 2024?", today)) == {}
     assert query_date_terms([]) == {}
 
@@ -297,8 +346,13 @@ def test_the_end_of_the_period_a_question_asks_about() -> None:
     assert end("Which team was Ivo on in Q3 2024?") == "2024-10-01T00:00:00+00:00"
     assert end("What did we run in the winter of '23?") == "2024-03-01T00:00:00+00:00"
     assert end("Who led Atlas in 2023 and in 2025?") == "2026-01-01T00:00:00+00:00"  # the latest
-    for query in ("What did we decide on 8 May 2024?",  # a day: the date boost's
-                  "Who led Atlas last year?", "Who led Atlas in June?",  # relative to today
-                  "What changed since March 2024?", "Who led Atlas before 2024?",  # bounds of a range
-                  "Who was her manager between 2022 and 2023?", "Who leads Atlas?"):
+    for query in (
+        "What did we decide on 8 May 2024?",  # a day: the date boost's
+        "Who led Atlas last year?",
+        "Who led Atlas in June?",  # relative to today
+        "What changed since March 2024?",
+        "Who led Atlas before 2024?",  # bounds of a range
+        "Who was her manager between 2022 and 2023?",
+        "Who leads Atlas?",
+    ):
         assert end(query) is None, query

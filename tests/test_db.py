@@ -32,6 +32,7 @@ def test_grouped_jobs_fail_alone_and_the_rest_commit(tmp_path: Path) -> None:
             if k == 5:
                 raise ValueError("job 5 fails after writing")
             return k
+
         return work
 
     futures = [writer.submit(insert(k)) for k in range(10)]

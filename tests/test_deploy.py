@@ -75,8 +75,14 @@ def test_compose_config_with_the_compose_cli() -> None:
     if not clis:
         pytest.skip("no Compose CLI installed (docker compose / docker-compose); the schema test still runs")
     for cli in clis:
-        result = subprocess.run([*cli, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
-                                timeout=120, cwd=ROOT, env={**os.environ, "MEMORY_BOOTSTRAP_SECRET": ""})
+        result = subprocess.run(
+            [*cli, "-f", str(COMPOSE), "config", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env={**os.environ, "MEMORY_BOOTSTRAP_SECRET": ""},
+        )
         assert result.returncode == 0, f"{' '.join(cli)} config: {result.stderr}"
 
 
@@ -124,8 +130,9 @@ def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
         for key in ("interval", "timeout", "retries", "start_period"):
             assert key in check, f"{name}: healthcheck {key}"
     postgres = compose["services"]["postgres"]["healthcheck"]["test"]
-    assert postgres[1] == "pg_isready" and "--host=127.0.0.1" in postgres, \
+    assert postgres[1] == "pg_isready" and "--host=127.0.0.1" in postgres, (
         "over TCP: the image's temporary init server listens on the Unix socket only"
+    )
     replica = compose["services"]["memory-server-1"]["healthcheck"]["test"]
     assert "/readyz" in replica[-1], "replicas are healthy when ready (model, PostgreSQL, Qdrant), not just up"
 
@@ -134,9 +141,12 @@ def test_start_order_waits_for_health(compose: dict[str, Any]) -> None:
     services = compose["services"]
     for name in REPLICAS:
         assert services[name]["depends_on"] == {
-            "postgres": {"condition": "service_healthy"}, "qdrant": {"condition": "service_healthy"}}
+            "postgres": {"condition": "service_healthy"},
+            "qdrant": {"condition": "service_healthy"},
+        }
     assert services["balancer"]["depends_on"] == {
-        name: {"condition": "service_healthy", "restart": True} for name in REPLICAS}
+        name: {"condition": "service_healthy", "restart": True} for name in REPLICAS
+    }
     assert "depends_on" not in services["postgres"] and "depends_on" not in services["qdrant"]
 
 
@@ -156,8 +166,11 @@ def test_replicas_use_postgres_and_the_qdrant_server(compose: dict[str, Any]) ->
         assert url.startswith("postgresql://")
         params = psycopg.conninfo.conninfo_to_dict(url)
         assert params == {
-            "user": pg_env["POSTGRES_USER"], "password": interpolate(pg_env["POSTGRES_PASSWORD"], overrides),
-            "host": "postgres", "port": "5432", "dbname": pg_env["POSTGRES_DB"],
+            "user": pg_env["POSTGRES_USER"],
+            "password": interpolate(pg_env["POSTGRES_PASSWORD"], overrides),
+            "host": "postgres",
+            "port": "5432",
+            "dbname": pg_env["POSTGRES_DB"],
         }
     assert interpolate(pg_env["POSTGRES_PASSWORD"]), "a documented default password"
 
@@ -345,8 +358,9 @@ def _local_nginx_conf(tmp_path: Path, replica_ports: list[int], port: int) -> Pa
     assert "listen 8765;" in text and "access_log /dev/stdout balancer;" in text
     text = text.replace("listen 8765;", f"listen 127.0.0.1:{port};")
     text = text.replace("access_log /dev/stdout balancer;", f"access_log {tmp_path}/access.log balancer;")
-    temp = "".join(f"    {kind}_temp_path {tmp_path}/{kind};\n"
-                   for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    temp = "".join(
+        f"    {kind}_temp_path {tmp_path}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     text = text.replace("http {\n", "http {\n" + temp, 1)
     conf = tmp_path / "nginx.conf"
     conf.write_text(text)
@@ -356,12 +370,24 @@ def _local_nginx_conf(tmp_path: Path, replica_ports: list[int], port: int) -> Pa
 def _nginx_argv(conf: Path, tmp_path: Path, *, test: bool = False) -> list[str]:
     # One -g only (nginx keeps the last); root's workers stay root so they can use tmp_path (mode 0700).
     globals_ = f"pid {tmp_path}/nginx.pid; daemon off;" + (" user root;" if os.geteuid() == 0 else "")
-    return [shutil.which("nginx") or "nginx", "-p", f"{tmp_path}/", "-e", "stderr", "-c", str(conf),
-            "-g", globals_, *(["-t"] if test else [])]
+    return [
+        shutil.which("nginx") or "nginx",
+        "-p",
+        f"{tmp_path}/",
+        "-e",
+        "stderr",
+        "-c",
+        str(conf),
+        "-g",
+        globals_,
+        *(["-t"] if test else []),
+    ]
 
 
-needs_nginx = pytest.mark.skipif(not shutil.which("nginx"), reason="nginx is not installed (the config is "
-                                 "still checked against docker-compose.yml by parsing it)")
+needs_nginx = pytest.mark.skipif(
+    not shutil.which("nginx"),
+    reason="nginx is not installed (the config is still checked against docker-compose.yml by parsing it)",
+)
 
 
 @needs_nginx
@@ -388,8 +414,12 @@ class _Replica(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _seen(self) -> dict[str, Any]:
-        return {"replica": self.name, "version": self.request_version, "path": self.path,
-                **{h: self.headers.get(h) for h in ("Host", "X-Forwarded-For", "X-Request-ID", "Connection")}}
+        return {
+            "replica": self.name,
+            "version": self.request_version,
+            "path": self.path,
+            **{h: self.headers.get(h) for h in ("Host", "X-Forwarded-For", "X-Request-ID", "Connection")},
+        }
 
     def _gone(self) -> bool:
         """A stopped replica also drops the connections nginx keeps alive to it, as a dead process would."""
@@ -483,8 +513,7 @@ def test_balancer_spreads_requests_and_passes_the_client_headers(balancer: _Bala
     import httpx2
 
     with httpx2.Client(base_url=balancer.base, timeout=30) as client:
-        answers = [client.get("/v1/memories", headers={"X-Forwarded-For": "203.0.113.9"}).json()
-                   for _ in range(6)]
+        answers = [client.get("/v1/memories", headers={"X-Forwarded-For": "203.0.113.9"}).json() for _ in range(6)]
         given = client.get("/healthz", headers={"X-Request-ID": "req-0123456789"}).json()
         made = client.post("/mcp", content=b"x" * 100_000).json()
     assert {a["replica"] for a in answers} == set(REPLICAS), "both replicas take requests"
@@ -525,8 +554,11 @@ def test_balancer_fails_over_and_answers_in_the_error_shape(balancer: _Balancer)
         balancer.stop_replica(1)
         down = client.get("/v1/memories")
         assert down.status_code == 503 and down.headers["retry-after"] == "5"
-        assert down.json()["error"] == {"code": "unavailable", "retryable": True,
-                                        "message": down.json()["error"]["message"]}
+        assert down.json()["error"] == {
+            "code": "unavailable",
+            "retryable": True,
+            "message": down.json()["error"]["message"],
+        }
         assert down.json()["error"]["message"].startswith("unavailable: ")
 
     with socket.create_connection(("127.0.0.1", int(balancer.base.rsplit(":", 1)[1])), timeout=30) as sock:
@@ -635,11 +667,16 @@ def test_dockerfile_healthcheck_really_probes_healthz(stages: list[list[tuple[st
     """Run the HEALTHCHECK command (python, as the slim image has no curl) against a live server."""
     argv = _healthcheck_command(stages)
     port = live.base.rsplit(":", 1)[1]
-    up = subprocess.run([sys.executable, *argv[1:]], env={**os.environ, "MEMORY_PORT": port},
-                        capture_output=True, timeout=60)
+    up = subprocess.run(
+        [sys.executable, *argv[1:]], env={**os.environ, "MEMORY_PORT": port}, capture_output=True, timeout=60
+    )
     assert up.returncode == 0, up.stderr
-    down = subprocess.run([sys.executable, *argv[1:]], env={**os.environ, "MEMORY_PORT": str(free_port())},
-                          capture_output=True, timeout=60)
+    down = subprocess.run(
+        [sys.executable, *argv[1:]],
+        env={**os.environ, "MEMORY_PORT": str(free_port())},
+        capture_output=True,
+        timeout=60,
+    )
     assert down.returncode != 0
 
 
@@ -652,20 +689,30 @@ def _ignored(path: str, patterns: list[str]) -> bool:
     for pattern in patterns:
         negate = pattern.startswith("!")
         pattern = pattern.lstrip("!").strip("/")
-        if any(fnmatch.fnmatch(c, pattern) or fnmatch.fnmatch(c, pattern.removeprefix("**/"))
-               for c in candidates):
+        if any(fnmatch.fnmatch(c, pattern) or fnmatch.fnmatch(c, pattern.removeprefix("**/")) for c in candidates):
             ignored = not negate
     return ignored
 
 
 def test_dockerignore_keeps_local_state_out_and_the_sources_in(stages: list[list[tuple[str, str]]]) -> None:
     patterns = [p.strip() for p in DOCKERIGNORE.read_text().splitlines() if p.strip() and not p.startswith("#")]
-    for unwanted in (".venv/bin/python", "data/memory.db", "models/all-MiniLM-L6-v2/model.safetensors",
-                     "memory_server/__pycache__/app.cpython-311.pyc", ".pytest_cache/v", ".hypothesis/examples",
-                     ".git/HEAD", "memory_server.egg-info/PKG-INFO"):
+    for unwanted in (
+        ".venv/bin/python",
+        "data/memory.db",
+        "models/all-MiniLM-L6-v2/model.safetensors",
+        "memory_server/__pycache__/app.cpython-311.pyc",
+        ".pytest_cache/v",
+        ".hypothesis/examples",
+        ".git/HEAD",
+        "memory_server.egg-info/PKG-INFO",
+    ):
         assert _ignored(unwanted, patterns), unwanted
-    sources = [args.split()[:-1] for stage in stages for keyword, args in stage
-               if keyword == "COPY" and not args.startswith("--from")]
+    sources = [
+        args.split()[:-1]
+        for stage in stages
+        for keyword, args in stage
+        if keyword == "COPY" and not args.startswith("--from")
+    ]
     for source in (s for group in sources for s in group):
         assert (ROOT / source).exists(), f"COPY {source}: no such file in the repository"
         assert not _ignored(source, patterns), f"COPY {source} is excluded by .dockerignore"
@@ -731,13 +778,16 @@ def test_bootstrap_without_a_secret_does_nothing(services: Any, monkeypatch: pyt
     assert services.storage.sites.sites() == []
 
 
-@pytest.mark.parametrize("config, message", [
-    (dict(secret="short"), "16-1024 characters"),
-    (dict(secret="has:a:colon-in-it-0123456"), "no ':'"),
-    (dict(secret="x" * 20, secret_file=Path("/nonexistent")), "only one of"),
-    (dict(secret_file=Path("/nonexistent/secret")), "cannot read"),
-    (dict(site="bad site!", secret="y" * 20), "MEMORY_BOOTSTRAP_SITE"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (dict(secret="short"), "16-1024 characters"),
+        (dict(secret="has:a:colon-in-it-0123456"), "no ':'"),
+        (dict(secret="x" * 20, secret_file=Path("/nonexistent")), "only one of"),
+        (dict(secret_file=Path("/nonexistent/secret")), "cannot read"),
+        (dict(site="bad site!", secret="y" * 20), "MEMORY_BOOTSTRAP_SITE"),
+    ],
+)
 def test_bootstrap_refuses_bad_settings_without_echoing_the_secret(
     services: Any, config: dict[str, Any], message: str
 ) -> None:
@@ -760,11 +810,24 @@ def test_serve_creates_the_preset_site_instead_of_printing_one(tmp_path: Path) -
     secret_file.write_text(secret + "\n")
     env = server_env(MEMORY_BOOTSTRAP_SECRET_FILE=str(secret_file), MEMORY_LOG_LEVEL="INFO")
     with ServerProcess(tmp_path / "data", env=env) as server:
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                           "params": {"name": "list_conversations", "arguments": {}}})
-        response = httpx2.post(server.url, content=body, timeout=30, headers={
-            "Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-            "Authorization": basic("default", secret)})
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "list_conversations", "arguments": {}},
+            }
+        )
+        response = httpx2.post(
+            server.url,
+            content=body,
+            timeout=30,
+            headers={
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+                "Authorization": basic("default", secret),
+            },
+        )
         assert response.status_code == 200, response.text
         log = server.log()
     assert "first start" not in log and secret not in log
@@ -774,8 +837,22 @@ def test_serve_refuses_a_bad_preset_secret(tmp_path: Path) -> None:
     from procs import server_env
 
     env = server_env(MEMORY_BOOTSTRAP_SECRET="too-short")
-    result = subprocess.run([sys.executable, "-m", "memory_server", "serve", "--port", str(free_port()),
-                             "--data-dir", str(tmp_path / "data")], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memory_server",
+            "serve",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "error: the bootstrap secret must be" in result.stderr and "too-short" not in result.stderr

@@ -27,8 +27,9 @@ DISK_MB = 160
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -81,8 +82,9 @@ def test_a_full_disk_is_reported_clearly_and_loses_nothing(small_disk: Path, tmp
                 assert "the disk holding the database is full" in error["message"], error
             # A memory on the full disk: committed to SQLite if there is room for it, never a crash of the
             # embedded index (it refuses writes instead of taking SIGBUS on a file it cannot extend).
-            remembered = http.post(f"{server.base}/v1/memories", auth=auth,
-                                   json={"content": "The spare keys are in the blue drawer."})
+            remembered = http.post(
+                f"{server.base}/v1/memories", auth=auth, json={"content": "The spare keys are in the blue drawer."}
+            )
             assert remembered.status_code in (201, 503), remembered.text[:300]
             assert server.proc is not None and server.proc.poll() is None, "the server died on the full disk"
             ready = http.get(f"{server.base}/readyz")
@@ -100,13 +102,15 @@ def test_a_full_disk_is_reported_clearly_and_loses_nothing(small_disk: Path, tmp
             after = http.post(url, auth=auth, json={"items": [{"batch": "after"}]})
             assert after.status_code == 201, after.text[:300]
             assert http.get(f"{server.base}/readyz").status_code == 200
-            again = http.post(f"{server.base}/v1/memories", auth=auth,
-                              json={"content": "The spare keys are in the blue drawer."})
+            again = http.post(
+                f"{server.base}/v1/memories", auth=auth, json={"content": "The spare keys are in the blue drawer."}
+            )
             assert again.status_code in (200, 201), again.text[:300]
             deadline = time.monotonic() + 60  # the maintenance thread indexes what the full disk held back
             while True:
-                found = http.post(f"{server.base}/v1/search", auth=auth,
-                                  json={"query": "where are the spare keys", "min_score": 0.3}).json()["results"]
+                found = http.post(
+                    f"{server.base}/v1/search", auth=auth, json={"query": "where are the spare keys", "min_score": 0.3}
+                ).json()["results"]
                 if found or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)

@@ -32,8 +32,10 @@ def doctor(data_dir: Path) -> tuple[int, dict[str, str], str]:
 
 
 def checks(data_dir: Path, embedder: Any) -> dict[str, Check]:
-    return {c.name: c for c in run_checks(make_settings(data_dir), project_root=REPO_ROOT,
-                                          load_embedder=lambda path: embedder)}
+    return {
+        c.name: c
+        for c in run_checks(make_settings(data_dir), project_root=REPO_ROOT, load_embedder=lambda path: embedder)
+    }
 
 
 def failed(found: dict[str, Check]) -> set[str]:
@@ -52,16 +54,31 @@ async def healthy(tmp_path: Path, embedder: Any) -> Path:
     """A data directory a server has run on: SQLite, an index built with the bundled model, 3 memories."""
     settings = make_settings(tmp_path / "data")
     with serve(settings, embedder) as server:
-        await remember(server, "The office plants are watered on Mondays.", "Backups run at 02:00 UTC.",
-                       "The VPN needs a hardware key.")
+        await remember(
+            server,
+            "The office plants are watered on Mondays.",
+            "Backups run at 02:00 UTC.",
+            "The VPN needs a hardware key.",
+        )
     return settings.data_dir
 
 
 def test_healthy_directory_passes_every_check(healthy: Path) -> None:
     code, lines, output = doctor(healthy)
     assert code == 0, output
-    assert set(lines) >= {"model", "sqlite", "sqlite journal", "sqlite writable", "schema", "sqlite integrity",
-                          "index", "index model", "index points", "index backlog", "index deletions"}
+    assert set(lines) >= {
+        "model",
+        "sqlite",
+        "sqlite journal",
+        "sqlite writable",
+        "schema",
+        "sqlite integrity",
+        "index",
+        "index model",
+        "index points",
+        "index backlog",
+        "index deletions",
+    }
     assert all(line.startswith("ok") for line in lines.values()), output
     assert "multilingual-e5-small (384 dimensions)" in lines["model"]
     assert "3 points" in lines["index points"]
@@ -87,8 +104,9 @@ def test_backlog_and_queued_deletions_are_reported_with_the_fix(healthy: Path, e
     settings = make_settings(healthy)
     conn = connect(settings.db_path)
     try:
-        transaction(conn, lambda c: c.execute(
-            "UPDATE memories SET indexed = 0 WHERE id = (SELECT min(id) FROM memories)"))
+        transaction(
+            conn, lambda c: c.execute("UPDATE memories SET indexed = 0 WHERE id = (SELECT min(id) FROM memories)")
+        )
         transaction(conn, lambda c: c.execute("INSERT INTO index_deletions (id) VALUES (987654)"))
     finally:
         conn.close()
@@ -153,8 +171,9 @@ def test_old_schema_and_non_wal_database_fail_with_the_fix(tmp_path: Path, embed
 # --- on PostgreSQL ------------------------------------------------------------------------------------------
 
 
-def test_doctor_on_postgresql_checks_the_database_and_the_followed_index(tmp_path: Path, embedder: Any,
-                                                                         postgres_url: str) -> None:
+def test_doctor_on_postgresql_checks_the_database_and_the_followed_index(
+    tmp_path: Path, embedder: Any, postgres_url: str
+) -> None:
     data = tmp_path / "data"
     env = {"MEMORY_DATABASE_URL": postgres_url}
     settings = make_settings(data, database_url=postgres_url)

@@ -56,8 +56,11 @@ def key_of(writer: int, batch: int) -> str:
 async def append(client: Client, conversation: str, writer: int, batch: int, size: int) -> dict[str, Any]:
     result = await client.call_tool(
         "append_memory",
-        {"conversation_id": conversation, "items": batch_payloads(writer, batch, size, conv=conversation),
-         "idempotency_key": key_of(writer, batch)},
+        {
+            "conversation_id": conversation,
+            "items": batch_payloads(writer, batch, size, conv=conversation),
+            "idempotency_key": key_of(writer, batch),
+        },
         raise_on_error=False,
     )
     assert not result.is_error, result.content[0].text
@@ -130,8 +133,10 @@ async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, server_proce
             await check_everything(server, secret, ledger, complete=True)
         ledger.acked_this_round = 0
         ledger.enough.clear()
-        writers = [asyncio.create_task(writer_task(server, secret, w, ledger, random.Random(rng.random())))
-                   for w in range(WRITERS)]
+        writers = [
+            asyncio.create_task(writer_task(server, secret, w, ledger, random.Random(rng.random())))
+            for w in range(WRITERS)
+        ]
         await asyncio.wait_for(ledger.enough.wait(), timeout=120)
         server.kill()  # SIGKILL, with the writers mid-stream
         await asyncio.wait_for(asyncio.gather(*writers), timeout=120)
@@ -141,6 +146,8 @@ async def test_acknowledged_appends_survive_sigkill(tmp_path: Path, server_proce
     await check_everything(server, secret, ledger, complete=False)
     committed_without_ack += await retry_unacknowledged(server, secret, ledger)
     await check_everything(server, secret, ledger, complete=True)
-    print(f"{len(ledger.acks)} batches, {lost_acks} acknowledgements lost to kills, "
-          f"{committed_without_ack} of those had been committed")
+    print(
+        f"{len(ledger.acks)} batches, {lost_acks} acknowledgements lost to kills, "
+        f"{committed_without_ack} of those had been committed"
+    )
     assert lost_acks > 0  # the kills did land mid-stream

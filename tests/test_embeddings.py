@@ -50,8 +50,9 @@ def test_query_is_a_unit_vector_nearest_its_own_text(embedder: Embedder) -> None
     query = embedder.embed_query("where do I park my bike?")
     assert query.shape == (384,) and query.dtype == np.float32
     assert np.linalg.norm(query) == pytest.approx(1.0, abs=1e-5)
-    documents = embedder.embed_documents(["Bikes are parked in the courtyard behind the office.",
-                                          "The invoice for March was paid late."])
+    documents = embedder.embed_documents(
+        ["Bikes are parked in the courtyard behind the office.", "The invoice for March was paid late."]
+    )
     assert float(documents[0] @ query) > float(documents[1] @ query)
 
 
@@ -138,7 +139,8 @@ def test_model_without_weights_is_refused(tmp_path: Path, model_dir: Path) -> No
 def test_importing_the_package_does_not_load_torch() -> None:
     # sentence-transformers costs 6-8 s to import; only constructing a SentenceEmbedder may pay it.
     code = (
-        "import sys, memory_server.embeddings.factory, memory_server.embeddings.sentence, memory_server.embeddings.tokens; "
+        "import sys, memory_server.embeddings.factory, memory_server.embeddings.sentence, "
+        "memory_server.embeddings.tokens; "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
     )
     root = Path(__file__).resolve().parent.parent

@@ -38,13 +38,13 @@ def test_vocabulary_words_are_lowercase_content_words_once() -> None:
 
 VECTORS = {
     "career": unit(1, 0, 0, 0),
-    "job": unit(0.8, 0.6, 0, 0),          # cos 0.8 with career
+    "job": unit(0.8, 0.6, 0, 0),  # cos 0.8 with career
     "profession": unit(0.7, 0, 0.714, 0),  # cos 0.7
-    "careers": unit(0.95, 0, 0, 0.31),    # same stem as career
-    "banana": unit(0, 0, 0, 1),           # unrelated
-    "work": unit(0.62, 0, 0, 0.785),      # cos 0.62: above the threshold, fourth nearest
+    "careers": unit(0.95, 0, 0, 0.31),  # same stem as career
+    "banana": unit(0, 0, 0, 1),  # unrelated
+    "work": unit(0.62, 0, 0, 0.785),  # cos 0.62: above the threshold, fourth nearest
     "pets": unit(0, 1, 0, 0),
-    "dog": unit(0, 0.55, 0.835, 0),        # cos 0.55 with pets: an instance, not a synonym
+    "dog": unit(0, 0.55, 0.835, 0),  # cos 0.55 with pets: an instance, not a synonym
 }
 
 
@@ -56,16 +56,24 @@ def pool_of(words: list[str]) -> tuple[list[str], np.ndarray]:
 
 def test_expansion_adds_the_nearest_pool_words_with_weighted_cosine() -> None:
     pool = pool_of(["job", "profession", "banana", "careers", "work"])
-    added = expansion_terms("what career?", analyze("what career?"), VECTORS, *pool,
-                            min_similarity=0.6, neighbours=3, weight=0.5)
+    added = expansion_terms(
+        "what career?", analyze("what career?"), VECTORS, *pool, min_similarity=0.6, neighbours=3, weight=0.5
+    )
     # nearest three: careers (same stem: skipped, but it takes a place), job, profession; work is fourth
     assert added == pytest.approx({"job": 0.4, "profess": 0.35}, abs=1e-3)  # stems
 
 
 def test_expansion_respects_threshold_query_terms_and_pool() -> None:
     terms = analyze("career job")
-    added = expansion_terms("career job", terms, VECTORS, *pool_of(["job", "profession", "banana"]),
-                            min_similarity=0.75, neighbours=3, weight=0.5)
+    added = expansion_terms(
+        "career job",
+        terms,
+        VECTORS,
+        *pool_of(["job", "profession", "banana"]),
+        min_similarity=0.75,
+        neighbours=3,
+        weight=0.5,
+    )
     assert added == {}  # job is a query term already; profession (0.7) is under 0.75; banana far
     assert expansion_terms("career", analyze("career"), VECTORS, *pool_of([]), weight=0.5) == {}
     # a query word without a vector never expands
@@ -107,8 +115,10 @@ def test_rank_lifts_a_memory_that_only_shares_a_near_synonym() -> None:
     # Every memory is orthogonal to the query: the dense side scores them all exactly 0, lexical decides.
     q, same = unit(1, 0, 0, 0), unit(0, 1, 1, 1)
     # As long as the job memory (four terms), and before it: on a tie it comes last.
-    fillers = [cand(10 + k, f"{word} notes sunday evening", same) for k, word in
-               enumerate(["garden", "kitchen", "holiday", "weather", "football", "music"])]
+    fillers = [
+        cand(10 + k, f"{word} notes sunday evening", same)
+        for k, word in enumerate(["garden", "kitchen", "holiday", "weather", "football", "music"])
+    ]
     cands = [*fillers, cand(1, "the new job starts monday", same)]
     without = [c.id for c, _ in rank("career plans", q, cands, limit=7)]
     with_expansion = [c.id for c, _ in rank("career plans", q, cands, limit=7, expansion={"job": 0.4})]
@@ -136,8 +146,9 @@ def test_the_default_model_reaches_a_plain_synonym(embedder: Any) -> None:
     pool_words = ["job", "banana", "children"]
     words.add(7, Words(tuple(pool_words), words.embed(pool_words)))
     pool = words.pool(7, [Candidate(id=i, text=w, vector=np.zeros(4)) for i, w in enumerate(pool_words)])
-    added = expansion_terms("her kids", analyze("her kids"), words.for_query(7, "her kids"), *pool,
-                            scale=embedder.similarity.word)
+    added = expansion_terms(
+        "her kids", analyze("her kids"), words.for_query(7, "her kids"), *pool, scale=embedder.similarity.word
+    )
     assert set(added) == {"children"}
 
 
@@ -178,8 +189,9 @@ def test_words_are_saved_with_memories_reloaded_and_backfilled(settings: Any, em
         assert {"puppy", "chewed", "sofa", "cushions"} <= stored
         assert "the" not in stored
         with sqlite3.connect(settings.db_path) as db:
-            vector = db.execute("SELECT vector FROM memory_words WHERE site_id = ? AND word = 'puppy'",
-                                (site_id,)).fetchone()[0]
+            vector = db.execute(
+                "SELECT vector FROM memory_words WHERE site_id = ? AND word = 'puppy'", (site_id,)
+            ).fetchone()[0]
         assert np.allclose(np.frombuffer(vector, np.float32), embedder.embed_documents(["puppy"])[0], atol=1e-5)
 
         # recall's candidates offer their words to the query's expansion

@@ -57,8 +57,9 @@ async def indexes_follow(replicas: list[Replica], ledger: Ledger, survival: Surv
     """Every memory kept is found through every replica, and so is one remembered now; none of the lost
     ones is found through any."""
     content = note("after", 0, 0)
-    response = await asyncio.to_thread(httpx2.post, f"{replicas[0].base}/v1/memories", json={"content": content},
-                                       auth=replicas[0].auth, timeout=60)
+    response = await asyncio.to_thread(
+        httpx2.post, f"{replicas[0].base}/v1/memories", json={"content": content}, auth=replicas[0].auth, timeout=60
+    )
     assert response.status_code == 201, response.text
     kept = {ref: text for ref, (text, _) in ledger.memories.items() if ref not in survival.lost}
     await found_everywhere(replicas, {**kept, response.json()["reference"]: content})
@@ -68,12 +69,14 @@ async def indexes_follow(replicas: list[Replica], ledger: Ledger, survival: Surv
 
 
 async def test_with_a_synchronous_standby_no_acknowledged_write_is_lost_with_the_primary(
-        tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses) -> None:
+    tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses
+) -> None:
     pair = replicated_postgres(synchronous=True)
     replicas = await start_replicas(tmp_path, pair, server_processes)
     # Promoted after the server's 5 s of retries, so requests meet a database that is gone.
-    ledger, failover = await run_failover(replicas, pair, warm_up=10, after_promotion=10,
-                                          standby_away_s=STANDBY_AWAY_S, promote_after_s=6.0)
+    ledger, failover = await run_failover(
+        replicas, pair, warm_up=10, after_promotion=10, standby_away_s=STANDBY_AWAY_S, promote_after_s=6.0
+    )
     assert not ledger.faults, ledger.faults
     assert all(ledger.unavailable[replica.name] > 0 for replica in replicas), ledger.unavailable
     # While the standby was away, commits waited for it: nothing was acknowledged that it did not have.
@@ -84,18 +87,20 @@ async def test_with_a_synchronous_standby_no_acknowledged_write_is_lost_with_the
         survival = await verify(replica, ledger)
         assert not survival.lost, survival.lost
     await indexes_follow(replicas, ledger, survival)
-    print(f"promoted {failover.promoted_s:.2f} s after the crash; first acknowledged write after it: "
-          + ", ".join(f"{name} {s:.2f} s" for name, s in sorted(failover.first_ack_s.items()))
-          + f"; {len(ledger.appends)} appends and {len(ledger.memories)} memories acknowledged, none lost; "
-          f"503 answers: {dict(ledger.unavailable)}")
+    print(
+        f"promoted {failover.promoted_s:.2f} s after the crash; first acknowledged write after it: "
+        + ", ".join(f"{name} {s:.2f} s" for name, s in sorted(failover.first_ack_s.items()))
+        + f"; {len(ledger.appends)} appends and {len(ledger.memories)} memories acknowledged, none lost; "
+        f"503 answers: {dict(ledger.unavailable)}"
+    )
 
 
 async def test_with_an_asynchronous_standby_what_it_had_not_received_is_lost_and_nothing_else(
-        tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses) -> None:
+    tmp_path: Path, replicated_postgres: ReplicatedPostgresFactory, server_processes: ServerProcesses
+) -> None:
     pair = replicated_postgres(synchronous=False)
     replicas = await start_replicas(tmp_path, pair, server_processes)
-    ledger, failover = await run_failover(replicas, pair, warm_up=10, after_promotion=10,
-                                          standby_away_s=STANDBY_AWAY_S)
+    ledger, failover = await run_failover(replicas, pair, warm_up=10, after_promotion=10, standby_away_s=STANDBY_AWAY_S)
     assert not ledger.faults, ledger.faults
     assert failover.standby_stopped_at is not None
     unseen = ledger.written_between(failover.standby_stopped_at, failover.crashed_at)
@@ -110,14 +115,17 @@ async def test_with_an_asynchronous_standby_what_it_had_not_received_is_lost_and
     assert await verify(replicas[1], ledger) == survival
 
     await indexes_follow(replicas, ledger, survival)
-    print("first acknowledged write after the crash: "
-          + ", ".join(f"{name} {s:.2f} s" for name, s in sorted(failover.first_ack_s.items()))
-          + f"; lost {len(survival.lost)} of {len(acks)} acknowledged writes "
-          f"({len(unseen)} committed while the standby was away, {len(survival.lost_memories)} memories)")
+    print(
+        "first acknowledged write after the crash: "
+        + ", ".join(f"{name} {s:.2f} s" for name, s in sorted(failover.first_ack_s.items()))
+        + f"; lost {len(survival.lost)} of {len(acks)} acknowledged writes "
+        f"({len(unseen)} committed while the standby was away, {len(survival.lost_memories)} memories)"
+    )
 
 
 def test_a_host_that_never_answers_is_passed_over_after_the_urls_connect_timeout(
-        postgres_server: PostgresServer) -> None:
+    postgres_server: PostgresServer,
+) -> None:
     """A primary whose machine hangs: TCP connects (the kernel's backlog) but nothing answers. The URL's
     `connect_timeout=2` is how long each connection waits on it before trying the next host, well inside the
     5 s a request waits for a connection (the server's own 10 s default would not be)."""
@@ -125,8 +133,10 @@ def test_a_host_that_never_answers_is_passed_over_after_the_urls_connect_timeout
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         host = quote(str(postgres_server.socket_dir), safe="/")
-        url = (f"postgresql://postgres@/postgres?host=127.0.0.1,{host}&port={silent.getsockname()[1]},"
-               f"{postgres_server.port}&target_session_attrs=read-write&connect_timeout=2")
+        url = (
+            f"postgresql://postgres@/postgres?host=127.0.0.1,{host}&port={silent.getsockname()[1]},"
+            f"{postgres_server.port}&target_session_attrs=read-write&connect_timeout=2"
+        )
         db = Database(url, retry_budget_s=5.0)
         try:
             assert db.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)

@@ -25,11 +25,17 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \S+: ")  # the 
 
 async def use_over_stdio(data_dir: Path, seq: int = 0, **env: str) -> None:
     """What Claude Desktop does with a new data directory: start a stdio server there and write to it."""
-    transport = StdioTransport(command=sys.executable, args=["-m", "memory_server", "serve", "--data-dir", str(data_dir)],
-                               env=server_env(MEMORY_TRANSPORT="stdio", **env), cwd=str(REPO_ROOT), keep_alive=False)
+    transport = StdioTransport(
+        command=sys.executable,
+        args=["-m", "memory_server", "serve", "--data-dir", str(data_dir)],
+        env=server_env(MEMORY_TRANSPORT="stdio", **env),
+        cwd=str(REPO_ROOT),
+        keep_alive=False,
+    )
     async with Client(transport, timeout=60) as client:
-        ack = await client.call_tool("append_memory", {"conversation_id": "conv-desktop-0001",
-                                                       "items": [{"role": "user", "text": "first"}]})
+        ack = await client.call_tool(
+            "append_memory", {"conversation_id": "conv-desktop-0001", "items": [{"role": "user", "text": "first"}]}
+        )
         assert ack.structured_content["first_seq"] == seq
 
 
@@ -39,8 +45,10 @@ def console_sign_in(base: str, site: str, secret: str) -> httpx2.Response:
         page = http.get("/ui/sign-in")
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert csrf is not None, page.text
-        return http.post("/ui/sign-in", data={"csrf": csrf.group(1), "method": "basic", "site": site,
-                                              "secret": secret, "next": "/ui/memories"})
+        return http.post(
+            "/ui/sign-in",
+            data={"csrf": csrf.group(1), "method": "basic", "site": site, "secret": secret, "next": "/ui/memories"},
+        )
 
 
 def wait_healthy(process: subprocess.Popen[bytes], base: str) -> None:
@@ -74,7 +82,8 @@ def test_start_up_names_the_console_and_the_root_leads_there(tmp_path: Path) -> 
 
 
 async def test_a_data_directory_first_used_over_stdio_gets_its_credential_on_the_first_http_start(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "data"
     await use_over_stdio(data)
     with ServerProcess(data) as server:
@@ -121,9 +130,14 @@ def test_a_stdio_launch_that_runs_http_says_how_to_get_stdio(tmp_path: Path) -> 
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "wb") as err:
-        process = subprocess.Popen([sys.executable, "-m", "memory_server", "serve", "--port", str(port), "--data-dir",
-                                    str(tmp_path / "data")], cwd=REPO_ROOT, env=server_env(), stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=err)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memory_server", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            cwd=REPO_ROOT,
+            env=server_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
     try:
         wait_healthy(process, f"http://127.0.0.1:{port}")
         hints = [line for line in log.read_text().splitlines() if "MEMORY_TRANSPORT=stdio" in line]
@@ -140,8 +154,11 @@ def test_a_stdio_launch_that_runs_http_says_how_to_get_stdio(tmp_path: Path) -> 
 async def test_fastmcp_warnings_are_log_lines_of_the_chosen_format(tmp_path: Path, log_format: str) -> None:
     env = server_env(MEMORY_LOG_FORMAT=log_format, MEMORY_LOG_LEVEL="INFO")
     with ServerProcess(tmp_path / "data", env=env) as server:
-        secret = next(json.loads(line)["secret"] for line in server.log().splitlines()
-                      if '"secret"' in line) if log_format == "json" else parse_fields(server.log())["secret"]
+        secret = (
+            next(json.loads(line)["secret"] for line in server.log().splitlines() if '"secret"' in line)
+            if log_format == "json"
+            else parse_fields(server.log())["secret"]
+        )
         async with server.client("default", secret) as client:
             await client.call_tool("recall", {}, raise_on_error=False)  # fastmcp warns about the arguments
         server.stop()
@@ -167,6 +184,7 @@ async def test_missing_and_unknown_arguments_are_named_in_mcp_terms(tmp_path: Pa
     with ServerProcess(tmp_path / "data") as server:
         secret = parse_fields(server.log())["secret"]
         async with server.client("default", secret) as client:
+
             async def error(tool: str, arguments: dict[str, object]) -> str:
                 result = await client.call_tool(tool, arguments, raise_on_error=False)
                 assert result.is_error and result.structured_content is None
@@ -174,9 +192,11 @@ async def test_missing_and_unknown_arguments_are_named_in_mcp_terms(tmp_path: Pa
 
             assert await error("recall", {}) == "invalid_parameters: missing required argument 'query'"
             assert await error("recall_memory", {}) == (
-                "invalid_parameters: missing required argument 'conversation_id'")
+                "invalid_parameters: missing required argument 'conversation_id'"
+            )
             assert await error("append_memory", {"conversation_id": "conv-args-0001"}) == (
-                "invalid_parameters: missing required argument 'items'")
+                "invalid_parameters: missing required argument 'items'"
+            )
             assert await error("recall", {"query": "x", "bogus": 1}) == "invalid_parameters: unknown argument 'bogus'"
             assert await error("search_memory", {"limit": 3}) == "invalid_parameters: missing required argument 'query'"
             typed = await error("recall", {"query": "x", "limit": "2"})
@@ -198,8 +218,14 @@ def test_token_list_has_a_header_row(tmp_path: Path) -> None:
 
 def test_import_help_wraps_its_paragraphs_evenly(tmp_path: Path) -> None:
     width = 100
-    done = subprocess.run([sys.executable, "-m", "memory_server", "import", "--help"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, env=server_env(COLUMNS=str(width), TERM="dumb"), timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_server", "import", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=server_env(COLUMNS=str(width), TERM="dumb"),
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     text = done.stdout.split("Usage:")[1].split("╭")[0]
     paragraphs = [p.splitlines() for p in re.split(r"\n\s*\n", text) if p.strip()][1:]  # after the usage line

@@ -68,9 +68,12 @@ class Front:
 
 @pytest.fixture(scope="module")
 def front(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    server = Front(tmp_path_factory.mktemp("front-doors"), MEMORY_TRUSTED_PROXIES="127.0.0.1",
-                   MEMORY_OAUTH_REQUESTS_PER_MINUTE=str(PER_MINUTE),
-                   MEMORY_SIGN_IN_FAILURES_PER_MINUTE=str(PER_MINUTE))
+    server = Front(
+        tmp_path_factory.mktemp("front-doors"),
+        MEMORY_TRUSTED_PROXIES="127.0.0.1",
+        MEMORY_OAUTH_REQUESTS_PER_MINUTE=str(PER_MINUTE),
+        MEMORY_SIGN_IN_FAILURES_PER_MINUTE=str(PER_MINUTE),
+    )
     try:
         yield server
     finally:
@@ -104,8 +107,10 @@ async def test_registrations_are_limited_per_address_before_the_body_is_read(fro
 
     # The 429 comes before any body: a head announcing 50 KB that never sends them is answered at once.
     with socket.create_connection(("127.0.0.1", front.process.port), timeout=10) as sock:
-        sock.sendall(f"POST /register HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: {address}\r\n"
-                     "Content-Type: application/json\r\nContent-Length: 50000\r\n\r\n".encode())
+        sock.sendall(
+            f"POST /register HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Forwarded-For: {address}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 50000\r\n\r\n".encode()
+        )
         assert sock.recv(4096).startswith(b"HTTP/1.1 429")
 
     # Another address has a budget of its own; IPv6 addresses are limited by their /64.
@@ -120,18 +125,28 @@ async def test_registrations_are_limited_per_address_before_the_body_is_read(fro
         assert (await http.post(f"{front.base}/register", json=registration())).status_code == 201
 
 
-@pytest.mark.parametrize(("metadata", "error"), [
-    ({"redirect_uris": [f"http://127.0.0.1:{5000 + i}/cb" for i in range(11)]}, "invalid_redirect_uri"),
-    ({"redirect_uris": ["https://claude.ai@evil.example/cb"]}, "invalid_redirect_uri"),
-    ({"redirect_uris": ["http://user:pw@127.0.0.1:5000/cb"]}, "invalid_redirect_uri"),
-    ({"redirect_uris": ["https://app.example/" + "p" * 2000]}, "invalid_redirect_uri"),
-    ({"client_name": "n" * 201}, "invalid_client_metadata"),
-    ({"client_uri": "https://app.example/" + "u" * 1900, "tos_uri": "https://app.example/" + "t" * 1900,
-      "policy_uri": "https://app.example/" + "p" * 1900}, "invalid_client_metadata"),
-    ({"contacts": [f"someone{i}@example.com" for i in range(200)]}, "invalid_client_metadata"),
-])
-async def test_a_registration_is_bounded_and_user_information_is_refused(front: Front, metadata: dict[str, Any],
-                                                                       error: str) -> None:
+@pytest.mark.parametrize(
+    ("metadata", "error"),
+    [
+        ({"redirect_uris": [f"http://127.0.0.1:{5000 + i}/cb" for i in range(11)]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["https://claude.ai@evil.example/cb"]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["http://user:pw@127.0.0.1:5000/cb"]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["https://app.example/" + "p" * 2000]}, "invalid_redirect_uri"),
+        ({"client_name": "n" * 201}, "invalid_client_metadata"),
+        (
+            {
+                "client_uri": "https://app.example/" + "u" * 1900,
+                "tos_uri": "https://app.example/" + "t" * 1900,
+                "policy_uri": "https://app.example/" + "p" * 1900,
+            },
+            "invalid_client_metadata",
+        ),
+        ({"contacts": [f"someone{i}@example.com" for i in range(200)]}, "invalid_client_metadata"),
+    ],
+)
+async def test_a_registration_is_bounded_and_user_information_is_refused(
+    front: Front, metadata: dict[str, Any], error: str
+) -> None:
     before = front.count("oauth_clients")
     async with client_at(new_address()) as http:
         response = await http.post(f"{front.base}/register", json=registration(**metadata))
@@ -142,12 +157,25 @@ async def test_a_registration_is_bounded_and_user_information_is_refused(front: 
 
 async def test_what_a_client_needs_registers(front: Front) -> None:
     """Six redirect URIs (as VS Code registers them), contacts and URIs of ordinary length are fine."""
-    uris = ["https://insiders.vscode.dev/redirect", "https://vscode.dev/redirect", "http://localhost/",
-            "http://127.0.0.1/", "http://localhost:33418/", "http://127.0.0.1:33418/"]
+    uris = [
+        "https://insiders.vscode.dev/redirect",
+        "https://vscode.dev/redirect",
+        "http://localhost/",
+        "http://127.0.0.1/",
+        "http://localhost:33418/",
+        "http://127.0.0.1:33418/",
+    ]
     async with client_at(new_address()) as http:
-        response = await http.post(f"{front.base}/register", json=registration(
-            redirect_uris=uris, client_uri="https://code.visualstudio.com/", contacts=["dev@example.com"],
-            logo_uri="https://code.visualstudio.com/logo.png", scope="memory:read memory:write offline_access"))
+        response = await http.post(
+            f"{front.base}/register",
+            json=registration(
+                redirect_uris=uris,
+                client_uri="https://code.visualstudio.com/",
+                contacts=["dev@example.com"],
+                logo_uri="https://code.visualstudio.com/logo.png",
+                scope="memory:read memory:write offline_access",
+            ),
+        )
     assert response.status_code == 201, response.text
 
 
@@ -179,8 +207,9 @@ async def test_a_public_client_revokes_with_its_client_id_alone(front: Front) ->
         tokens = await raw.tokens(http, front.owner())
         access = {"Authorization": f"Bearer {tokens['access_token']}"}
         assert (await http.get(f"{front.base}/v1/memories", headers=access)).status_code == 200
-        revoked = await http.post(f"{front.base}/revoke", data={"client_id": raw.client_id,
-                                                                "token": tokens["access_token"]})
+        revoked = await http.post(
+            f"{front.base}/revoke", data={"client_id": raw.client_id, "token": tokens["access_token"]}
+        )
         assert revoked.status_code == 200, revoked.text
         assert (await http.get(f"{front.base}/v1/memories", headers=access)).status_code == 401
         assert (await raw.refresh(http, tokens["refresh_token"])).status_code == 400  # the whole grant ended
@@ -188,25 +217,30 @@ async def test_a_public_client_revokes_with_its_client_id_alone(front: Front) ->
         # A token it does not own is left alone (200 all the same); its refresh token revokes too.
         second = await raw.tokens(http, front.owner())
         other = await RawClient.register(http, front.base, token_endpoint_auth_method="none")
-        foreign = await http.post(f"{front.base}/revoke", data={"client_id": other.client_id,
-                                                                "token": second["refresh_token"]})
+        foreign = await http.post(
+            f"{front.base}/revoke", data={"client_id": other.client_id, "token": second["refresh_token"]}
+        )
         assert foreign.status_code == 200
         refreshed = await raw.refresh(http, second["refresh_token"])
         assert refreshed.status_code == 200, refreshed.text
         current = refreshed.json()
-        own = await http.post(f"{front.base}/revoke", data={"client_id": raw.client_id, "token_type_hint":
-                                                            "refresh_token", "token": current["refresh_token"]})
+        own = await http.post(
+            f"{front.base}/revoke",
+            data={"client_id": raw.client_id, "token_type_hint": "refresh_token", "token": current["refresh_token"]},
+        )
         assert own.status_code == 200
-        assert (await http.get(f"{front.base}/v1/memories", headers={
-            "Authorization": f"Bearer {current['access_token']}"})).status_code == 401
+        assert (
+            await http.get(f"{front.base}/v1/memories", headers={"Authorization": f"Bearer {current['access_token']}"})
+        ).status_code == 401
 
 
 async def test_a_confidential_client_still_needs_its_secret_to_revoke(front: Front) -> None:
     async with client_at(new_address()) as http:
         raw = await RawClient.register(http, front.base)
         tokens = await raw.tokens(http, front.owner())
-        anonymous = await http.post(f"{front.base}/revoke", data={"client_id": raw.client_id,
-                                                                  "token": tokens["access_token"]})
+        anonymous = await http.post(
+            f"{front.base}/revoke", data={"client_id": raw.client_id, "token": tokens["access_token"]}
+        )
         assert anonymous.status_code == 401 and anonymous.json()["error"] == "invalid_client"
         access = {"Authorization": f"Bearer {tokens['access_token']}"}
         assert (await http.get(f"{front.base}/v1/memories", headers=access)).status_code == 200
@@ -259,8 +293,9 @@ async def test_the_registered_scope_bounds_what_a_client_is_granted(front: Front
         page = await http.get(start.headers["location"])
         assert [value for _, value, _ in parse_form(page.text).checkboxes] == [READ]
         verifier, challenge = pkce()
-        code = parse_qs(urlsplit((await http.get(reader.authorize_url(challenge, scope=WRITE))).headers[
-            "location"]).query)
+        code = parse_qs(
+            urlsplit((await http.get(reader.authorize_url(challenge, scope=WRITE))).headers["location"]).query
+        )
         assert code["error"] == ["invalid_scope"]
         tokens = await reader.tokens(http, front.owner())
         assert tokens["scope"] == READ
@@ -268,8 +303,9 @@ async def test_the_registered_scope_bounds_what_a_client_is_granted(front: Front
     async with client_at(new_address()) as http:  # another address: this one's three authorizations are spent
         anything = await RawClient.register(http, front.base)  # no scope registered: any of this server's
         _, challenge = pkce()
-        page = await http.get((await http.get(anything.authorize_url(challenge, scope=f"{READ} {WRITE}"))).headers[
-            "location"])
+        page = await http.get(
+            (await http.get(anything.authorize_url(challenge, scope=f"{READ} {WRITE}"))).headers["location"]
+        )
         assert [value for _, value, _ in parse_form(page.text).checkboxes] == [READ, WRITE]
 
 
@@ -283,12 +319,21 @@ async def test_x_forwarded_for_is_believed_only_from_a_trusted_proxy(tmp_path: P
     try:
         async with httpx2.AsyncClient(timeout=60) as http:
             wrong = httpx2.BasicAuth("acme", "not-the-secret")
-            signs = [(await http.get(f"{server.base}/v1/memories", auth=wrong,
-                                     headers={"X-Forwarded-For": new_address()})).status_code for _ in range(3)]
+            signs = [
+                (
+                    await http.get(f"{server.base}/v1/memories", auth=wrong, headers={"X-Forwarded-For": new_address()})
+                ).status_code
+                for _ in range(3)
+            ]
             assert signs == [401, 401, 429]
-            registered = [(await http.post(f"{server.base}/register", json=registration(),
-                                           headers={"X-Forwarded-For": new_address()})).status_code
-                          for _ in range(3)]
+            registered = [
+                (
+                    await http.post(
+                        f"{server.base}/register", json=registration(), headers={"X-Forwarded-For": new_address()}
+                    )
+                ).status_code
+                for _ in range(3)
+            ]
             assert registered == [201, 201, 429]
     finally:
         server.process.kill()
@@ -303,9 +348,13 @@ UNUSED_S = 10
 
 @pytest.fixture(scope="module")
 def capped(storage_backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    server = Front(tmp_path_factory.mktemp("front-doors-capped"), MEMORY_OAUTH_MAX_PENDING="3",
-                   MEMORY_OAUTH_MAX_UNUSED_CLIENTS="3", MEMORY_OAUTH_UNUSED_CLIENT_S=str(UNUSED_S),
-                   MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000")
+    server = Front(
+        tmp_path_factory.mktemp("front-doors-capped"),
+        MEMORY_OAUTH_MAX_PENDING="3",
+        MEMORY_OAUTH_MAX_UNUSED_CLIENTS="3",
+        MEMORY_OAUTH_UNUSED_CLIENT_S=str(UNUSED_S),
+        MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000",
+    )
     try:
         yield server
     finally:
@@ -371,20 +420,40 @@ def test_the_oauth_store_caps_what_it_keeps_and_dates_use(tmp_path: Path) -> Non
         storage.sites.create_site("acme", "h")
         sid = storage.sites.site_id("acme")
         assert sid is not None
-        code = OAuthCode(client_id="c-1", site_id=sid, bounds=Bounds((READ,)), resource="r", code_challenge="x",
-                         redirect_uri="http://127.0.0.1:5000/cb", redirect_uri_explicit=True, expires_at=NOW + 60)
+        code = OAuthCode(
+            client_id="c-1",
+            site_id=sid,
+            bounds=Bounds((READ,)),
+            resource="r",
+            code_challenge="x",
+            redirect_uri="http://127.0.0.1:5000/cb",
+            redirect_uri_explicit=True,
+            expires_at=NOW + 60,
+        )
         assert oauth.add_code("code", code, now=NOW)
-        grant = NewGrant(id="oa_1", site_id=sid, client_id="c-1", bounds=Bounds((READ,)), resource="r",
-                         created_at="2030-03-17T17:46:40.000000Z", expires_at=NOW + 3600)
+        grant = NewGrant(
+            id="oa_1",
+            site_id=sid,
+            client_id="c-1",
+            bounds=Bounds((READ,)),
+            resource="r",
+            created_at="2030-03-17T17:46:40.000000Z",
+            expires_at=NOW + 3600,
+        )
         tokens = [IssuedToken("acc", ACCESS, (READ,), NOW + 100), IssuedToken("ref", REFRESH, (READ,), NOW + 3600)]
         assert oauth.redeem_code("code", grant, tokens, now=NOW + 5)
         client = oauth.client("c-1")
         assert client is not None and client.granted_at == NOW + 5
         [listed] = oauth.grants(sid)
         assert (listed.client_name, listed.bounds.scopes, listed.created_at, listed.last_used_at) == (
-            "Claude", (READ,), "2030-03-17T17:46:40.000000Z", rfc3339_at(NOW + 5))
-        assert oauth.rotate_refresh("ref", [IssuedToken("ref-2", REFRESH, (READ,), NOW + 9000)], now=NOW + 50,
-                                    grant_expires_at=NOW + 9000)
+            "Claude",
+            (READ,),
+            "2030-03-17T17:46:40.000000Z",
+            rfc3339_at(NOW + 5),
+        )
+        assert oauth.rotate_refresh(
+            "ref", [IssuedToken("ref-2", REFRESH, (READ,), NOW + 9000)], now=NOW + 50, grant_expires_at=NOW + 9000
+        )
         assert oauth.grants(sid)[0].last_used_at == rfc3339_at(NOW + 50)
 
         # Forgetting: only clients that never signed in, registered before the given time.
@@ -407,10 +476,12 @@ def test_the_oauth_store_caps_what_it_keeps_and_dates_use(tmp_path: Path) -> Non
 def test_the_schema_step_counts_clients_with_grants_as_signed_in(tmp_path: Path, storage_backend: str) -> None:
     """Upgrading: a client registered before with a grant is not taken for one that never signed in."""
     settings = make_settings(tmp_path / "data")
-    rows = ["INSERT INTO oauth_clients (client_id, client_name, metadata, created_at) VALUES ('old-used', NULL,"
-            " '{}', 1), ('old-unused', NULL, '{}', 1)",
-            "INSERT INTO oauth_grants (id, site_id, client_id, scopes, resource, created_at, expires_at)"
-            " VALUES ('oa_old', 1, 'old-used', '[]', 'r', '2024-01-01T00:00:00.000000Z', 2)"]
+    rows = [
+        "INSERT INTO oauth_clients (client_id, client_name, metadata, created_at) VALUES ('old-used', NULL,"
+        " '{}', 1), ('old-unused', NULL, '{}', 1)",
+        "INSERT INTO oauth_grants (id, site_id, client_id, scopes, resource, created_at, expires_at)"
+        " VALUES ('oa_old', 1, 'old-used', '[]', 'r', '2024-01-01T00:00:00.000000Z', 2)",
+    ]
     if settings.database_url is None:
         from memory_server.storage.sqlite import schema
 
@@ -437,5 +508,7 @@ def test_the_schema_step_counts_clients_with_grants_as_signed_in(tmp_path: Path,
                 pg.execute(sql)
             pg_schema.migrate(pg)
     assert sorted(query(settings, "SELECT client_id, granted_at FROM oauth_clients")) == [
-        ("old-unused", None), ("old-used", 1.0)]
+        ("old-unused", None),
+        ("old-used", 1.0),
+    ]
     assert query(settings, "SELECT last_used_at FROM oauth_grants") == [(None,)]

@@ -26,15 +26,26 @@ MEMORIES = [
     "Leo is learning to play the violin with a teacher from Lisbon.",
     "Rotate the API keys every ninety days.",
 ]
-QUERIES = ["career change", "when is the code freeze", "what did the dog destroy", "children's outing",
-           "how do clients sign in", "music lessons", "credential rotation policy"]
+QUERIES = [
+    "career change",
+    "when is the code freeze",
+    "what did the dog destroy",
+    "children's outing",
+    "how do clients sign in",
+    "music lessons",
+    "credential rotation policy",
+]
 
 
 def recall_all(server: ServerProcess, auth: tuple[str, str]) -> list[list[tuple[str, float]]]:
     with httpx2.Client(base_url=server.base, auth=auth, timeout=60) as http:
-        return [[(hit["reference"], hit["score"]) for hit in
-                 http.post("/v1/recall", json={"query": query, "limit": 10}).json()["results"]]
-                for query in QUERIES]
+        return [
+            [
+                (hit["reference"], hit["score"])
+                for hit in http.post("/v1/recall", json={"query": query, "limit": 10}).json()["results"]
+            ]
+            for query in QUERIES
+        ]
 
 
 def words(data_dir: Path) -> set[str]:
@@ -48,8 +59,9 @@ def test_imported_memories_rank_exactly_as_remembered_ones(tmp_path: Path) -> No
         wait_ready(server.base)
         with httpx2.Client(base_url=server.base, auth=("acme", secret), timeout=60) as http:
             for n, content in enumerate(MEMORIES):
-                created = http.post("/v1/memories", json={"content": content,
-                                                          "occurred_at": f"2024-05-{n + 1:02d}T10:00:00Z"})
+                created = http.post(
+                    "/v1/memories", json={"content": content, "occurred_at": f"2024-05-{n + 1:02d}T10:00:00Z"}
+                )
                 assert created.status_code == 201, created.text
         remembered = recall_all(server, ("acme", secret))
     export = tmp_path / "export.jsonl"

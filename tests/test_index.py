@@ -46,9 +46,7 @@ def vec(*xs: float) -> np.ndarray:
 
 
 def where(**fields: tuple[str, ...] | str) -> IndexFilter:
-    return IndexFilter(
-        tuple(Condition(k, (v,) if isinstance(v, str) else tuple(v)) for k, v in fields.items())
-    )
+    return IndexFilter(tuple(Condition(k, (v,) if isinstance(v, str) else tuple(v)) for k, v in fields.items()))
 
 
 def payload(site: str, team: str, project: str, bucket: str, type_: str, tags: list[str]) -> dict[str, object]:
@@ -175,8 +173,14 @@ def test_ranges_on_integer_payloads_and_exclusions(index: VectorIndex) -> None:
     index.reset(INFO)
     assert index.payload_version() == PAYLOAD_VERSION
     times = {1: 100, 2: 200, 3: 300, 4: None}  # 4: a point written before the payload had the field
-    index.upsert([IndexPoint(id=i, vector=vec(1, 0.1 * i, 0, 0), payload={"site": "a"} | (
-        {"occurred": t} if t is not None else {})) for i, t in times.items()])
+    index.upsert(
+        [
+            IndexPoint(
+                id=i, vector=vec(1, 0.1 * i, 0, 0), payload={"site": "a"} | ({"occurred": t} if t is not None else {})
+            )
+            for i, t in times.items()
+        ]
+    )
     site = (Condition("site", ("a",)),)
 
     def found(ranges: tuple[Range, ...] = (), excluded: tuple[Range, ...] = ()) -> list[int]:
@@ -196,12 +200,23 @@ def test_a_range_holds_a_point_when_it_holds_any_value_of_its_list(index: Vector
     """`days` is a list (the days a memory is about): a range holds the point when it holds any of them."""
     index.reset(INFO)
     days = {1: [19790, 19795], 2: [19800], 3: None}  # 3: a point written before the payload had the field
-    index.upsert([IndexPoint(id=i, vector=vec(1, 0.1 * i, 0, 0), payload={"site": "a"} | (
-        {"days": d} if d is not None else {})) for i, d in days.items()])
+    index.upsert(
+        [
+            IndexPoint(
+                id=i, vector=vec(1, 0.1 * i, 0, 0), payload={"site": "a"} | ({"days": d} if d is not None else {})
+            )
+            for i, d in days.items()
+        ]
+    )
 
     def found(gte: int | None, lte: int | None) -> list[int]:
-        return sorted(ids_of(index, vec(1, 0, 0, 0), IndexFilter((Condition("site", ("a",)),),
-                                                                 ranges=(Range("days", gte=gte, lte=lte),))))
+        return sorted(
+            ids_of(
+                index,
+                vec(1, 0, 0, 0),
+                IndexFilter((Condition("site", ("a",)),), ranges=(Range("days", gte=gte, lte=lte),)),
+            )
+        )
 
     assert found(19795, 19795) == [1]  # its second value alone
     assert found(19790, 19790) == [1]
@@ -263,8 +278,9 @@ def test_reset_drops_points_and_can_change_dimension(ready: VectorIndex) -> None
 
 def test_optimize_keeps_points_and_writes_made_meanwhile(ready: VectorIndex) -> None:
     rng = np.random.default_rng(3)
-    ready.upsert([IndexPoint(id=100 + i, vector=rng.standard_normal(4), payload={"site": "bulk"})
-                  for i in range(3_000)])
+    ready.upsert(
+        [IndexPoint(id=100 + i, vector=rng.standard_normal(4), payload={"site": "bulk"}) for i in range(3_000)]
+    )
     errors: list[BaseException] = []
 
     def build() -> None:
@@ -529,4 +545,3 @@ def test_factory_opens_each_backend(tmp_path: Path) -> None:
         open_index(backend="faiss", path=None, url=None, api_key=None, collection="m")
     with pytest.raises(ValueError):
         open_index(backend="server", path=None, url=None, api_key=None, collection="m")
-

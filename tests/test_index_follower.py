@@ -59,8 +59,9 @@ class Deployment:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         storage = open_storage(self.authority)
         index = EdgeIndex(settings.index_path)
-        memories = build_memories(storage, settings, embedder=self.embedder, tokens=self.tokens, index=index,
-                                  follow=True)
+        memories = build_memories(
+            storage, settings, embedder=self.embedder, tokens=self.tokens, index=index, follow=True
+        )
         repair(memories)
         replica = Replica(settings, storage, index, memories)
         self.open.append(replica)

@@ -16,8 +16,9 @@ from procs import ServerProcess, run_cli, server_env
 def test_every_line_is_json_without_a_writable_home(tmp_path: Path) -> None:
     data = tmp_path / "data"
     # /dev/null is not a directory: nothing can be created under it, whoever runs the test.
-    env = server_env(HOME="/dev/null", XDG_CACHE_HOME="/dev/null/cache", MEMORY_LOG_FORMAT="json",
-                     MEMORY_LOG_LEVEL="INFO")
+    env = server_env(
+        HOME="/dev/null", XDG_CACHE_HOME="/dev/null/cache", MEMORY_LOG_FORMAT="json", MEMORY_LOG_LEVEL="INFO"
+    )
     env.pop("ORT_DISABLE_TELEMETRY", None)  # the server itself must turn it off
     server = ServerProcess(data, env=env, log_path=tmp_path / "server.log")
     server.start()

@@ -26,8 +26,13 @@ def test_a_landmark_term_counts_its_weight_beside_the_other_extra_terms() -> Non
 
 
 def test_the_memory_naming_the_landmark_no_longer_wins_on_its_words() -> None:
-    texts = ["Oscar Reyes uses Emacs as the main editor.", "Bianca's editor these days: PyCharm, with a dark theme.",
-             "Ana moved to the Berlin office.", "Tom uses a standing desk.", "The Atlas deploy is on Tuesday."]
+    texts = [
+        "Oscar Reyes uses Emacs as the main editor.",
+        "Bianca's editor these days: PyCharm, with a dark theme.",
+        "Ana moved to the Berlin office.",
+        "Tom uses a standing desk.",
+        "The Atlas deploy is on Tuesday.",
+    ]
     flat = np.zeros(8, dtype=np.float32)  # every memory as near in meaning: the lexical side decides
     candidates = [Candidate(i, text, np.eye(8, dtype=np.float32)[i]) for i, text in enumerate(texts)]
     query = "Which editor did Bianca use before switching to Emacs?"

@@ -31,9 +31,13 @@ def package(module: str) -> str:
 
 
 def test_only_the_entry_point_imports_the_api() -> None:
-    outside = [f"{name}: {module}" for name, path in modules()
-               if not name.startswith("memory_server/api/") and name not in SERVES_THE_API
-               for module in imported(path) if module == "memory_server.api" or module.startswith("memory_server.api.")]
+    outside = [
+        f"{name}: {module}"
+        for name, path in modules()
+        if not name.startswith("memory_server/api/") and name not in SERVES_THE_API
+        for module in imported(path)
+        if module == "memory_server.api" or module.startswith("memory_server.api.")
+    ]
     assert outside == []
 
 
@@ -42,7 +46,8 @@ def test_no_two_packages_import_each_other() -> None:
     for name, path in modules():
         source = package(name.removesuffix(".py").replace("/", "."))
         edges.setdefault(source, set()).update(
-            package(m) for m in imported(path) if m.startswith("memory_server.") and package(m) != source)
+            package(m) for m in imported(path) if m.startswith("memory_server.") and package(m) != source
+        )
 
     def reachable(start: str) -> set[str]:
         seen: set[str] = set()
@@ -59,7 +64,19 @@ def test_no_two_packages_import_each_other() -> None:
 
 def test_ranking_scores_without_io() -> None:
     """memory_server/ranking/ is the scoring: it reads no store, no index and nothing of retrieval, which feeds it."""
-    io = ("memory_server.storage", "memory_server.index", "memory_server.retrieval", "memory_server.memories", "memory_server.logs", "memory_server.operations")
-    reads = [f"{name}: {module}" for name, path in modules() if name.startswith("memory_server/ranking/")
-             for module in imported(path) if module.startswith(io)]
+    io = (
+        "memory_server.storage",
+        "memory_server.index",
+        "memory_server.retrieval",
+        "memory_server.memories",
+        "memory_server.logs",
+        "memory_server.operations",
+    )
+    reads = [
+        f"{name}: {module}"
+        for name, path in modules()
+        if name.startswith("memory_server/ranking/")
+        for module in imported(path)
+        if module.startswith(io)
+    ]
     assert reads == []

@@ -76,8 +76,7 @@ WINDOW = {"occurred_after": "2024-03-01T00:00:00Z", "occurred_before": "2024-05-
 def remember_deploys(server: LiveServer) -> list[str]:
     refs = []
     for content, when in DEPLOYS:
-        response = rest(server, "POST", "/v1/memories", json={"content": content, "occurred_at": when,
-                                                                  "bucket": "ops"})
+        response = rest(server, "POST", "/v1/memories", json={"content": content, "occurred_at": when, "bucket": "ops"})
         assert response.status_code == 201, response.text
         refs.append(response.json()["reference"])
     return refs
@@ -95,10 +94,14 @@ async def test_a_time_window_is_half_open_on_every_read(mem: LiveServer) -> None
         pack = await call(client, "recall_context", query=query, **WINDOW)
         assert {i["reference"] for i in pack.structured_content["items"]} == inside
         assert pack.structured_content["retrieval_plan"]["filters"] == {
-            "occurred_after": "2024-03-01T00:00:00.000000Z", "occurred_before": "2024-05-01T00:00:00.000000Z"}
+            "occurred_after": "2024-03-01T00:00:00.000000Z",
+            "occurred_before": "2024-05-01T00:00:00.000000Z",
+        }
         only_after = await call(client, "recall", query=query, limit=10, occurred_after="2024-05-01T00:00:00Z")
         assert [h["reference"] for h in only_after.structured_content["results"]] in (
-            [refs[3], refs[4]], [refs[4], refs[3]])
+            [refs[3], refs[4]],
+            [refs[4], refs[3]],
+        )
         # Any offset: +02:00 is two hours before the same wall clock in UTC.
         before = await call(client, "recall", query=query, limit=10, occurred_before="2024-01-20T12:00:00+02:00")
         assert [h["reference"] for h in before.structured_content["results"]] == []
@@ -123,11 +126,14 @@ async def test_a_time_window_is_half_open_on_every_read(mem: LiveServer) -> None
 
 async def test_a_bad_window_is_invalid_parameters_everywhere(mem: LiveServer) -> None:
     remember_deploys(mem)
-    bad = [{"occurred_after": "last week"}, {"occurred_before": "2024-13-01T00:00:00Z"},
-           {"occurred_after": "2024-03-01T00:00:00"},  # no timezone
-           {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-05-01T00:00:00Z"},  # empty
-           {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-03-01T00:00:00+00:00"},
-           {"occurred_after": 1714521600}]
+    bad = [
+        {"occurred_after": "last week"},
+        {"occurred_before": "2024-13-01T00:00:00Z"},
+        {"occurred_after": "2024-03-01T00:00:00"},  # no timezone
+        {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-05-01T00:00:00Z"},  # empty
+        {"occurred_after": "2024-05-01T00:00:00Z", "occurred_before": "2024-03-01T00:00:00+00:00"},
+        {"occurred_after": 1714521600},
+    ]
     async with mem.client() as client:
         for window in bad:
             for tool in ("recall", "search_memory", "recall_context"):
@@ -148,10 +154,27 @@ async def test_the_public_profile_keeps_the_spec_parameters(tmp_path: Any, embed
         async with server.client() as client:
             tools = {t.name: t for t in await client.list_tools()}
             assert set(tools["search_memory"].input_schema["properties"]) == {
-                "query", "limit", "project", "team", "bucket", "type", "tags", "min_score"}
+                "query",
+                "limit",
+                "project",
+                "team",
+                "bucket",
+                "type",
+                "tags",
+                "min_score",
+            }
             assert set(tools["remember"].input_schema["properties"]) == {
-                "content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
-                "occurred_at"}
+                "content",
+                "type",
+                "location",
+                "project",
+                "team",
+                "bucket",
+                "tags",
+                "metadata",
+                "provenance",
+                "occurred_at",
+            }
             for tool in ("recall", "search_memory", "recall_context"):
                 result = await call(client, tool, query="q", occurred_after="2024-01-01T00:00:00Z")
                 assert error_code(result) == "invalid_parameters"
@@ -160,6 +183,7 @@ async def test_the_public_profile_keeps_the_spec_parameters(tmp_path: Any, embed
 def index_backlog_drains(server: LiveServer, *, outbox: bool = False) -> None:
     """Wait for the vector index to hold every change (`outbox`: it is kept by the outbox, whatever the
     authority: a shared Qdrant server)."""
+
     def backlog() -> int:
         if not outbox:
             return index_backlog(server.settings)
@@ -174,8 +198,9 @@ def index_backlog_drains(server: LiveServer, *, outbox: bool = False) -> None:
 
 
 @pytest.mark.parametrize("backend", ["embedded", "server"])
-async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backend: str, settings: Any,
-                                                                         embedder: Any) -> None:
+async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(
+    backend: str, settings: Any, embedder: Any
+) -> None:
     """Points written before `occurred` existed: the next start writes every point again (the window then
     works inside the index: search_memory is index-only) and records the payload version."""
     shared = QdrantServerIndex(QdrantClient(":memory:"), "memories") if backend == "server" else None
@@ -187,8 +212,17 @@ async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backen
     old = shared if shared is not None else EdgeIndex(settings.index_path)
     try:
         rows = storage.outbox.index_rows([int(i) for (i,) in query(settings, "SELECT id FROM memories")])
-        old.upsert([IndexPoint(id=row.id, vector=row.vector, payload={
-            k: v for k, v in index_payload(row).items() if k != "occurred"}) for row in rows if row.vector is not None])
+        old.upsert(
+            [
+                IndexPoint(
+                    id=row.id,
+                    vector=row.vector,
+                    payload={k: v for k, v in index_payload(row).items() if k != "occurred"},
+                )
+                for row in rows
+                if row.vector is not None
+            ]
+        )
         old.flush()
         if isinstance(old, EdgeIndex):
             info, shard, _ = read_info(settings.index_path)
@@ -203,8 +237,9 @@ async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backen
         storage.close()
     with serve(settings, embedder, index=shared, site="other") as second:
         index_backlog_drains(second, outbox=shared is not None)
-        response = rest(first, "POST", "/v1/search", json={"query": "billing deploys", "min_score": 0.0, **WINDOW},
-                        base=second.base)
+        response = rest(
+            first, "POST", "/v1/search", json={"query": "billing deploys", "min_score": 0.0, **WINDOW}, base=second.base
+        )
         assert {h["reference"] for h in response.json()["results"]} == {refs[1], refs[2]}
         if shared is None:
             assert read_info(settings.index_path)[2] == PAYLOAD_VERSION
@@ -213,8 +248,9 @@ async def test_an_index_from_before_time_payloads_is_upgraded_at_start_up(backen
 
 
 @pytest.mark.parametrize("backend", ["embedded", "server"])
-def test_an_index_from_before_the_days_field_is_upgraded_and_filters_by_it(backend: str, settings: Any,
-                                                                         embedder: Any) -> None:
+def test_an_index_from_before_the_days_field_is_upgraded_and_filters_by_it(
+    backend: str, settings: Any, embedder: Any
+) -> None:
     """Points of payload version 4 (no `days`; on the embedded index no range index on it either): the next
     start creates the range index and writes every point again, and a range on `days` then finds a memory
     by the day its content tells of."""
@@ -223,8 +259,14 @@ def test_an_index_from_before_the_days_field_is_upgraded_and_filters_by_it(backe
     try:
         writes = services.load_memories(embedder=embedder, index=shared).writes
         site_id = services.local_principal("acme").site_id
-        writes.remember_many(site_id, [writes.validate(content="Twelve days ago the movers carried the piano upstairs.",
-                                                       occurred_at="2024-03-21T18:00:00Z")])
+        writes.remember_many(
+            site_id,
+            [
+                writes.validate(
+                    content="Twelve days ago the movers carried the piano upstairs.", occurred_at="2024-03-21T18:00:00Z"
+                )
+            ],
+        )
     finally:
         services.close()
     [(row_id,)] = query(settings, "SELECT id FROM memories")
@@ -237,8 +279,13 @@ def test_an_index_from_before_the_days_field_is_upgraded_and_filters_by_it(backe
     try:
         [row] = storage.outbox.index_rows([row_id])
         assert row.vector is not None
-        old.upsert([IndexPoint(id=row_id, vector=row.vector,
-                               payload={k: v for k, v in index_payload(row).items() if k != "days"})])
+        old.upsert(
+            [
+                IndexPoint(
+                    id=row_id, vector=row.vector, payload={k: v for k, v in index_payload(row).items() if k != "days"}
+                )
+            ]
+        )
         assert old.search(vector, where=about_the_ninth, limit=5) == []
         if isinstance(old, EdgeIndex):
             old._apply(UpdateOperation.delete_field_index("days"))
@@ -282,18 +329,31 @@ def test_the_prefetch_applies_the_window_inside_both_indexes(services: Services)
     principal = services.local_principal("acme")
     memories = services.loaded_memories()
     writes = memories.writes
-    crowd = [writes.validate(content=f"Automobile repair shop visit number {i}.",
-                             occurred_at=f"2023-{1 + i % 12:02d}-10T10:00:00Z") for i in range(250)]
-    inside = [writes.validate(content=text, occurred_at=f"2024-06-0{n + 1}T10:00:00Z") for n, text in enumerate(
-        ["The mechanic fixed our car's brakes.", "Our van went to the garage for a new clutch.",
-         "The truck's engine was serviced."])]
+    crowd = [
+        writes.validate(
+            content=f"Automobile repair shop visit number {i}.", occurred_at=f"2023-{1 + i % 12:02d}-10T10:00:00Z"
+        )
+        for i in range(250)
+    ]
+    inside = [
+        writes.validate(content=text, occurred_at=f"2024-06-0{n + 1}T10:00:00Z")
+        for n, text in enumerate(
+            [
+                "The mechanic fixed our car's brakes.",
+                "Our van went to the garage for a new clutch.",
+                "The truck's engine was serviced.",
+            ]
+        )
+    ]
     outcomes = writes.remember_many(principal.site_id, crowd + inside)
     wanted = {o.reference for o in outcomes[-3:]}
-    source = CandidateSource(services.storage.candidates, memories.index, model=memories.embedder.name,
-                             full_scan_limit=3)
+    source = CandidateSource(
+        services.storage.candidates, memories.index, model=memories.embedder.name, full_scan_limit=3
+    )
     retrieval = Retrieval(services.storage.memories, source, memories.index, memories.embedder, memories.words)
-    window = read_scope(principal, Filters()).within(occurred_after="2024-01-01T00:00:00.000000Z",
-                                                     occurred_before="2025-01-01T00:00:00.000000Z")
+    window = read_scope(principal, Filters()).within(
+        occurred_after="2024-01-01T00:00:00.000000Z", occurred_before="2025-01-01T00:00:00.000000Z"
+    )
     assert not set(analyze("automobile repair")) & {t for m in inside for t in analyze(m.content)}
     assert {h["reference"] for h in retrieval.recall(window, "automobile repair", 10)} == wanted
     assert {h["reference"] for h in retrieval.search(window, "automobile repair", 10, 0.0)} == wanted
@@ -360,8 +420,9 @@ async def test_supersede_chains_resolve_to_the_newest(mem: LiveServer) -> None:
         assert references(await call(client, "recall", query=QUESTION, limit=2, **then)) == [b, a]
 
     for path, key in (("/v1/search", "results"), ("/v1/context", "items")):
-        found = rest(mem, "POST", path, json={"query": QUESTION, "min_score": 0.0} if key == "results"
-                     else {"query": QUESTION}).json()[key]
+        found = rest(
+            mem, "POST", path, json={"query": QUESTION, "min_score": 0.0} if key == "results" else {"query": QUESTION}
+        ).json()[key]
         assert [h["reference"] for h in found] == [c], path
     listed = rest(mem, "GET", "/v1/memories").json()["memories"]  # a listing shows every memory
     assert {m["reference"]: m["superseded_by"] for m in listed} == {a: b, b: c, c: None}
@@ -378,21 +439,24 @@ async def test_supersede_chains_resolve_to_the_newest(mem: LiveServer) -> None:
 
 
 async def test_patch_links_unlinks_and_moves_the_validity(mem: LiveServer) -> None:
-    a, b = [rest(mem, "POST", "/v1/memories", json={"content": content, "occurred_at": when}).json()["reference"]
-            for content, when in AUTH[:2]]
+    a, b = [
+        rest(mem, "POST", "/v1/memories", json={"content": content, "occurred_at": when}).json()["reference"]
+        for content, when in AUTH[:2]
+    ]
     changed = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a})
     assert changed.status_code == 200 and changed.json()["supersedes"] == a
     assert get(mem, a)["superseded_by"] == b
     moved = rest(mem, "PATCH", f"/v1/memories/{b}", json={"occurred_at": "2024-07-01T00:00:00+02:00"})
     assert moved.status_code == 200 and get(mem, a)["valid_to"] == "2024-06-30T22:00:00.000000Z"
-    assert rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a}).json()["updated_at"] == \
-        moved.json()["updated_at"]  # the same link again changes nothing
+    assert (
+        rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": a}).json()["updated_at"]
+        == moved.json()["updated_at"]
+    )  # the same link again changes nothing
     unlinked = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": None})
     assert unlinked.status_code == 200 and unlinked.json()["supersedes"] is None
     assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (None, None)
     # Remembering the same memory again with supersedes links it.
-    again = rest(mem, "POST", "/v1/memories", json={"content": AUTH[1][0], "occurred_at": AUTH[1][1],
-                                                     "supersedes": a})
+    again = rest(mem, "POST", "/v1/memories", json={"content": AUTH[1][0], "occurred_at": AUTH[1][1], "supersedes": a})
     assert again.status_code == 200 and again.json() == {"reference": b, "created": False}
     assert get(mem, a)["superseded_by"] == b
 
@@ -407,8 +471,12 @@ async def test_superseding_refuses_unknown_foreign_and_cyclic_links(mem: LiveSer
     unknown = remember("Something new.", supersedes="mem_doesnotexist")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
     other_site = mem.create_site("elsewhere")
-    foreign = httpx2.post(f"{mem.base}/v1/memories", auth=("elsewhere", other_site), timeout=60,
-                          json={"content": "Not yours.", "supersedes": a})
+    foreign = httpx2.post(
+        f"{mem.base}/v1/memories",
+        auth=("elsewhere", other_site),
+        timeout=60,
+        json={"content": "Not yours.", "supersedes": a},
+    )
     assert foreign.status_code == 404, foreign.text
     for target in (b, a):  # b itself, or a whose chain ends at b: a cycle either way
         cycle = rest(mem, "PATCH", f"/v1/memories/{b}", json={"supersedes": target})
@@ -422,11 +490,19 @@ async def test_superseding_refuses_unknown_foreign_and_cyclic_links(mem: LiveSer
 
     _, ops_token = mem.create_token(scopes=["memory:read", "memory:write"], buckets=["ops"])
     headers = {"Authorization": f"Bearer {ops_token}"}
-    outside = httpx2.post(f"{mem.base}/v1/memories", headers=headers, timeout=60,
-                          json={"content": "The board meets on Mondays now.", "bucket": "ops", "supersedes": secret})
+    outside = httpx2.post(
+        f"{mem.base}/v1/memories",
+        headers=headers,
+        timeout=60,
+        json={"content": "The board meets on Mondays now.", "bucket": "ops", "supersedes": secret},
+    )
     assert outside.status_code == 403 and outside.json()["error"]["code"] == "forbidden", outside.text
-    inside = httpx2.post(f"{mem.base}/v1/memories", headers=headers, timeout=60,
-                         json={"content": "The office opens at ten now.", "bucket": "ops", "supersedes": a})
+    inside = httpx2.post(
+        f"{mem.base}/v1/memories",
+        headers=headers,
+        timeout=60,
+        json={"content": "The office opens at ten now.", "bucket": "ops", "supersedes": a},
+    )
     assert inside.status_code == 201 and get(mem, b)["superseded_by"] == inside.json()["reference"]
     async with mem.client(auth=ops_token) as client:
         result = await call(client, "remember", content="Board moved.", bucket="ops", supersedes=secret)
@@ -436,17 +512,30 @@ async def test_superseding_refuses_unknown_foreign_and_cyclic_links(mem: LiveSer
 
 
 async def test_recall_brings_the_successor_above_a_better_matching_old_memory(mem: LiveServer) -> None:
-    old = rest(mem, "POST", "/v1/memories", json={"content": "Alice lives in Paris, near the Louvre.",
-                                                   "occurred_at": "2023-03-01T00:00:00Z"}).json()["reference"]
+    old = rest(
+        mem,
+        "POST",
+        "/v1/memories",
+        json={"content": "Alice lives in Paris, near the Louvre.", "occurred_at": "2023-03-01T00:00:00Z"},
+    ).json()["reference"]
     for n in range(6):
         rest(mem, "POST", "/v1/memories", json={"content": f"Unrelated note {n} about the garden hose."})
-    new = rest(mem, "POST", "/v1/memories", json={"content": "Moved to Berlin last month.", "supersedes": old,
-                                                   "occurred_at": "2024-03-01T00:00:00Z"}).json()["reference"]
-    hits = rest(mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?",
-                                                  "limit": 2}).json()["results"]
+    new = rest(
+        mem,
+        "POST",
+        "/v1/memories",
+        json={"content": "Moved to Berlin last month.", "supersedes": old, "occurred_at": "2024-03-01T00:00:00Z"},
+    ).json()["reference"]
+    hits = rest(
+        mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?", "limit": 2}
+    ).json()["results"]
     assert [h["reference"] for h in hits] == [new, old]
-    plain = rest(mem, "POST", "/v1/recall", json={"query": "Where does Alice live, near the Louvre?", "limit": 2,
-                                                   "include_superseded": True}).json()["results"]
+    plain = rest(
+        mem,
+        "POST",
+        "/v1/recall",
+        json={"query": "Where does Alice live, near the Louvre?", "limit": 2, "include_superseded": True},
+    ).json()["results"]
     assert plain[0]["reference"] == old
 
 
@@ -489,8 +578,9 @@ def visible(server: LiveServer, reference: str, query_text: str) -> dict[str, bo
 
 async def test_an_expired_memory_is_never_returned_then_purged(quick_upkeep: None, mem: LiveServer) -> None:
     keep = rest(mem, "POST", "/v1/memories", json={"content": "The wifi password rotates every month."})
-    expiring = rest(mem, "POST", "/v1/memories", json={"content": "The wifi password this week is tulip-42.",
-                                                        "expires_at": soon(3)})
+    expiring = rest(
+        mem, "POST", "/v1/memories", json={"content": "The wifi password this week is tulip-42.", "expires_at": soon(3)}
+    )
     assert expiring.status_code == 201, expiring.text
     ref, kept = expiring.json()["reference"], keep.json()["reference"]
     assert get(mem, ref)["expires_at"].endswith("Z")
@@ -530,8 +620,9 @@ async def test_expiry_is_set_and_cleared_by_patch_and_a_past_one_hides_at_once(m
     assert again.status_code == 201 and again.json()["reference"] != a
     assert visible(mem, again.json()["reference"], "parking weekends")["get"]
     # An expired memory that another one superseded: purging it leaves its successor current and whole.
-    old = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at nine.",
-                                                   "expires_at": soon(1)}).json()["reference"]
+    old = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at nine.", "expires_at": soon(1)}).json()[
+        "reference"
+    ]
     new = rest(mem, "POST", "/v1/memories", json={"content": "Standup is at ten now.", "supersedes": old}).json()
     time.sleep(1.2)
     assert get(mem, new["reference"])["supersedes"] == old  # until the purge joins the chain
@@ -553,25 +644,37 @@ LEADS = [
 
 
 async def test_a_query_for_the_current_state_ranks_the_newest_relevant_memory_first(mem: LiveServer) -> None:
-    refs = [rest(mem, "POST", "/v1/memories", json={"content": c, "occurred_at": w}).json()["reference"]
-            for c, w in LEADS]
-    for question in ("Who leads Project Atlas now?", "Who is the current lead of Project Atlas?",
-                     "Project Atlas lead these days"):
+    refs = [
+        rest(mem, "POST", "/v1/memories", json={"content": c, "occurred_at": w}).json()["reference"] for c, w in LEADS
+    ]
+    for question in (
+        "Who leads Project Atlas now?",
+        "Who is the current lead of Project Atlas?",
+        "Project Atlas lead these days",
+    ):
         hits = rest(mem, "POST", "/v1/recall", json={"query": question, "limit": 4}).json()["results"]
         assert hits[0]["reference"] == refs[1], (question, [h["content"] for h in hits])
         assert refs[0] in [h["reference"] for h in hits[:3]]
 
 
 def test_recency_cues_and_the_reordering() -> None:
-    for text in ("who leads atlas now?", "our current deploy day", "the LATEST decision on auth",
-                 "what is Maria working on these days", "qual é o estado atual?", "¿quién lo lleva ahora?"):
+    for text in (
+        "who leads atlas now?",
+        "our current deploy day",
+        "the LATEST decision on auth",
+        "what is Maria working on these days",
+        "qual é o estado atual?",
+        "¿quién lo lleva ahora?",
+    ):
         assert asks_for_recent(text), text
     for text in ("who leads atlas?", "knowledge of the currency exchange", "snowfall in March", "nowhere"):
         assert not asks_for_recent(text), text
     vectors = [np.array(v, dtype=np.float32) for v in ([1, 0], [0.98, 0.2], [0.6, 0.8], [0.99, 0.1])]
     times = ["2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z", "2025-01-01T00:00:00Z", "2023-01-01T00:00:00Z"]
-    candidates = [Candidate(id=i, text=f"m{i}", vector=v / np.linalg.norm(v), occurred_at=t)
-                  for i, (v, t) in enumerate(zip(vectors, times, strict=True))]
+    candidates = [
+        Candidate(id=i, text=f"m{i}", vector=v / np.linalg.norm(v), occurred_at=t)
+        for i, (v, t) in enumerate(zip(vectors, times, strict=True))
+    ]
     fused = np.array([3.0, 2.5, 2.9, -1.0])
     adjusted = newest_first(fused, np.array([1.0, 0.0], dtype=np.float32), candidates)
     # 0 and 1 are relevant (2 is far in meaning, 3 far in score): 1, the newer, goes first; 2 and 3 stay.
@@ -581,8 +684,9 @@ def test_recency_cues_and_the_reordering() -> None:
 
 
 async def test_a_question_about_a_past_period_ranks_what_was_the_case_then_first(mem: LiveServer) -> None:
-    refs = [rest(mem, "POST", "/v1/memories", json={"content": c, "occurred_at": w}).json()["reference"]
-            for c, w in LEADS]
+    refs = [
+        rest(mem, "POST", "/v1/memories", json={"content": c, "occurred_at": w}).json()["reference"] for c, w in LEADS
+    ]
 
     def first(body: dict[str, Any]) -> str:
         hits = rest(mem, "POST", "/v1/recall", json={"limit": 4, **body}).json()["results"]
@@ -601,8 +705,10 @@ async def test_a_question_about_a_past_period_ranks_what_was_the_case_then_first
 def test_the_as_of_reordering() -> None:
     vectors = [np.array(v, dtype=np.float32) for v in ([1, 0], [0.98, 0.2], [0.99, 0.1], [0.6, 0.8])]
     times = ["2024-01-01T00:00:00Z", "2024-09-01T00:00:00Z", "2023-06-01T00:00:00Z", "2024-02-01T00:00:00Z"]
-    candidates = [Candidate(id=i, text=f"m{i}", vector=v / np.linalg.norm(v), occurred_at=t)
-                  for i, (v, t) in enumerate(zip(vectors, times, strict=True))]
+    candidates = [
+        Candidate(id=i, text=f"m{i}", vector=v / np.linalg.norm(v), occurred_at=t)
+        for i, (v, t) in enumerate(zip(vectors, times, strict=True))
+    ]
     fused = np.array([2.0, 3.0, 2.5, 2.9])
     query = np.array([1.0, 0.0], dtype=np.float32)
     until = datetime(2024, 7, 1, tzinfo=UTC).timestamp()

@@ -70,8 +70,9 @@ def exported(srv: LiveServer, site: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-async def append(client: httpx2.AsyncClient, conversation: str, items: list[dict[str, Any]],
-                 key: str | None = None) -> dict[str, Any]:
+async def append(
+    client: httpx2.AsyncClient, conversation: str, items: list[dict[str, Any]], key: str | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"items": items}
     if key is not None:
         body["idempotency_key"] = key
@@ -83,8 +84,9 @@ async def append(client: httpx2.AsyncClient, conversation: str, items: list[dict
 async def items_of(client: httpx2.AsyncClient, conversation: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     while True:
-        page = (await client.get(f"/v1/conversations/{conversation}/items",
-                                 params={"offset": len(found), "limit": 1000})).json()["items"]
+        page = (
+            await client.get(f"/v1/conversations/{conversation}/items", params={"offset": len(found), "limit": 1000})
+        ).json()["items"]
         found += page
         if len(page) < 1000:
             return found
@@ -105,17 +107,32 @@ async def test_delete_removes_the_log_its_keys_and_memory_links_and_exports_lose
         await append(client, gone, [{"turn": 0, "text": "the secret plan"}, {"turn": 1}], key="batch-1")
         await append(client, gone, [{"turn": 2}], key="batch-2")
         await append(client, kept, [{"turn": 0}], key="batch-1")
-        linked = (await client.post("/v1/memories", json={
-            "content": "We ship on Fridays.", "provenance": {"source": "chat", "conversation_id": gone, "seq": 1}}
-        )).json()["reference"]
-        other = (await client.post("/v1/memories", json={"content": "Deploys need a review.", "provenance": {
-            "conversation_id": kept, "seq": 0}})).json()["reference"]
+        linked = (
+            await client.post(
+                "/v1/memories",
+                json={
+                    "content": "We ship on Fridays.",
+                    "provenance": {"source": "chat", "conversation_id": gone, "seq": 1},
+                },
+            )
+        ).json()["reference"]
+        other = (
+            await client.post(
+                "/v1/memories",
+                json={"content": "Deploys need a review.", "provenance": {"conversation_id": kept, "seq": 0}},
+            )
+        ).json()["reference"]
         assert any(gone in json.dumps(record) for record in exported(srv, site))
 
         response = await client.delete(f"/v1/conversations/{gone}")
         assert response.status_code == 200, response.text
-        assert response.json() == {"conversation_id": gone, "deleted": True, "item_count": 3, "memories_unlinked": 1,
-                                   "turns_deleted": 0}
+        assert response.json() == {
+            "conversation_id": gone,
+            "deleted": True,
+            "item_count": 3,
+            "memories_unlinked": 1,
+            "turns_deleted": 0,
+        }
 
         assert await items_of(client, gone) == []
         assert (await client.get(f"/v1/conversations/{gone}/items", params={"count": 5})).json() == {"items": []}
@@ -151,8 +168,9 @@ async def test_delete_is_basic_only_per_site_and_validates_the_id(srv: LiveServe
         await append(owner, conversation, [{"n": 0}])
         _, token = srv.create_token(scopes=["memory:read", "memory:write"], site=site)
         async with http(srv, site, secret, authorization=f"Bearer {token}") as bearer:
-            message = error_of(await bearer.delete(f"/v1/conversations/{conversation}"), 422,
-                               "unprocessable_parameters")
+            message = error_of(
+                await bearer.delete(f"/v1/conversations/{conversation}"), 422, "unprocessable_parameters"
+            )
             assert "Basic" in message
             error_of(await bearer.delete("/v1/conversations/bad"), 422, "unprocessable_parameters")
         async with http(srv, stranger, stranger_secret) as other:
@@ -180,8 +198,10 @@ async def test_cli_deletes_a_conversation_while_the_server_runs(srv: LiveServer)
         for n in range(3):
             await append(client, gone, [{"n": n, "i": i} for i in range(400)], key=f"k{n}")
         await append(client, kept, [{"n": 0}])
-        await client.post("/v1/memories", json={"content": "Noted during the call.",
-                                                "provenance": {"conversation_id": gone, "seq": 7}})
+        await client.post(
+            "/v1/memories",
+            json={"content": "Noted during the call.", "provenance": {"conversation_id": gone, "seq": 7}},
+        )
 
         out = ok(srv, "conversation", "delete", "--site", site, gone)
         # The server's retention task (every 0.2 s here) finishes any deletion under way, this one too: the
@@ -190,8 +210,12 @@ async def test_cli_deletes_a_conversation_while_the_server_runs(srv: LiveServer)
         assert await items_of(client, gone) == [] and await listed(client) == {kept}
         assert not any(gone in json.dumps(record) for record in exported(srv, site))  # the memory's link too
 
-        for args, says in [((gone,), "not_found"), ((cid(),), "not_found"), (("bad id",), "invalid_parameters"),
-                           (("short",), "conversation_id must be")]:
+        for args, says in [
+            ((gone,), "not_found"),
+            ((cid(),), "not_found"),
+            (("bad id",), "invalid_parameters"),
+            (("short",), "conversation_id must be"),
+        ]:
             done = cli(srv, "conversation", "delete", "--site", site, *args)
             assert done.returncode == 1 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
         done = cli(srv, "conversation", "delete", "--site", "no-such-site", kept)
@@ -218,8 +242,9 @@ async def test_an_append_racing_a_delete_lands_before_it_or_starts_a_new_log(srv
                 await asyncio.sleep(delay)
                 return await append(client, conversation, [{"racing": True}])
 
-            deletion, ack = await asyncio.gather(client.delete(f"/v1/conversations/{conversation}"),
-                                                 late_append(0.002 * round_))
+            deletion, ack = await asyncio.gather(
+                client.delete(f"/v1/conversations/{conversation}"), late_append(0.002 * round_)
+            )
             assert deletion.status_code == 200, deletion.text
             remaining = [i["payload"] for i in await items_of(client, conversation)]
             if ack["first_seq"] == 0:
@@ -240,15 +265,19 @@ def test_site_set_show_and_list_the_log_retention(srv: LiveServer) -> None:
     shown = parse_fields(ok(srv, "site", "show", site))
     assert set(shown) == {"name", "created", "log retention", "log indexing", "log items indexed"}
     assert (shown["name"], shown["log retention"]) == (site, "none")
-    assert ok(srv, "site", "set", site, "--log-retention-days", "30").strip() == \
-        f"site {site}: logs deleted 30 days after their last activity"
+    assert (
+        ok(srv, "site", "set", site, "--log-retention-days", "30").strip()
+        == f"site {site}: logs deleted 30 days after their last activity"
+    )
     assert parse_fields(ok(srv, "site", "show", site))["log retention"] == "30 days"
     line = next(line for line in ok(srv, "site", "list").splitlines() if line.split()[0] == site)
     assert line.endswith("logs deleted 30 days after their last activity")
-    for args, says in [(("--log-retention-days", "0"), "1-36500 days"),
-                       (("--log-retention-days", "x"), "--log-retention-days"),
-                       ((), "give --log-retention-days N, --no-log-retention, --index-logs or --no-index-logs"),
-                       (("--log-retention-days", "3", "--no-log-retention"), "either")]:
+    for args, says in [
+        (("--log-retention-days", "0"), "1-36500 days"),
+        (("--log-retention-days", "x"), "--log-retention-days"),
+        ((), "give --log-retention-days N, --no-log-retention, --index-logs or --no-index-logs"),
+        (("--log-retention-days", "3", "--no-log-retention"), "either"),
+    ]:
         done = cli(srv, "site", "set", site, *args)
         assert done.returncode != 0 and says in done.stderr + done.stdout and "Traceback" not in done.stderr
     done = cli(srv, "site", "set", "no-such-site", "--log-retention-days", "3")
@@ -298,12 +327,18 @@ async def test_retention_purges_a_20k_item_log_while_other_conversations_append(
     old, recent = cid(), cid()
     async with http(srv, site, secret) as client:
         for batch in range(20):
-            await append(client, old, [{"batch": batch, "i": i, "text": "x" * 100} for i in range(1000)],
-                         key=f"key-{batch}")
+            await append(
+                client, old, [{"batch": batch, "i": i, "text": "x" * 100} for i in range(1000)], key=f"key-{batch}"
+            )
         await append(client, recent, [{"n": 0}])
         for seq in (0, 5000, 19999):
-            await client.post("/v1/memories", json={"content": f"A fact from turn {seq} of the old call.",
-                                                    "provenance": {"conversation_id": old, "seq": seq}})
+            await client.post(
+                "/v1/memories",
+                json={
+                    "content": f"A fact from turn {seq} of the old call.",
+                    "provenance": {"conversation_id": old, "seq": seq},
+                },
+            )
         ok(srv, "site", "set", site, "--log-retention-days", "7")
         appenders = [Appender(client, [cid() for _ in range(3)]) for _ in range(2)]
         tasks = [asyncio.create_task(a.run()) for a in appenders]
@@ -312,8 +347,12 @@ async def test_retention_purges_a_20k_item_log_while_other_conversations_append(
         stop = threading.Event()
         watcher = threading.Thread(target=watch_purge, args=(srv, old, stop, seen), daemon=True)
         watcher.start()
-        execute(srv.settings, "UPDATE conversations SET last_activity_us = last_activity_us - ?"
-                " WHERE conversation_id = ?", 8 * DAY_US, old)  # its last activity: 8 days ago
+        execute(
+            srv.settings,
+            "UPDATE conversations SET last_activity_us = last_activity_us - ? WHERE conversation_id = ?",
+            8 * DAY_US,
+            old,
+        )  # its last activity: 8 days ago
         deadline = time.monotonic() + 120
         while "gone" not in seen and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -334,13 +373,19 @@ async def test_retention_purges_a_20k_item_log_while_other_conversations_append(
         memories = (await client.get("/v1/memories", params={"limit": 10})).json()["memories"]
         assert len(memories) == 3 and all(m["provenance"] == {} for m in memories)
 
-    during = [seconds for a in appenders for started, seconds in a.latencies
-              if seen["marked"] <= started and started + seconds <= seen["gone"]]
+    during = [
+        seconds
+        for a in appenders
+        for started, seconds in a.latencies
+        if seen["marked"] <= started and started + seconds <= seen["gone"]
+    ]
     everything = [seconds for a in appenders for _, seconds in a.latencies]
     purge_s = seen["gone"] - seen["marked"]
-    print(f"\npurge of 20,000 items: {purge_s:.2f} s; {len(during)} appends acknowledged during it, "
-          f"p50 {statistics.median(during) * 1000:.1f} ms, max {max(during) * 1000:.1f} ms "
-          f"(all appends: p50 {statistics.median(everything) * 1000:.1f} ms, max {max(everything) * 1000:.1f} ms)")
+    print(
+        f"\npurge of 20,000 items: {purge_s:.2f} s; {len(during)} appends acknowledged during it, "
+        f"p50 {statistics.median(during) * 1000:.1f} ms, max {max(during) * 1000:.1f} ms "
+        f"(all appends: p50 {statistics.median(everything) * 1000:.1f} ms, max {max(everything) * 1000:.1f} ms)"
+    )
     assert len(during) >= 10  # appends went on while the purge ran: it never held the others up for long
     assert max(during) < 2.0  # a generous bound: a stall would last about as long as the whole purge
 
@@ -352,8 +397,12 @@ async def test_a_deletion_cut_short_is_finished_by_the_retention_task(srv: LiveS
     conversation = cid()
     async with http(srv, site, secret) as client:
         await append(client, conversation, [{"n": i} for i in range(700)], key="k")
-        execute(srv.settings, "UPDATE conversations SET deleting = ? WHERE conversation_id = ?",
-                True if srv.settings.database_url else 1, conversation)
+        execute(
+            srv.settings,
+            "UPDATE conversations SET deleting = ? WHERE conversation_id = ?",
+            True if srv.settings.database_url else 1,
+            conversation,
+        )
         assert await items_of(client, conversation) == []
         deadline = time.monotonic() + 30
         while query(srv.settings, "SELECT 1 FROM conversations WHERE conversation_id = ?", conversation):

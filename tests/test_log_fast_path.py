@@ -60,8 +60,15 @@ class Both:
         if fast_answered is not None:
             assert self.answered - before == (1 if fast_answered else 0), f"fast path taken? {self.last_body!r}"
 
-    def same(self, message: Any, *, who: str = "a", headers: dict[str, str] | None = None,
-             raw: bytes | None = None, fast_answers: bool | None = False) -> bytes:
+    def same(
+        self,
+        message: Any,
+        *,
+        who: str = "a",
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+        fast_answers: bool | None = False,
+    ) -> bytes:
         """Send a read (or anything that changes nothing) both ways; the responses must be identical.
         `fast_answers`: whether the fast path must answer itself (True) or leave it to the SDK (False)."""
         body = raw if raw is not None else json.dumps(message).encode()
@@ -100,8 +107,12 @@ def headers_of(response: httpx2.Response) -> list[tuple[str, str]]:
 
 
 def call(tool: str, arguments: Any, *, request_id: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
 
 
 def basic(site: str, secret: str) -> dict[str, str]:
@@ -119,6 +130,7 @@ class UnreadableLogs:
             if self.failing:
                 raise sqlite3.OperationalError("disk I/O error")
             return getattr(self.inner, name)(*args)
+
         return read
 
     def __getattr__(self, name: str) -> Any:
@@ -148,7 +160,7 @@ def both(tmp_path_factory: pytest.TempPathFactory, embedder: Any, storage_backen
 PAYLOADS = [
     {"role": "user", "text": "plain"},
     {"f": 1.5e-7, "g": 1e16, "h": 0.1, "i": -0.0, "j": 12345678901234567890123, "k": 2.5},
-    {"s": "é ü \u2028 \u2029 \x7f \x01 \n \t \" \\ / 😀 \u0000", "nested": {"a": [1, [2, {"b": None}]], "t": True}},
+    {"s": 'é ü \u2028 \u2029 \x7f \x01 \n \t " \\ / 😀 \u0000', "nested": {"a": [1, [2, {"b": None}]], "t": True}},
     {"3.5": "a key with a dot after a digit", "v": "version 3.5e"},
     {},
 ]
@@ -160,24 +172,31 @@ def test_appends_answer_alike(both: Both) -> None:
     key = {"conversation_id": CONV, "items": PAYLOADS[:2], "idempotency_key": "k-1"}
     both.same_append(key, request_id="str-id", fast_answers=True)
     assert b'"duplicate":true' in both.same_append(key, request_id=-7, fast_answers=True)
-    both.same_append({"conversation_id": CONV, "items": [{}] * 999 + [{"n": 1}], "idempotency_key": None},
-                     fast_answers=True)
-    both.same_append({"conversation_id": "x" * 64, "items": [{"edge": "longest id"}]}, request_id=2**63 - 1,
-                     fast_answers=True)
+    both.same_append(
+        {"conversation_id": CONV, "items": [{}] * 999 + [{"n": 1}], "idempotency_key": None}, fast_answers=True
+    )
+    both.same_append(
+        {"conversation_id": "x" * 64, "items": [{"edge": "longest id"}]}, request_id=2**63 - 1, fast_answers=True
+    )
 
 
 def test_reads_answer_alike(both: Both) -> None:
     both.same_append({"conversation_id": "conversation-reads", "items": PAYLOADS * 3}, fast_answers=True)
-    for arguments in ({"conversation_id": "conversation-reads"}, {"conversation_id": "conversation-reads", "count": 4},
-                      {"conversation_id": "conversation-reads", "count": 0},
-                      {"conversation_id": "conversation-reads", "count": 1000},
-                      {"conversation_id": "never-written-1"}):
+    for arguments in (
+        {"conversation_id": "conversation-reads"},
+        {"conversation_id": "conversation-reads", "count": 4},
+        {"conversation_id": "conversation-reads", "count": 0},
+        {"conversation_id": "conversation-reads", "count": 1000},
+        {"conversation_id": "never-written-1"},
+    ):
         assert b'"isError":false' in both.same(call("recall_memory", arguments), fast_answers=True)
-    for arguments in ({"conversation_id": "conversation-reads", "limit": 1000},
-                      {"conversation_id": "conversation-reads", "limit": 3, "offset": 5},
-                      {"conversation_id": "conversation-reads", "limit": 0},
-                      {"conversation_id": "conversation-reads", "limit": 5, "offset": 2**63 - 1},
-                      {"conversation_id": "never-written-1", "limit": 10}):
+    for arguments in (
+        {"conversation_id": "conversation-reads", "limit": 1000},
+        {"conversation_id": "conversation-reads", "limit": 3, "offset": 5},
+        {"conversation_id": "conversation-reads", "limit": 0},
+        {"conversation_id": "conversation-reads", "limit": 5, "offset": 2**63 - 1},
+        {"conversation_id": "never-written-1", "limit": 10},
+    ):
         assert b'"isError":false' in both.same(call("replay_memory", arguments), fast_answers=True)
     page = json.loads(both.same(call("list_conversations", {"limit": 1}), fast_answers=True))
     cursor = page["result"]["structuredContent"]["next_cursor"]
@@ -185,21 +204,29 @@ def test_reads_answer_alike(both: Both) -> None:
     both.same(call("list_conversations", {}), fast_answers=True)
     both.same(call("list_conversations", {"cursor": None}), fast_answers=True)
     for version in HANDSHAKE_PROTOCOL_VERSIONS:
-        both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 2}),
-                  headers={"mcp-protocol-version": version}, fast_answers=True)
-    both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 2}),
-              headers={"mcp-protocol-version": "2099-01-01"})
-    both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 2}, request_id="7"),
-              fast_answers=True)
+        both.same(
+            call("recall_memory", {"conversation_id": "conversation-reads", "count": 2}),
+            headers={"mcp-protocol-version": version},
+            fast_answers=True,
+        )
+    both.same(
+        call("recall_memory", {"conversation_id": "conversation-reads", "count": 2}),
+        headers={"mcp-protocol-version": "2099-01-01"},
+    )
+    both.same(
+        call("replay_memory", {"conversation_id": "conversation-reads", "limit": 2}, request_id="7"), fast_answers=True
+    )
     # A number with no fractional part is an integer (memory_server.arguments): both paths read 5.0 as 5.
     both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": 5.0}), fast_answers=True)
-    both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 3.0, "offset": 2.0}),
-              fast_answers=True)
+    both.same(
+        call("replay_memory", {"conversation_id": "conversation-reads", "limit": 3.0, "offset": 2.0}), fast_answers=True
+    )
     both.same(call("list_conversations", {"limit": 1e0}), fast_answers=True)
     # null for a parameter with a default is the default, on both paths.
     both.same(call("recall_memory", {"conversation_id": "conversation-reads", "count": None}), fast_answers=True)
-    both.same(call("replay_memory", {"conversation_id": "conversation-reads", "limit": 4, "offset": None}),
-              fast_answers=True)
+    both.same(
+        call("replay_memory", {"conversation_id": "conversation-reads", "limit": 4, "offset": None}), fast_answers=True
+    )
     both.same(call("list_conversations", {"limit": None, "cursor": None}), fast_answers=True)
 
 
@@ -254,16 +281,24 @@ ODD_MESSAGES = [
     {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
     {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    },
     {"jsonrpc": "2.0", "id": 1, "method": "ping"},
     {"jsonrpc": "1.0", **{k: v for k, v in call("recall_memory", {"conversation_id": CONV}).items() if k != "jsonrpc"}},
     {**call("recall_memory", {"conversation_id": CONV}), "id": None},
     {**call("recall_memory", {"conversation_id": CONV}), "id": 1.0},
     {**call("recall_memory", {"conversation_id": CONV}), "id": True},
     {**call("recall_memory", {"conversation_id": CONV}), "extra": 1},
-    {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-     "params": {"name": "recall_memory", "arguments": {"conversation_id": CONV}, "_meta": {"progressToken": 3}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "recall_memory", "arguments": {"conversation_id": CONV}, "_meta": {"progressToken": 3}},
+    },
     {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall_memory"}},
     [call("recall_memory", {"conversation_id": CONV})],
     "just a string",
@@ -288,8 +323,9 @@ def test_errors_answer_alike(both: Both) -> None:
 
 def test_offsets_past_any_log_read_as_an_empty_page(both: Both) -> None:
     for offset in (1e19, 2**63, 2**70):
-        body = both.same(call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": offset}),
-                         fast_answers=True)
+        body = both.same(
+            call("replay_memory", {"conversation_id": CONV, "limit": 10, "offset": offset}), fast_answers=True
+        )
         assert json.loads(body)["result"]["structuredContent"] == {"items": []}
 
 
@@ -297,14 +333,26 @@ def test_odd_requests_answer_alike(both: Both) -> None:
     message = call("recall_memory", {"conversation_id": CONV})
     both.same(None, raw=b"{not json")
     both.same(None, raw=b"")
-    both.same(None, raw=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall_memory",'
-                        b' "arguments": {"conversation_id": "\\ud800 lone surrogate"}}}')
-    for headers in ({"content-type": "text/plain"}, {"content-type": "Application/JSON"},
-                    {"content-type": "application/jsonx"}, {"accept": "text/event-stream"}, {"accept": ""},
-                    {"mcp-protocol-version": "1999-01-01"}):
+    both.same(
+        None,
+        raw=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall_memory",'
+        b' "arguments": {"conversation_id": "\\ud800 lone surrogate"}}}',
+    )
+    for headers in (
+        {"content-type": "text/plain"},
+        {"content-type": "Application/JSON"},
+        {"content-type": "application/jsonx"},
+        {"accept": "text/event-stream"},
+        {"accept": ""},
+        {"mcp-protocol-version": "1999-01-01"},
+    ):
         both.same(message, headers=headers)
-    for headers in ({"content-type": "application/json; charset=utf-8"}, {"accept": "*/*"},
-                    {"accept": "application/*"}, {"accept": "application/json"}):
+    for headers in (
+        {"content-type": "application/json; charset=utf-8"},
+        {"accept": "*/*"},
+        {"accept": "application/*"},
+        {"accept": "application/json"},
+    ):
         both.same(message, headers=headers, fast_answers=True)
 
 
@@ -324,8 +372,13 @@ def test_storage_failures_answer_alike(both: Both) -> None:
 def test_fast_path_calls_are_counted(both: Both) -> None:
     def tool_calls() -> float:
         text = both.http.get(both.url.removesuffix("/mcp") + "/metrics").text
-        line = next(line for line in text.splitlines() if line.startswith("memory_server_tool_calls_total{")
-                    and 'tool="recall_memory"' in line and 'outcome="ok"' in line)
+        line = next(
+            line
+            for line in text.splitlines()
+            if line.startswith("memory_server_tool_calls_total{")
+            and 'tool="recall_memory"' in line
+            and 'outcome="ok"' in line
+        )
         return float(line.rsplit(" ", 1)[1])
 
     before = tool_calls()
@@ -343,19 +396,21 @@ async def test_concurrent_fast_path_appends_stay_gapless(both: Both) -> None:
     async def writer(http: httpx2.AsyncClient, w: int) -> None:
         for b in range(batches):
             items = [{"w": w, "b": b, "i": i} for i in range(3)]
-            response = await http.post(both.url, headers=headers,
-                                       json=call("append_memory", {"conversation_id": conversation, "items": items}))
+            response = await http.post(
+                both.url, headers=headers, json=call("append_memory", {"conversation_id": conversation, "items": items})
+            )
             assert json.loads(response.content)["result"]["isError"] is False
 
     async with httpx2.AsyncClient(timeout=30) as http:
         await asyncio.gather(*(writer(http, w) for w in range(writers)))
     assert both.answered - before == writers * batches
-    page = json.loads(both.same(call("replay_memory", {"conversation_id": conversation, "limit": 1000}),
-                                fast_answers=True))
+    page = json.loads(
+        both.same(call("replay_memory", {"conversation_id": conversation, "limit": 1000}), fast_answers=True)
+    )
     items = page["result"]["structuredContent"]["items"]
     assert [item["seq"] for item in items] == list(range(writers * batches * 3))
     for start in range(0, len(items), 3):
-        batch = [item["payload"] for item in items[start:start + 3]]
+        batch = [item["payload"] for item in items[start : start + 3]]
         assert [p["i"] for p in batch] == [0, 1, 2] and len({(p["w"], p["b"]) for p in batch}) == 1
 
 

@@ -62,8 +62,9 @@ def append(client: httpx2.Client, conversation: str, items: list[dict[str, Any]]
 
 
 def waiting(srv: LiveServer) -> int:
-    [(count,)] = query(srv.settings, "SELECT count(*) FROM conversations WHERE indexing = ?"
-                       " AND indexed_seq < item_count", True)
+    [(count,)] = query(
+        srv.settings, "SELECT count(*) FROM conversations WHERE indexing = ? AND indexed_seq < item_count", True
+    )
     return int(count)
 
 
@@ -76,8 +77,12 @@ def wait_indexed(srv: LiveServer) -> None:
 
 
 def turns_of(srv: LiveServer, conversation: str) -> list[tuple[int, str]]:
-    rows = query(srv.settings, "SELECT conversation_seq, content FROM memories WHERE kind = 'turn'"
-                 " AND conversation_id = ? ORDER BY conversation_seq", conversation)
+    rows = query(
+        srv.settings,
+        "SELECT conversation_seq, content FROM memories WHERE kind = 'turn'"
+        " AND conversation_id = ? ORDER BY conversation_seq",
+        conversation,
+    )
     return [(int(seq), str(content)) for seq, content in rows]
 
 
@@ -94,15 +99,24 @@ def test_the_text_of_an_item_is_its_text_or_content_with_its_speaker() -> None:
     assert turn_text({"role": "user", "content": "Ship it Friday."}, 100) == "user: Ship it Friday."
     assert turn_text({"speaker": "Ann", "text": " Hi ", "content": "ignored"}, 100) == "Ann: Hi"
     assert turn_text({"text": "", "content": "from content"}, 100) == "from content"
-    parts = {"role": "assistant", "content": [{"type": "text", "text": "one"}, {"type": "image"},
-                                              {"type": "text", "text": "two"}]}
+    parts = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "one"}, {"type": "image"}, {"type": "text", "text": "two"}],
+    }
     assert turn_text(parts, 100) == "assistant: one\ntwo"
-    for skipped in ({"tool": "grep", "args": {"q": "x"}}, {"text": "   "}, {"content": 42}, {"content": [{"a": 1}]},
-                    {"text": ["not", "a", "string"]}):
+    for skipped in (
+        {"tool": "grep", "args": {"q": "x"}},
+        {"text": "   "},
+        {"content": 42},
+        {"content": [{"a": 1}]},
+        {"text": ["not", "a", "string"]},
+    ):
         assert turn_text(skipped, 100) is None
     assert turn_text({"text": "é" * 10}, 5) == "éé"  # cut at a character
-    assert occurred_at({"occurred_at": "2023-05-08T13:56:00+02:00"}, "2026-01-01T00:00:00.000000Z") == \
-        "2023-05-08T11:56:00.000000Z"
+    assert (
+        occurred_at({"occurred_at": "2023-05-08T13:56:00+02:00"}, "2026-01-01T00:00:00.000000Z")
+        == "2023-05-08T11:56:00.000000Z"
+    )
     assert occurred_at({"occurred_at": "last week"}, "2026-01-01T00:00:00.000000Z") == "2026-01-01T00:00:00.000000Z"
 
 
@@ -113,24 +127,32 @@ def test_an_indexing_site_recalls_its_turns_beside_memories_and_kinds_filters(sr
     site, secret = new_site(srv, index_logs=True)
     conversation = cid()
     with http(srv, site, secret) as client:
-        ack = append(client, conversation, [
-            {"role": "user", "content": "Should we roll out the billing service to Europe next month?"},
-            {"tool": "deploy", "status": 0},  # no text: skipped
-            {"role": "assistant", "content": "Yes: the rollout of billing to Europe is planned for June."},
-        ])
+        ack = append(
+            client,
+            conversation,
+            [
+                {"role": "user", "content": "Should we roll out the billing service to Europe next month?"},
+                {"tool": "deploy", "status": 0},  # no text: skipped
+                {"role": "assistant", "content": "Yes: the rollout of billing to Europe is planned for June."},
+            ],
+        )
         assert (ack["first_seq"], ack["last_seq"], ack["duplicate"]) == (0, 2, False)
         client.post("/v1/memories", json={"content": "The cafeteria opens at eight."}).raise_for_status()
         wait_indexed(srv)
         assert turns_of(srv, conversation) == [
             (0, "user: Should we roll out the billing service to Europe next month?"),
-            (2, "assistant: Yes: the rollout of billing to Europe is planned for June.")]
-        [(recorded_at,)] = query(srv.settings, "SELECT recorded_at FROM log_items WHERE conversation_id = ?"
-                                 " AND seq = 0", conversation)
+            (2, "assistant: Yes: the rollout of billing to Europe is planned for June."),
+        ]
+        [(recorded_at,)] = query(
+            srv.settings, "SELECT recorded_at FROM log_items WHERE conversation_id = ? AND seq = 0", conversation
+        )
 
         hits = recall(client, "what did we decide about the billing rollout")
         turn = next(h for h in hits if h["kind"] == "turn")
-        assert turn["provenance"] == {"conversation_id": conversation, "seq": 2} or \
-            turn["provenance"] == {"conversation_id": conversation, "seq": 0}
+        assert turn["provenance"] == {"conversation_id": conversation, "seq": 2} or turn["provenance"] == {
+            "conversation_id": conversation,
+            "seq": 0,
+        }
         assert turn["type"] == "turn" and turn["bucket"] == "default"
         first = next(h for h in hits if h["kind"] == "turn" and h["provenance"]["seq"] == 0)
         assert first["occurred_at"] == recorded_at
@@ -139,11 +161,13 @@ def test_an_indexing_site_recalls_its_turns_beside_memories_and_kinds_filters(sr
         assert {h["kind"] for h in recall(client, "billing rollout", kinds=["memory"])} == {"memory"}
         assert {h["kind"] for h in recall(client, "billing rollout", kinds=["turn"])} == {"turn"}
         assert len(recall(client, "billing rollout", kinds=["turn", "memory"])) == 3
-        search = client.post("/v1/search", json={"query": "billing rollout to Europe", "kinds": ["turn"],
-                                                 "min_score": 0.0}).json()["results"]
+        search = client.post(
+            "/v1/search", json={"query": "billing rollout to Europe", "kinds": ["turn"], "min_score": 0.0}
+        ).json()["results"]
         assert search and {h["kind"] for h in search} == {"turn"}
-        search = client.post("/v1/search", json={"query": "billing rollout to Europe", "kinds": ["memory"],
-                                                 "min_score": 0.0}).json()["results"]
+        search = client.post(
+            "/v1/search", json={"query": "billing rollout to Europe", "kinds": ["memory"], "min_score": 0.0}
+        ).json()["results"]
         assert {h["kind"] for h in search} == {"memory"}
         context = client.post("/v1/context", json={"query": "billing rollout", "kinds": ["turn"]})
         assert context.status_code == 200, context.text
@@ -234,14 +258,21 @@ def test_deleting_a_conversation_deletes_its_turns(srv: LiveServer) -> None:
     with http(srv, site, secret) as client:
         append(client, gone, [{"text": f"The submarine cable repair, step {n}."} for n in range(5)])
         append(client, kept, [{"text": "The submarine cable is insured."}])
-        linked = client.post("/v1/memories", json={"content": "Cable repairs need a permit.",
-                                                   "provenance": {"conversation_id": gone, "seq": 1}}).json()
+        linked = client.post(
+            "/v1/memories",
+            json={"content": "Cable repairs need a permit.", "provenance": {"conversation_id": gone, "seq": 1}},
+        ).json()
         wait_indexed(srv)
         assert len(turns_of(srv, gone)) == 5
         response = client.delete(f"/v1/conversations/{gone}")
         assert response.status_code == 200, response.text
-        assert response.json() == {"conversation_id": gone, "deleted": True, "item_count": 5, "memories_unlinked": 1,
-                                   "turns_deleted": 5}
+        assert response.json() == {
+            "conversation_id": gone,
+            "deleted": True,
+            "item_count": 5,
+            "memories_unlinked": 1,
+            "turns_deleted": 5,
+        }
         assert turns_of(srv, gone) == []
         hits = recall(client, "submarine cable repair")
         assert {h["provenance"].get("conversation_id") for h in hits if h["kind"] == "turn"} == {kept}
@@ -284,8 +315,11 @@ def test_readyz_shows_the_items_waiting_and_the_acknowledgement_does_not_wait(sr
     with http(srv, site, secret) as client:
         # Enough text that embedding it takes seconds: the acknowledgement comes first, and /readyz (still
         # ready: recall answers meanwhile) says how many items wait.
-        ack = append(client, conversation, [{"text": f"Entry {n} of the night shift report: pump {n % 7} ran hot."}
-                                            for n in range(1000)])
+        ack = append(
+            client,
+            conversation,
+            [{"text": f"Entry {n} of the night shift report: pump {n % 7} ran hot."} for n in range(1000)],
+        )
         assert ack["count"] == 1000
         ready = httpx2.get(f"{srv.base}/readyz", timeout=30)
         assert ready.status_code == 200

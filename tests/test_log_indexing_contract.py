@@ -42,8 +42,15 @@ def texts(*words: str) -> list[str]:
 
 
 def turn(at: ToIndex, seq: int, content: str) -> NewMemory:
-    return replace(memory(content, type=TURN, bucket=at.bucket or "default",
-                          provenance={"conversation_id": at.conversation_id, "seq": seq}), kind=TURN)
+    return replace(
+        memory(
+            content,
+            type=TURN,
+            bucket=at.bucket or "default",
+            provenance={"conversation_id": at.conversation_id, "seq": seq},
+        ),
+        kind=TURN,
+    )
 
 
 def pending(storage: Storage) -> dict[str, tuple[int, int]]:
@@ -73,8 +80,12 @@ async def test_the_site_setting_and_an_appends_choice_decide_what_is_indexed(sto
     # A conversation an append created with the former setting while it was being turned on (a PostgreSQL
     # race: its statement read the setting before the change committed): the sweep of the conversations
     # active since a given time finds it.
-    execute(make_settings(tmp_path / "data"), "UPDATE conversations SET indexing = ? WHERE conversation_id = ?",
-            False, "conv-new")
+    execute(
+        make_settings(tmp_path / "data"),
+        "UPDATE conversations SET indexing = ? WHERE conversation_id = ?",
+        False,
+        "conv-new",
+    )
     assert "conv-new" not in pending(storage)
     assert storage.logs.mark_for_indexing(sid, 2**62) == 0  # not active since then
     assert storage.logs.mark_for_indexing(sid, 0) == 1 and "conv-new" in pending(storage)
@@ -102,7 +113,9 @@ async def test_turns_are_stored_once_with_the_move_of_their_conversation(storage
     assert storage.logs.index_progress(sid).skipped == 1
     stored = storage.memories.by_ids([i.row_id for i in inserted if i.row_id is not None])
     assert sorted((m.kind, m.provenance["seq"], m.content) for m in stored.values()) == [
-        (TURN, 0, "user: apples"), (TURN, 2, "plums")]
+        (TURN, 0, "user: apples"),
+        (TURN, 2, "plums"),
+    ]
     rows = {row.id: row for row in storage.outbox.index_rows(list(stored))}
     assert sorted(row.turn_seq for row in rows.values()) == [0, 2]
 

@@ -60,8 +60,12 @@ def client(server: ServerProcess, site: str, secret: str) -> httpx2.Client:
 
 
 def waiting(data_dir: Path) -> int:
-    [(count,)] = query(make_settings(data_dir), "SELECT coalesce(sum(item_count - indexed_seq), 0) FROM conversations"
-                       " WHERE indexing = ? AND indexed_seq < item_count", True)
+    [(count,)] = query(
+        make_settings(data_dir),
+        "SELECT coalesce(sum(item_count - indexed_seq), 0) FROM conversations"
+        " WHERE indexing = ? AND indexed_seq < item_count",
+        True,
+    )
     return int(count)
 
 
@@ -73,8 +77,11 @@ def wait_indexed(data_dir: Path) -> None:
 
 
 def turn_counts(data_dir: Path) -> dict[tuple[str, int], int]:
-    rows = query(make_settings(data_dir), "SELECT conversation_id, conversation_seq, count(*) FROM memories"
-                 " WHERE kind = 'turn' GROUP BY conversation_id, conversation_seq")
+    rows = query(
+        make_settings(data_dir),
+        "SELECT conversation_id, conversation_seq, count(*) FROM memories"
+        " WHERE kind = 'turn' GROUP BY conversation_id, conversation_seq",
+    )
     return {(str(c), int(s)): int(n) for c, s, n in rows}
 
 
@@ -88,14 +95,19 @@ def test_a_server_killed_before_indexing_indexes_every_acknowledged_item_once_on
         with client(server, "acme", secret) as http:
             for n, conversation in enumerate(conversations):
                 items: list[dict[str, object]] = [
-                    {"role": "user", "content": f"Incident {n}-{i}: the valve {i % 9} leaked."} for i in range(600)]
+                    {"role": "user", "content": f"Incident {n}-{i}: the valve {i % 9} leaked."} for i in range(600)
+                ]
                 items[::50] = [{"tool": "probe", "reading": i} for i in range(len(items[::50]))]  # no text
-                response = http.post(f"/v1/conversations/{conversation}/items",
-                                     json={"items": items, "idempotency_key": f"batch-{n}"})
+                response = http.post(
+                    f"/v1/conversations/{conversation}/items", json={"items": items, "idempotency_key": f"batch-{n}"}
+                )
                 assert response.status_code == 201, response.text
                 ack = response.json()
-                acknowledged |= {(conversation, seq) for seq in range(ack["first_seq"], ack["last_seq"] + 1)
-                                 if "content" in items[seq - ack["first_seq"]]}
+                acknowledged |= {
+                    (conversation, seq)
+                    for seq in range(ack["first_seq"], ack["last_seq"] + 1)
+                    if "content" in items[seq - ack["first_seq"]]
+                }
     finally:
         server.kill()  # SIGKILL: whatever the indexer had not committed is lost with the process
     # The precondition of this test: items were acknowledged and not indexed when the process died (1,800
@@ -109,8 +121,10 @@ def test_a_server_killed_before_indexing_indexes_every_acknowledged_item_once_on
         assert set(counts) == acknowledged and set(counts.values()) == {1}
         with client(server, "acme", secret) as http:
             # A retry of an acknowledged batch appends nothing and indexes nothing more.
-            again = http.post(f"/v1/conversations/{conversations[0]}/items",
-                              json={"items": [{"text": "retry"}], "idempotency_key": "batch-0"})
+            again = http.post(
+                f"/v1/conversations/{conversations[0]}/items",
+                json={"items": [{"text": "retry"}], "idempotency_key": "batch-0"},
+            )
             assert again.status_code == 200 and again.json()["duplicate"]
             hits = http.post("/v1/recall", json={"query": "which valve leaked in incident 1-7", "kinds": ["turn"]})
             assert hits.status_code == 200
@@ -133,9 +147,18 @@ def test_turning_indexing_on_backfills_a_100k_item_log_while_recall_answers(tmp_
         # embed: tens of seconds of model time on 2 cores); the rest are tool calls, skipped and counted.
         at = now_rfc3339()
         for c in range(100):
-            items = [(seq, at, json.dumps({"role": "assistant", "content": f"Shipment {c}-{seq} left dock {seq % 13}."}
-                                          if seq % 50 == 7 else {"tool": "scan", "c": c, "seq": seq}))
-                     for seq in range(1000)]
+            items = [
+                (
+                    seq,
+                    at,
+                    json.dumps(
+                        {"role": "assistant", "content": f"Shipment {c}-{seq} left dock {seq % 13}."}
+                        if seq % 50 == 7
+                        else {"tool": "scan", "c": c, "seq": seq}
+                    ),
+                )
+                for seq in range(1000)
+            ]
             assert set(storage.logs.import_items(site_id, f"conv-{c:04d}-backfill", items)) == {"appended"}
     finally:
         storage.close()
@@ -152,8 +175,9 @@ def test_turning_indexing_on_backfills_a_100k_item_log_while_recall_answers(tmp_
             assert ready.status_code == 200
             wait_indexed(data_dir)
             assert "log_indexing" not in httpx2.get(f"{server.base}/readyz", timeout=30).json()
-            hits = http.post("/v1/recall", json={"query": "Shipment 42-507 left dock", "kinds": ["turn"],
-                                                 "limit": 3}).json()["results"]
+            hits = http.post(
+                "/v1/recall", json={"query": "Shipment 42-507 left dock", "kinds": ["turn"], "limit": 3}
+            ).json()["results"]
             assert hits[0]["provenance"] == {"conversation_id": "conv-0042-backfill", "seq": 507}
             assert hits[0]["content"] == "assistant: Shipment 42-507 left dock 0."
         shown = parse_fields(run_cli("site", "show", "acme", data_dir=data_dir).stdout)
@@ -170,9 +194,16 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     server = started(source)
     try:
         with client(server, "acme", secret) as http:
-            http.post(f"/v1/conversations/{conversation}/items", json={"items": [
-                {"speaker": "Ann", "text": "The telescope mirror arrives in March."},
-                {"speaker": "Bo", "text": "Then we recoat it in April."}], "bucket": "lab"}).raise_for_status()
+            http.post(
+                f"/v1/conversations/{conversation}/items",
+                json={
+                    "items": [
+                        {"speaker": "Ann", "text": "The telescope mirror arrives in March."},
+                        {"speaker": "Bo", "text": "Then we recoat it in April."},
+                    ],
+                    "bucket": "lab",
+                },
+            ).raise_for_status()
             http.post("/v1/memories", json={"content": "The observatory opens at dusk."}).raise_for_status()
         wait_indexed(source)
     finally:
@@ -181,8 +212,13 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     assert exported.returncode == 0, exported.stderr
     records = [json.loads(line) for line in (tmp_path / "acme.jsonl").read_text().splitlines()]
     assert {"kind": "site", "site": "acme", "index_logs": True} in records
-    assert {"kind": "conversation", "site": "acme", "conversation_id": conversation, "index": None,
-            "bucket": "lab"} in records
+    assert {
+        "kind": "conversation",
+        "site": "acme",
+        "conversation_id": conversation,
+        "index": None,
+        "bucket": "lab",
+    } in records
     assert [r["content"] for r in records if r["kind"] == "memory"] == ["The observatory opens at dusk."]
     assert len([r for r in records if r["kind"] == "log_item"]) == 2
 
@@ -198,7 +234,9 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
         with client(server, "acme", target_secret) as http:
             hits = http.post("/v1/recall", json={"query": "when is the mirror recoated", "kinds": ["turn"]}).json()
             assert {(h["content"], h["bucket"]) for h in hits["results"]} == {
-                ("Ann: The telescope mirror arrives in March.", "lab"), ("Bo: Then we recoat it in April.", "lab")}
+                ("Ann: The telescope mirror arrives in March.", "lab"),
+                ("Bo: Then we recoat it in April.", "lab"),
+            }
     finally:
         server.stop()
     assert set(turn_counts(target)) == {(conversation, 0), (conversation, 1)}
@@ -209,8 +247,9 @@ def test_an_export_carries_the_setting_an_import_indexes_again_and_reindex_cover
     server = started(target)
     try:
         with client(server, "acme", target_secret) as http:
-            found = http.post("/v1/search", json={"query": "telescope mirror arrives", "kinds": ["turn"],
-                                                  "min_score": 0.0}).json()["results"]
+            found = http.post(
+                "/v1/search", json={"query": "telescope mirror arrives", "kinds": ["turn"], "min_score": 0.0}
+            ).json()["results"]
             assert found and found[0]["provenance"] == {"conversation_id": conversation, "seq": 0}
     finally:
         server.stop()

@@ -76,13 +76,19 @@ async def check_roundtrip(client: Client, batches: list[list[dict[str, Any]]], p
     for batch in batches:
         ack = await call(client, "append_memory", {"conversation_id": conversation, "items": batch})
         assert (ack["first_seq"], ack["last_seq"], ack["count"]) == (
-            len(appended), len(appended) + len(batch) - 1, len(batch))
+            len(appended),
+            len(appended) + len(batch) - 1,
+            len(batch),
+        )
         appended += batch
 
     replayed: list[dict[str, Any]] = []
     while True:
-        items = (await call(client, "replay_memory",
-                            {"conversation_id": conversation, "limit": page, "offset": len(replayed)}))["items"]
+        items = (
+            await call(
+                client, "replay_memory", {"conversation_id": conversation, "limit": page, "offset": len(replayed)}
+            )
+        )["items"]
         replayed += items
         if len(items) < page:  # a short page (possibly empty) is the end
             break

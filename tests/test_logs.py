@@ -85,8 +85,9 @@ async def append(client: Client, conversation_id: str, items: list[dict], **extr
 async def replay_all(client: Client, conversation_id: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     while True:
-        page = (await ok(client, "replay_memory",
-                         {"conversation_id": conversation_id, "limit": 1000, "offset": len(items)}))["items"]
+        page = (
+            await ok(client, "replay_memory", {"conversation_id": conversation_id, "limit": 1000, "offset": len(items)})
+        )["items"]
         items += page
         if len(page) < 1000:
             return items
@@ -120,7 +121,7 @@ async def test_recorded_at_is_rfc3339_and_shared_by_a_batch(c: Client) -> None:
         assert RFC3339.match(ack["recorded_at"]), ack["recorded_at"]
         stamp = datetime.fromisoformat(ack["recorded_at"].replace("Z", "+00:00"))
         assert stamp.tzinfo is not None
-        batch = items[ack["first_seq"]: ack["last_seq"] + 1]
+        batch = items[ack["first_seq"] : ack["last_seq"] + 1]
         assert {item["recorded_at"] for item in batch} == {ack["recorded_at"]}
     for item in items:
         assert set(item) == {"seq", "recorded_at", "payload"}
@@ -128,13 +129,36 @@ async def test_recorded_at_is_rfc3339_and_shared_by_a_batch(c: Client) -> None:
 
 TRICKY_PAYLOADS = [
     {"z": 1, "a": 2, "m": 3, "": "empty key", "10": "ten", "2": "two"},
-    {"float_one": 1.0, "tiny": 1e-7, "pi": 3.141592653589793, "tenth": 0.1, "neg": -2.5, "zero": 0.0,
-     "max": 1.7976931348623157e308, "min_sub": 5e-324, "exp": 1e21},
+    {
+        "float_one": 1.0,
+        "tiny": 1e-7,
+        "pi": 3.141592653589793,
+        "tenth": 0.1,
+        "neg": -2.5,
+        "zero": 0.0,
+        "max": 1.7976931348623157e308,
+        "min_sub": 5e-324,
+        "exp": 1e21,
+    },
     {"big": 2**80, "neg_big": -(2**70), "i64max": 2**63 - 1, "zero": 0, "one": 1},
-    {"ünïcødé": "日本語テキスト", "emoji 😀": "👩‍👩‍👧‍👦", "rtl": "שלום עולם", "combining": "e\u0301",
-     "escapes": "quote \" backslash \\ newline \n tab \t nul \u0000", "html": "</script><b>&amp;</b>"},
-    {"nested": {"list": [1, [2, [3, [4, {"deep": [None, True, False, "x", 1.5]}]]]], "empty_obj": {},
-                "empty_list": []}, "null": None, "t": True, "f": False},
+    {
+        "ünïcødé": "日本語テキスト",
+        "emoji 😀": "👩‍👩‍👧‍👦",
+        "rtl": "שלום עולם",
+        "combining": "e\u0301",
+        "escapes": 'quote " backslash \\ newline \n tab \t nul \u0000',
+        "html": "</script><b>&amp;</b>",
+    },
+    {
+        "nested": {
+            "list": [1, [2, [3, [4, {"deep": [None, True, False, "x", 1.5]}]]]],
+            "empty_obj": {},
+            "empty_list": [],
+        },
+        "null": None,
+        "t": True,
+        "f": False,
+    },
     {},
 ]
 
@@ -215,7 +239,7 @@ async def test_replay_pages_and_short_page_marks_end(c: Client) -> None:
 async def test_list_newest_activity_first_with_counts_and_times(c: Client) -> None:
     convs = [f"conv-order-{n:04d}" for n in range(5)]
     first_acks = {conv: await append(c, conv, [{"n": n}] * (n + 1)) for n, conv in enumerate(convs)}
-    listed = (await ok(c, "list_conversations", {}))
+    listed = await ok(c, "list_conversations", {})
     assert [x["conversation_id"] for x in listed["conversations"]] == convs[::-1]
     assert listed["next_cursor"] is None
     for entry in listed["conversations"]:
@@ -237,8 +261,12 @@ async def test_list_order_follows_commits_even_if_the_clock_steps_back(srv: Live
     async with Client(srv.url, auth=httpx2.BasicAuth(name, secret)) as client:
         await append(client, "conv-earlier-01", [{"n": 0}])
         site_id = admin(srv.settings, lambda sites: sites.site_id(name))
-        execute(srv.settings, "UPDATE conversations SET last_activity_us = last_activity_us + 3600000000"
-                " WHERE site_id = ? AND conversation_id = 'conv-earlier-01'", site_id)
+        execute(
+            srv.settings,
+            "UPDATE conversations SET last_activity_us = last_activity_us + 3600000000"
+            " WHERE site_id = ? AND conversation_id = 'conv-earlier-01'",
+            site_id,
+        )
         await append(client, "conv-later-0001", [{"n": 1}])
         listed = (await ok(client, "list_conversations", {}))["conversations"]
         assert [x["conversation_id"] for x in listed] == ["conv-later-0001", "conv-earlier-01"]
@@ -331,11 +359,14 @@ def sized(total_bytes: int, char: str = "x") -> dict[str, str]:
 async def test_payload_limit_is_256_kib_serialized(c: Client) -> None:
     conv = cid()
     await append(c, conv, [sized(MAX_PAYLOAD)])  # exactly at the limit: accepted
-    await fails(c, "append_memory", {"conversation_id": conv, "items": [sized(MAX_PAYLOAD + 1)]},
-                "payload_too_large")
+    await fails(c, "append_memory", {"conversation_id": conv, "items": [sized(MAX_PAYLOAD + 1)]}, "payload_too_large")
     # Bytes, not characters: 2-byte characters reach the limit at half the character count.
-    await fails(c, "append_memory", {"conversation_id": conv, "items": [{"ok": 1}, sized(MAX_PAYLOAD + 2, "é")]},
-                "payload_too_large")
+    await fails(
+        c,
+        "append_memory",
+        {"conversation_id": conv, "items": [{"ok": 1}, sized(MAX_PAYLOAD + 2, "é")]},
+        "payload_too_large",
+    )
     items = await replay_all(c, conv)
     assert len(items) == 1 and items[0]["payload"] == sized(MAX_PAYLOAD)
 
@@ -345,10 +376,19 @@ async def test_batch_over_4_mib_over_http_is_rejected_and_nothing_written(srv: L
     there (HTTP 413) before the tool sees it; either way it is a 413-class refusal and nothing is written."""
     name, secret = new_site(srv)
     conv = cid()
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "append_memory", "arguments": {"conversation_id": conv, "items": [sized(250_000)] * 17}}}).encode()
-    headers = {"Authorization": srv.basic_header(name, secret), "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json"}
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "append_memory", "arguments": {"conversation_id": conv, "items": [sized(250_000)] * 17}},
+        }
+    ).encode()
+    headers = {
+        "Authorization": srv.basic_header(name, secret),
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
     async with httpx2.AsyncClient(timeout=60) as http:
         response = await http.post(srv.url, content=body, headers=headers)
     if response.status_code == 200:
@@ -374,11 +414,13 @@ async def inproc(storage_backend: str, tmp_path_factory: pytest.TempPathFactory)
 
 async def test_batch_limit_is_4_mib_serialized_and_nothing_is_written(inproc: Client) -> None:
     conv = cid()
-    await fails(inproc, "append_memory", {"conversation_id": conv, "items": [sized(250_000)] * 17},
-                "payload_too_large")
-    await fails(inproc, "append_memory",
-                {"conversation_id": conv, "items": [sized(MAX_PAYLOAD)] * 16 + [{"small": 1}]},
-                "payload_too_large")
+    await fails(inproc, "append_memory", {"conversation_id": conv, "items": [sized(250_000)] * 17}, "payload_too_large")
+    await fails(
+        inproc,
+        "append_memory",
+        {"conversation_id": conv, "items": [sized(MAX_PAYLOAD)] * 16 + [{"small": 1}]},
+        "payload_too_large",
+    )
     assert await replay_all(inproc, conv) == []
     assert conv not in [x["conversation_id"] for x in (await ok(inproc, "list_conversations", {}))["conversations"]]
     ack = await append(inproc, conv, [sized(MAX_PAYLOAD)] * (MAX_BATCH // MAX_PAYLOAD))  # exactly 4 MiB
@@ -398,8 +440,19 @@ def deep(levels: int) -> dict[str, Any]:
     return node
 
 
-BAD_IDS = ["abcdefg", "a" * 65, "ünïcødé-conv", "../x", "../../etc/passwd", "", "has spaces in it",
-           "conv-0001\n", "conv\x00-0001", "conv.0001", "conv/0001"]
+BAD_IDS = [
+    "abcdefg",
+    "a" * 65,
+    "ünïcødé-conv",
+    "../x",
+    "../../etc/passwd",
+    "",
+    "has spaces in it",
+    "conv-0001\n",
+    "conv\x00-0001",
+    "conv.0001",
+    "conv/0001",
+]
 BAD_COUNTS = [-1, 1001, "5", 2.5, True, None, [5]]
 
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = []
@@ -416,8 +469,11 @@ for bad in BAD_COUNTS:
         continue
     BAD_CALLS += [
         ("recall_memory", {"conversation_id": GOOD, "count": bad}, "invalid_parameters"),
-        ("replay_memory", {"conversation_id": GOOD, "limit": 10, "offset": bad if bad != 1001 else -5},
-         "invalid_parameters"),
+        (
+            "replay_memory",
+            {"conversation_id": GOOD, "limit": 10, "offset": bad if bad != 1001 else -5},
+            "invalid_parameters",
+        ),
         ("list_conversations", {"limit": bad}, "invalid_parameters"),
     ]
 BAD_CALLS += [
@@ -437,14 +493,20 @@ BAD_CALLS += [
     ("append_memory", {"conversation_id": GOOD, "items": None}, "invalid_parameters"),
     ("append_memory", {"conversation_id": GOOD, "items": [{"ok": 1}, deep(100)]}, "invalid_parameters"),
     ("append_memory", {"conversation_id": GOOD, "items": [{"a": 1}], "idempotency_key": ""}, "invalid_parameters"),
-    ("append_memory", {"conversation_id": GOOD, "items": [{"a": 1}], "idempotency_key": "k" * 129},
-     "invalid_parameters"),
+    (
+        "append_memory",
+        {"conversation_id": GOOD, "items": [{"a": 1}], "idempotency_key": "k" * 129},
+        "invalid_parameters",
+    ),
     ("append_memory", {"conversation_id": GOOD, "items": [{"a": 1}], "idempotency_key": 5}, "invalid_parameters"),
-    ("append_memory", {"conversation_id": GOOD, "items": [{"a": 1}], "idempotency_key": ["k"]},
-     "invalid_parameters"),
+    ("append_memory", {"conversation_id": GOOD, "items": [{"a": 1}], "idempotency_key": ["k"]}, "invalid_parameters"),
 ]
 MALFORMED_CURSORS = [
-    "", "!!!", "not-a-cursor", "x" * 201, "eyJ9",  # base64 of '{}'-ish garbage
+    "",
+    "!!!",
+    "not-a-cursor",
+    "x" * 201,
+    "eyJ9",  # base64 of '{}'-ish garbage
     "WzEsMiwzXQ",  # [1,2,3]
     "WyJ4IiwieSJd",  # ["x","y"]
     "W3RydWUsInkiXQ",  # [true,"y"]
@@ -490,8 +552,11 @@ async def test_nesting_1000_deep_is_a_clean_4xx_and_changes_nothing(srv: LiveSer
         '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"append_memory","arguments":'
         f'{{"conversation_id":"{GOOD}","items":[' + '{"a":' * 1000 + "1" + "}" * 1000 + "]}}}"
     )
-    headers = {"Authorization": srv.basic_header(*seeded), "Accept": "application/json, text/event-stream",
-               "Content-Type": "application/json"}
+    headers = {
+        "Authorization": srv.basic_header(*seeded),
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
     async with Client(srv.url, auth=httpx2.BasicAuth(*seeded)) as client:
         before = await snapshot(client)
         async with httpx2.AsyncClient(timeout=30) as http:

@@ -38,8 +38,17 @@ from procs import REPO_ROOT, server_env
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 CONV = "conv-surface-0001"
-TOOLS = {"append_memory", "recall_memory", "replay_memory", "list_conversations", "remember", "recall",
-         "search_memory", "recall_context", "forget"}
+TOOLS = {
+    "append_memory",
+    "recall_memory",
+    "replay_memory",
+    "list_conversations",
+    "remember",
+    "recall",
+    "search_memory",
+    "recall_context",
+    "forget",
+}
 # A valid call of each tool, which each test varies one parameter of.
 BASE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "append_memory": {"conversation_id": CONV, "items": [{"n": 1}]},
@@ -70,8 +79,11 @@ def call(server: LiveServer, tool: str, arguments: Any, authorization: str | Non
 
 
 def initialize(server: LiveServer) -> dict[str, Any]:
-    return post(server, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                       "clientInfo": {"name": "surface-test", "version": "1"}})
+    return post(
+        server,
+        "initialize",
+        {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "surface-test", "version": "1"}},
+    )
 
 
 def list_tools(server: LiveServer) -> dict[str, dict[str, Any]]:
@@ -129,8 +141,13 @@ def test_every_error_kind_is_text_only_and_counted(live: LiveServer, tmp_path: P
         ("forbidden", "remember", {"content": "read-only tokens cannot write"}, bearer, ["memory:write"]),
         ("not_found", "forget", {"reference": "mem_doesnotexist"}, None, ["mem_doesnotexist"]),
         ("payload_too_large", "remember", {"content": "x" * (live.settings.max_content_bytes + 1)}, None, []),
-        ("payload_too_large", "append_memory",
-         {"conversation_id": CONV, "items": [{"big": "x" * live.settings.max_payload_bytes}]}, None, []),
+        (
+            "payload_too_large",
+            "append_memory",
+            {"conversation_id": CONV, "items": [{"big": "x" * live.settings.max_payload_bytes}]},
+            None,
+            [],
+        ),
     ]
     for code, tool, arguments, authorization, words in cases:
         assert_error(call(live, tool, arguments, authorization), code, *words)
@@ -157,9 +174,17 @@ def test_every_error_kind_is_text_only_and_counted(live: LiveServer, tmp_path: P
 
 def nullable_anywhere(node: Any, path: str = "") -> list[str]:
     if isinstance(node, dict):
-        found = [path] if ("anyOf" in node or "oneOf" in node or node.get("type") == "null"
-                           or (isinstance(node.get("type"), list) and "null" in node["type"])
-                           or ("default" in node and node["default"] is None)) else []
+        found = (
+            [path]
+            if (
+                "anyOf" in node
+                or "oneOf" in node
+                or node.get("type") == "null"
+                or (isinstance(node.get("type"), list) and "null" in node["type"])
+                or ("default" in node and node["default"] is None)
+            )
+            else []
+        )
         return found + [p for key, value in node.items() for p in nullable_anywhere(value, f"{path}/{key}")]
     if isinstance(node, list):
         return [p for i, item in enumerate(node) for p in nullable_anywhere(item, f"{path}/{i}")]
@@ -167,8 +192,9 @@ def nullable_anywhere(node: Any, path: str = "") -> list[str]:
 
 
 @pytest.mark.parametrize("profile", ["full", "public"])
-def test_optional_parameters_are_plain_types_and_the_version_is_ours(profile: str, live: LiveServer,
-                                                                     public: LiveServer) -> None:
+def test_optional_parameters_are_plain_types_and_the_version_is_ours(
+    profile: str, live: LiveServer, public: LiveServer
+) -> None:
     server = live if profile == "full" else public
     info = initialize(server)
     assert info["serverInfo"]["name"] == "memory-server"
@@ -182,17 +208,25 @@ def test_optional_parameters_are_plain_types_and_the_version_is_ours(profile: st
             assert isinstance(prop.get("type"), str), (name, param, prop)
             assert prop.get("description"), (name, param)
     tags = tools["remember"]["inputSchema"]["properties"]["tags"]
-    assert tags == {"type": "array", "items": {"type": "string", "pattern": tags["items"]["pattern"]}, "maxItems": 32,
-                    "description": tags["description"]}
+    assert tags == {
+        "type": "array",
+        "items": {"type": "string", "pattern": tags["items"]["pattern"]},
+        "maxItems": 32,
+        "description": tags["description"],
+    }
     assert set(tools["remember"]["inputSchema"]["required"]) == {"content"}
     assert set(tools["replay_memory"]["inputSchema"]["required"]) == {"conversation_id", "limit"}
     assert "required" not in tools["list_conversations"]["inputSchema"]
 
 
 async def test_stdio_server_reports_our_version(tmp_path: Path) -> None:
-    transport = StdioTransport(command=sys.executable, env=server_env(), cwd=str(REPO_ROOT), keep_alive=False,
-                               args=["-m", "memory_server", "serve", "--transport", "stdio", "--data-dir",
-                                     str(tmp_path / "data")])
+    transport = StdioTransport(
+        command=sys.executable,
+        env=server_env(),
+        cwd=str(REPO_ROOT),
+        keep_alive=False,
+        args=["-m", "memory_server", "serve", "--transport", "stdio", "--data-dir", str(tmp_path / "data")],
+    )
     async with Client(transport, timeout=60, mode="legacy") as client:  # the initialize handshake
         result = client.initialize_result
         assert result is not None and result.server_info.version == __version__
@@ -203,8 +237,14 @@ async def test_stdio_server_reports_our_version(tmp_path: Path) -> None:
 
 # --- one argument rule for every tool ------------------------------------------------------------------
 
-STRING_IN_SCHEMA = {"string": ["5", "x"], "integer": ["2"], "number": ["0.3"], "boolean": ["true"],
-                    "array": ["docs", "[{}]"], "object": ["{}"]}
+STRING_IN_SCHEMA = {
+    "string": ["5", "x"],
+    "integer": ["2"],
+    "number": ["0.3"],
+    "boolean": ["true"],
+    "array": ["docs", "[{}]"],
+    "object": ["{}"],
+}
 
 
 def wrong_types(prop: dict[str, Any]) -> list[Any]:
@@ -316,17 +356,24 @@ def test_descriptions_say_when_to_use_each_tool(live: LiveServer) -> None:
 
     conversation_id = params["append_memory"]["conversation_id"]["description"]
     assert "8-64" in conversation_id and "[A-Za-z0-9_-]" in conversation_id and "personal data" in conversation_id
-    assert all(params[name]["conversation_id"]["description"] == conversation_id
-               for name in ("recall_memory", "replay_memory"))
-    bounds = [("recall_memory", "count", "Default 50", "1000"), ("replay_memory", "limit", "0-1000", "required"),
-              ("replay_memory", "offset", "default 0", ">= 0"), ("list_conversations", "limit", "1-1000", "100"),
-              ("recall", "limit", "1-50", "default 5"), ("search_memory", "limit", "1-100", "default 10"),
-              ("recall_context", "max_items", "1-50", "default 8"),
-              ("recall_context", "max_tokens", "1-12000", "default 1500"),
-              ("search_memory", "min_score", "0-1", f"default {live.settings.search_min_score}"),
-              ("append_memory", "items", "1-1000", "256 KiB"),
-              ("append_memory", "idempotency_key", "1-128", "duplicate"),
-              ("remember", "content", "32 KiB", "payload_too_large"), ("forget", "reference", "remember", "mem_")]
+    assert all(
+        params[name]["conversation_id"]["description"] == conversation_id for name in ("recall_memory", "replay_memory")
+    )
+    bounds = [
+        ("recall_memory", "count", "Default 50", "1000"),
+        ("replay_memory", "limit", "0-1000", "required"),
+        ("replay_memory", "offset", "default 0", ">= 0"),
+        ("list_conversations", "limit", "1-1000", "100"),
+        ("recall", "limit", "1-50", "default 5"),
+        ("search_memory", "limit", "1-100", "default 10"),
+        ("recall_context", "max_items", "1-50", "default 8"),
+        ("recall_context", "max_tokens", "1-12000", "default 1500"),
+        ("search_memory", "min_score", "0-1", f"default {live.settings.search_min_score}"),
+        ("append_memory", "items", "1-1000", "256 KiB"),
+        ("append_memory", "idempotency_key", "1-128", "duplicate"),
+        ("remember", "content", "32 KiB", "payload_too_large"),
+        ("forget", "reference", "remember", "mem_"),
+    ]
     for tool, param, *words in bounds:
         text = params[tool][param]["description"]
         assert all(word in text for word in words), (tool, param, text)

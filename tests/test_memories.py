@@ -35,14 +35,33 @@ def error_code(result: Any) -> str:
 
 
 FACTS = [
-    dict(content="We decided to authenticate MCP clients with Basic credentials per site and scoped bearer tokens.",
-         type="decision", project="memory-os", team="platform", bucket="eng", tags=["auth", "mcp"]),
-    dict(content="The staging database is backed up every night at 02:00 UTC to object storage.",
-         type="fact", project="infra", team="ops", bucket="eng", tags=["backup"]),
-    dict(content="Alice prefers dark roast coffee and dislikes early meetings.",
-         type="preference", bucket="personal", tags=["alice"]),
-    dict(content="Our team dinner is booked at the Italian restaurant on Friday evening.",
-         type="event", bucket="personal"),
+    dict(
+        content="We decided to authenticate MCP clients with Basic credentials per site and scoped bearer tokens.",
+        type="decision",
+        project="memory-os",
+        team="platform",
+        bucket="eng",
+        tags=["auth", "mcp"],
+    ),
+    dict(
+        content="The staging database is backed up every night at 02:00 UTC to object storage.",
+        type="fact",
+        project="infra",
+        team="ops",
+        bucket="eng",
+        tags=["backup"],
+    ),
+    dict(
+        content="Alice prefers dark roast coffee and dislikes early meetings.",
+        type="preference",
+        bucket="personal",
+        tags=["alice"],
+    ),
+    dict(
+        content="Our team dinner is booked at the Italian restaurant on Friday evening.",
+        type="event",
+        bucket="personal",
+    ),
 ]
 
 
@@ -92,12 +111,26 @@ async def test_search_memory_filters_exclude(mem: LiveServer) -> None:
         query = "database backups schedule"
         hit = await call(client, "search_memory", query=query, min_score=0.3)
         assert [h["reference"] for h in hit.structured_content["results"]][:1] == [refs[1]]
-        for filters in ({"project": "memory-os"}, {"team": "platform"}, {"bucket": "personal"},
-                        {"type": "decision"}, {"tags": ["backup", "auth"]}):
+        for filters in (
+            {"project": "memory-os"},
+            {"team": "platform"},
+            {"bucket": "personal"},
+            {"type": "decision"},
+            {"tags": ["backup", "auth"]},
+        ):
             result = await call(client, "search_memory", query=query, min_score=0.0, **filters)
             assert refs[1] not in [h["reference"] for h in result.structured_content["results"]], filters
-        both = await call(client, "search_memory", query=query, min_score=0.0, project="infra", team="ops",
-                          bucket="eng", type="fact", tags=["backup"])
+        both = await call(
+            client,
+            "search_memory",
+            query=query,
+            min_score=0.0,
+            project="infra",
+            team="ops",
+            bucket="eng",
+            type="fact",
+            tags=["backup"],
+        )
         assert [h["reference"] for h in both.structured_content["results"]] == [refs[1]]
 
 
@@ -129,16 +162,42 @@ async def test_remember_is_idempotent_and_forget_removes(mem: LiveServer) -> Non
 
 async def test_hit_carries_every_attribute(mem: LiveServer) -> None:
     async with mem.client() as client:
-        await call(client, "remember", content="Release 2.0 ships on March 3.", type="event",
-                   location="projects/memory-os/releases", project="memory-os", team="platform",
-                   bucket="eng", tags=["release"], metadata={"ticket": 42, "nested": {"a": [1, 2]}},
-                   provenance={"source": "chat", "conversation_id": "conv-12345678", "seq": 7},
-                   occurred_at="2024-03-01T09:30:00+02:00")
+        await call(
+            client,
+            "remember",
+            content="Release 2.0 ships on March 3.",
+            type="event",
+            location="projects/memory-os/releases",
+            project="memory-os",
+            team="platform",
+            bucket="eng",
+            tags=["release"],
+            metadata={"ticket": 42, "nested": {"a": [1, 2]}},
+            provenance={"source": "chat", "conversation_id": "conv-12345678", "seq": 7},
+            occurred_at="2024-03-01T09:30:00+02:00",
+        )
         result = await call(client, "recall", query="when is the release?", limit=1)
         hit = result.structured_content["results"][0]
-        assert set(hit) == {"reference", "score", "type", "location", "content", "project", "team", "bucket",
-                            "tags", "metadata", "provenance", "occurred_at", "created_at", "supersedes",
-                            "superseded_by", "valid_to", "expires_at", "kind"}
+        assert set(hit) == {
+            "reference",
+            "score",
+            "type",
+            "location",
+            "content",
+            "project",
+            "team",
+            "bucket",
+            "tags",
+            "metadata",
+            "provenance",
+            "occurred_at",
+            "created_at",
+            "supersedes",
+            "superseded_by",
+            "valid_to",
+            "expires_at",
+            "kind",
+        }
         assert hit["occurred_at"] == "2024-03-01T07:30:00.000000Z"
         assert hit["metadata"] == {"ticket": 42, "nested": {"a": [1, 2]}}
         assert hit["provenance"]["seq"] == 7
@@ -153,8 +212,11 @@ async def test_recall_context_budgets(mem: LiveServer, token_counter: Any) -> No
         assert pack["budget"]["used_tokens"] <= 1
         assert pack["budget"]["used_items"] == 0 and pack["budget"]["dropped"] == 3
         text = tiny.content[0].text.split("\n")
-        assert text[:3] == ["### XMemo Context", "Items: 0",
-                            "Budget: used_items=0/3 used_tokens=0/1 dropped=3 shortened=0"]
+        assert text[:3] == [
+            "### XMemo Context",
+            "Items: 0",
+            "Budget: used_items=0/3 used_tokens=0/1 dropped=3 shortened=0",
+        ]
         assert text[3] == "Context:"
 
         big = await call(client, "recall_context", query="what did we decide?", max_items=4, max_tokens=12000)
@@ -172,8 +234,9 @@ async def test_recall_context_budgets(mem: LiveServer, token_counter: Any) -> No
 
 async def test_recall_context_shortens_the_item_that_crosses(mem: LiveServer, token_counter: Any) -> None:
     async with mem.client() as client:
-        long_text = "The migration plan: " + " ".join(f"step {i} moves shard {i} to the new cluster."
-                                                      for i in range(80))
+        long_text = "The migration plan: " + " ".join(
+            f"step {i} moves shard {i} to the new cluster." for i in range(80)
+        )
         await call(client, "remember", content=long_text)
         result = await call(client, "recall_context", query="migration plan shards", max_items=1, max_tokens=40)
         budget = result.structured_content["budget"]
@@ -199,8 +262,11 @@ async def test_bounded_token_sees_and_writes_only_inside(mem: LiveServer) -> Non
         assert ok.structured_content["created"] is True
         assert error_code(await call(client, "forget", reference=refs[0])) == "not_found"
         pack = await call(client, "recall_context", query="anything", max_items=10)
-        assert {i["reference"] for i in pack.structured_content["items"]} <= {refs[2], refs[3],
-                                                                              ok.structured_content["reference"]}
+        assert {i["reference"] for i in pack.structured_content["items"]} <= {
+            refs[2],
+            refs[3],
+            ok.structured_content["reference"],
+        }
 
 
 async def test_scopes_are_enforced(mem: LiveServer) -> None:
@@ -224,8 +290,11 @@ async def test_other_sites_are_invisible(mem: LiveServer) -> None:
 
     async with mem.client(auth=httpx2.BasicAuth("other", secret)) as client:
         for tool in ("recall", "search_memory"):
-            result = await call(client, tool, query="authentication", min_score=0.0) if tool == "search_memory" \
+            result = (
+                await call(client, tool, query="authentication", min_score=0.0)
+                if tool == "search_memory"
                 else await call(client, tool, query="authentication")
+            )
             assert result.structured_content == {"results": []}
 
 

@@ -66,8 +66,14 @@ def strict_search(services: Any, query: str, limit: int) -> list[str]:
 def test_crash_between_commit_and_index_write_is_repaired(tmp_path: Path, embedder: Any) -> None:
     data = tmp_path / "data"
     content = "The warehouse in Lisbon keeps spare routers on shelf 14."
-    proc = subprocess.run([sys.executable, "-c", CRASH_AFTER_COMMIT, str(data), content], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_AFTER_COMMIT, str(data), content],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -9, proc.stderr
     assert "committed" in proc.stdout
 
@@ -97,8 +103,14 @@ async def test_reindex_rebuilds_the_index_from_sqlite_alone(tmp_path: Path, embe
             for text in ("The boiler is serviced every October.", "Invoices go out on the first Monday."):
                 await client.call_tool("remember", {"content": text})
     shutil.rmtree(make_settings(data).index_path)  # the index is gone; SQLite alone remains
-    fixed = subprocess.run([sys.executable, "-m", "memory_server", "reindex", "--data-dir", str(data)], cwd=REPO, env=ENV,
-                           capture_output=True, text=True, timeout=300)
+    fixed = subprocess.run(
+        [sys.executable, "-m", "memory_server", "reindex", "--data-dir", str(data)],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert fixed.returncode == 0, fixed.stderr
     assert "reindexed 2 memories" in fixed.stdout
     services = open_services(make_settings(data))

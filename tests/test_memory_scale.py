@@ -76,10 +76,12 @@ def fill(services: Services) -> tuple[int, dict[str, str]]:
     principal = services.local_principal("acme")
     writes = services.loaded_memories().writes
     memories = [
-        writes.validate(content=f"Notes from the {TOPICS[i % 5]} meeting, item {i}: {w}.",
-                        bucket="eng" if i % 4 else "ops",
-                        provenance={"conversation_id": f"c{i % 3}", "seq": i // 3},
-                        occurred_at=f"2024-03-{1 + i % 28:02d}T10:00:00Z")
+        writes.validate(
+            content=f"Notes from the {TOPICS[i % 5]} meeting, item {i}: {w}.",
+            bucket="eng" if i % 4 else "ops",
+            provenance={"conversation_id": f"c{i % 3}", "seq": i // 3},
+            occurred_at=f"2024-03-{1 + i % 28:02d}T10:00:00Z",
+        )
         for i, w in enumerate(["agreed", "postponed", "dropped", "approved", "questioned"] * 8)
     ]
     memories.append(writes.validate(content="A zebra crossing was painted outside the office.", bucket="eng"))
@@ -93,13 +95,19 @@ def query_db(services: Services, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return db.execute(sql, args).fetchall()
 
 
-QUERIES = ["what happened at the budget review?", "zebra crossing", "coffee machine item 7 approved",
-           "which meeting was postponed in March?", "release train backup"]
+QUERIES = [
+    "what happened at the budget review?",
+    "zebra crossing",
+    "coffee machine item 7 approved",
+    "which meeting was postponed in March?",
+    "release train backup",
+]
 
 
 @pytest.mark.parametrize("bucket", [None, "eng"])
 def test_the_prefetch_path_ranks_like_the_full_scan_when_it_covers_everything(
-        services: Services, bucket: str | None) -> None:
+    services: Services, bucket: str | None
+) -> None:
     fill(services)
     scope = scope_of(services, bucket=bucket)
     full = retrieval(services, source(services, full_scan_limit=5000))
@@ -111,19 +119,25 @@ def test_the_prefetch_path_ranks_like_the_full_scan_when_it_covers_everything(
 
 
 @pytest.mark.parametrize("bucket", [None, "eng"])
-def test_the_full_scan_loads_candidates_as_a_single_join_would(services: Services, embedder: Any,
-                                                               bucket: str | None) -> None:
+def test_the_full_scan_loads_candidates_as_a_single_join_would(
+    services: Services, embedder: Any, bucket: str | None
+) -> None:
     """Rows and FTS terms come from separate queries (and a cache): the same candidates as one join, in
     id order (ties keep candidate order, so the order is fixed rather than left to the query plan)."""
     site_id, _ = fill(services)
-    joined = query_db(services, "SELECT m.id, f.terms FROM memories m JOIN memories_fts f ON f.rowid = m.id"
-                      " WHERE m.site_id = ? AND (? IS NULL OR m.bucket = ?) AND m.vector_model = ? ORDER BY m.id",
-                      site_id, bucket, bucket, embedder.name)
+    joined = query_db(
+        services,
+        "SELECT m.id, f.terms FROM memories m JOIN memories_fts f ON f.rowid = m.id"
+        " WHERE m.site_id = ? AND (? IS NULL OR m.bucket = ?) AND m.vector_model = ? ORDER BY m.id",
+        site_id,
+        bucket,
+        bucket,
+        embedder.name,
+    )
     candidates = source(services)
     vector = embedder.embed_query("anything")
     loaded = candidates.candidates(scope_of(services, bucket=bucket), "anything", vector)
-    assert [(c.id, list(c.analysed_ids())) for c in loaded] == [(r[0], list(TERM_IDS.of(r[1].split())))
-                                                                  for r in joined]
+    assert [(c.id, list(c.analysed_ids())) for c in loaded] == [(r[0], list(TERM_IDS.of(r[1].split()))) for r in joined]
     again = candidates.candidates(scope_of(services, bucket=bucket), "anything", vector)  # from the cache
     assert [(c.id, list(c.analysed_ids())) for c in again] == [(c.id, list(c.analysed_ids())) for c in loaded]
     assert [(c.id, c.text, c.vector.tobytes()) for c in again] == [(c.id, c.text, c.vector.tobytes()) for c in loaded]
@@ -143,8 +157,9 @@ def test_lexical_prefetch_ranks_the_rare_terms_and_leaves_common_ones_to_the_den
     # A common term alone reads nothing: the dense prefetch brings the memories holding it.
     assert candidates.lexical_ids(scope, "meeting") == []
     # Within the budget, every row holding a query term, best first.
-    assert set(source(services, lexical_postings=100).lexical_ids(scope, "zebra budget review")) == \
-        ids_of("A zebra crossing was painted outside the office.", *[c for c in refs if "budget review" in c])
+    assert set(source(services, lexical_postings=100).lexical_ids(scope, "zebra budget review")) == ids_of(
+        "A zebra crossing was painted outside the office.", *[c for c in refs if "budget review" in c]
+    )
 
     # The scope applies to lexical candidates too.
     found = source(services, lexical_postings=100).lexical_ids(scope_of(services, bucket="ops"), "zebra budget review")
@@ -152,7 +167,8 @@ def test_lexical_prefetch_ranks_the_rare_terms_and_leaves_common_ones_to_the_den
 
 
 def test_the_postings_budget_is_a_share_of_the_store_between_a_floor_and_the_cap(
-        services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, refs = fill(services)  # 41 memories: 'zebra' in 1, 'budget' and 'review' in 8 each
     scope = scope_of(services)
     assert source(services).postings_budget(10_000) == 500  # 5%
@@ -163,8 +179,11 @@ def test_the_postings_budget_is_a_share_of_the_store_between_a_floor_and_the_cap
     monkeypatch.setattr(candidates_module, "LEXICAL_POSTINGS_FLOOR", 1)
     monkeypatch.setattr(candidates_module, "LEXICAL_POSTINGS_SHARE", 0.25)  # 10 postings of 41 memories
     found = source(services, lexical_postings=100).lexical_ids(scope, "zebra budget review")
-    zebra = query_db(services, "SELECT id FROM memories WHERE reference = ?",
-                     refs["A zebra crossing was painted outside the office."])[0][0]
+    zebra = query_db(
+        services,
+        "SELECT id FROM memories WHERE reference = ?",
+        refs["A zebra crossing was painted outside the office."],
+    )[0][0]
     # zebra (1) and one of the 8-posting terms fit in 10; both of them (17) would not.
     assert len(found) == 9 and found[0] == zebra
     monkeypatch.setattr(candidates_module, "LEXICAL_POSTINGS_SHARE", 0.1)  # 4: zebra alone
@@ -209,9 +228,10 @@ def test_a_large_backlog_is_indexed_in_the_background_after_start_up(tmp_path: P
         contents = [f"Backlog memory number {i} about the {TOPICS[i % 5]}." for i in range(6)]
         validated = [validate_new(content=c, bucket="crash", max_content_bytes=65536) for c in contents]
         vectors = embedder.embed_documents([document_text(m.content, m.occurred_at) for m in validated])
-        documents = [Document(vector=v, model=embedder.name,
-                              terms=analyzed_text(document_text(m.content, m.occurred_at)))
-                     for m, v in zip(validated, vectors, strict=True)]
+        documents = [
+            Document(vector=v, model=embedder.name, terms=analyzed_text(document_text(m.content, m.occurred_at)))
+            for m, v in zip(validated, vectors, strict=True)
+        ]
         # Committed to the authority, never indexed: what a crash or an offline write leaves behind.
         storage.memories.insert(site_id, [(m, d, None) for m, d in zip(validated, documents, strict=False)], Words())
     finally:
@@ -263,6 +283,7 @@ def test_the_candidate_cache_follows_changes_and_deletions(services: Services, e
     assert TERM_IDS.get("sail") in now.analysed_ids() and TERM_IDS.get("zebra") not in now.analysed_ids()
     # the new embedding, not the cached one
     assert float(unit_vectors(now.vector) @ unit_vectors(before[changed_id].vector)) < 0.9
+
     def same(a: Candidate, b: Candidate) -> bool:
         return (a.id, a.text, a.vector.tobytes(), a.occurred_at) == (b.id, b.text, b.vector.tobytes(), b.occurred_at)
 
@@ -275,12 +296,26 @@ def test_a_named_day_prefetches_the_memories_dated_around_it(services: Services,
     principal = services.local_principal("acme")
     writes = services.loaded_memories().writes
     yesterday = datetime.now(UTC) - timedelta(days=1)
-    writes.remember_many(principal.site_id, [
-        *(writes.validate(content=f"Budget notes, item {i}: approved.", occurred_at=f"2023-01-{1 + i:02d}T10:00:00Z")
-          for i in range(20)),
-        *(writes.validate(content=text, occurred_at=yesterday.strftime("%Y-%m-%dT%H:%M:%SZ"))
-          for text in ("The balcony plants need water.", "Bought new running shoes.", "The cat slept all day.",
-                       "Called grandma about the holidays."))])
+    writes.remember_many(
+        principal.site_id,
+        [
+            *(
+                writes.validate(
+                    content=f"Budget notes, item {i}: approved.", occurred_at=f"2023-01-{1 + i:02d}T10:00:00Z"
+                )
+                for i in range(20)
+            ),
+            *(
+                writes.validate(content=text, occurred_at=yesterday.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                for text in (
+                    "The balcony plants need water.",
+                    "Bought new running shoes.",
+                    "The cat slept all day.",
+                    "Called grandma about the holidays.",
+                )
+            ),
+        ],
+    )
     question = "What did we decide about the budget yesterday?"
     windows = prefetch_windows(query_periods(question))
     assert len(windows) == 1
@@ -306,13 +341,24 @@ def test_a_named_day_prefetches_the_memories_telling_of_it_though_dated_after_it
     after the window around the day, shares no word with the query, and others are nearer it in meaning."""
     principal = services.local_principal("acme")
     writes = services.loaded_memories().writes
-    told = [("Twelve days ago the movers carried the piano upstairs.", "2024-03-21T18:00:00Z"),  # 9 March
-            ("Two weeks ago the neighbours painted their fence green.", "2024-03-22T09:00:00Z")]  # 5-11 March
+    told = [
+        ("Twelve days ago the movers carried the piano upstairs.", "2024-03-21T18:00:00Z"),  # 9 March
+        ("Two weeks ago the neighbours painted their fence green.", "2024-03-22T09:00:00Z"),
+    ]  # 5-11 March
     # Nearer the question than those (the dense prefetch of 3 takes them), dated after the window too.
-    outcomes = writes.remember_many(principal.site_id, [
-        *(writes.validate(content=f"Events of the day at the budget meeting, item {i}.",
-                          occurred_at=f"2024-03-{21 + i % 10:02d}T10:00:00Z") for i in range(20)),
-        *(writes.validate(content=content, occurred_at=when) for content, when in told)])
+    outcomes = writes.remember_many(
+        principal.site_id,
+        [
+            *(
+                writes.validate(
+                    content=f"Events of the day at the budget meeting, item {i}.",
+                    occurred_at=f"2024-03-{21 + i % 10:02d}T10:00:00Z",
+                )
+                for i in range(20)
+            ),
+            *(writes.validate(content=content, occurred_at=when) for content, when in told),
+        ],
+    )
     wanted = {o.reference for o in outcomes[-2:]}
     question = "What happened on March 9, 2024?"
     [(first, last)] = prefetch_windows(query_periods(question))
@@ -336,11 +382,18 @@ def test_a_held_set_is_looked_at_again_after_any_change_or_an_expiry(services: S
     memories = services.loaded_memories()
     writes, store = memories.writes, services.storage.candidates
     soon = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    writes.remember_many(principal.site_id, [writes.validate(content=f"Kept note {n}", bucket="eng") for n in range(4)]
-                         + [writes.validate(content="Soon gone", bucket="eng", expires_at=soon)])
+    writes.remember_many(
+        principal.site_id,
+        [writes.validate(content=f"Kept note {n}", bucket="eng") for n in range(4)]
+        + [writes.validate(content="Soon gone", bucket="eng", expires_at=soon)],
+    )
     loads: list[int] = []
-    counted = CandidateSource(_Counting(store, loads), memories.index, model=memories.embedder.name,
-                              change_mark=services.storage.outbox.change_mark)
+    counted = CandidateSource(
+        _Counting(store, loads),
+        memories.index,
+        model=memories.embedder.name,
+        change_mark=services.storage.outbox.change_mark,
+    )
     scope, vector = scope_of(services, bucket="eng"), embedder.embed_query("note")
 
     def texts() -> list[str]:
@@ -352,8 +405,13 @@ def test_a_held_set_is_looked_at_again_after_any_change_or_an_expiry(services: S
     writes.remember_many(principal.site_id, [writes.validate(content="Elsewhere", bucket="ops")])
     assert texts() == first and len(loads) == 2  # a change, even elsewhere: looked, the same set
     assert texts() == first and len(loads) == 2
-    time.sleep(max(0.0, (datetime.strptime(soon, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-                         - datetime.now(UTC)).total_seconds()) + 0.1)
+    time.sleep(
+        max(
+            0.0,
+            (datetime.strptime(soon, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC) - datetime.now(UTC)).total_seconds(),
+        )
+        + 0.1
+    )
     assert len(texts()) == 4 and len(loads) == 3  # the expiry passed: looked, one fewer
 
 
@@ -376,9 +434,11 @@ def test_start_up_prepares_the_sets_of_the_buckets_ranked_whole(services: Servic
     principal = services.local_principal("acme")
     memories = services.loaded_memories()
     writes = memories.writes
-    writes.remember_many(principal.site_id, [writes.validate(content=f"Big bucket note {n}", bucket="big")
-                                             for n in range(PREPARE_MIN_MEMORIES)]
-                         + [writes.validate(content=f"Small bucket note {n}", bucket="small") for n in range(5)])
+    writes.remember_many(
+        principal.site_id,
+        [writes.validate(content=f"Big bucket note {n}", bucket="big") for n in range(PREPARE_MIN_MEMORIES)]
+        + [writes.validate(content=f"Small bucket note {n}", bucket="small") for n in range(5)],
+    )
     memories.retrieval.warm_up()
     held = set(memories.source._whole_sets)  # the scopes whose candidate sets are ready
     assert scope_of(services, bucket="big") in held and scope_of(services) in held
@@ -391,8 +451,10 @@ def test_start_up_keeps_one_copy_of_a_prepared_memorys_vector(services: Services
     principal = services.local_principal("acme")
     memories = services.loaded_memories()
     writes = memories.writes
-    writes.remember_many(principal.site_id, [writes.validate(content=f"Prepared note {n}", bucket="big")
-                                             for n in range(PREPARE_MIN_MEMORIES)])
+    writes.remember_many(
+        principal.site_id,
+        [writes.validate(content=f"Prepared note {n}", bucket="big") for n in range(PREPARE_MIN_MEMORIES)],
+    )
     source = memories.source
     source._cache.clear()  # as after a start
     memories.retrieval.warm_up()

@@ -24,9 +24,16 @@ from tests.conftest import make_settings
 
 pytestmark = pytest.mark.backends
 
-FACTS = [f"Fact {n}: the {colour} crate holds {thing}." for n, (colour, thing) in enumerate(
-    [(c, t) for c in ("red", "blue", "green", "grey", "white") for t in ("spare routers", "winter tyres",
-                                                                         "old invoices", "camping gear")])]
+FACTS = [
+    f"Fact {n}: the {colour} crate holds {thing}."
+    for n, (colour, thing) in enumerate(
+        [
+            (c, t)
+            for c in ("red", "blue", "green", "grey", "white")
+            for t in ("spare routers", "winter tyres", "old invoices", "camping gear")
+        ]
+    )
+]
 
 
 def services_with(data: Path, embedder: Embedder) -> tuple[Services, Any]:
@@ -59,7 +66,8 @@ def recall(services: Services, query: str) -> tuple[list[str], str | None]:
 
 
 def test_a_new_model_embeds_every_memory_again_while_recall_answers(
-        tmp_path: Path, embedder: Embedder, minilm_embedder: Embedder, storage_backend: str) -> None:
+    tmp_path: Path, embedder: Embedder, minilm_embedder: Embedder, storage_backend: str
+) -> None:
     data = tmp_path / "data"
     save_facts(data, minilm_embedder)
 
@@ -111,8 +119,9 @@ def test_through_a_server_process(tmp_path: Path, minilm_embedder: Embedder) -> 
     its progress in /readyz, then answers as usual."""
     data = tmp_path / "data"
     # More than start-up indexes before it reports ready, so the work happens in the background.
-    save_facts(data, minilm_embedder, facts=[f"Note {n}: parcel {n} went to locker {n % 97}." for n in range(1200)]
-               + FACTS)
+    save_facts(
+        data, minilm_embedder, facts=[f"Note {n}: parcel {n} went to locker {n % 97}." for n in range(1200)] + FACTS
+    )
     rotated = run_cli("site", "rotate", "acme", data_dir=data)
     assert rotated.returncode == 0, rotated.stderr
     secret = parse_fields(rotated.stdout)["secret"]
@@ -120,8 +129,12 @@ def test_through_a_server_process(tmp_path: Path, minilm_embedder: Embedder) -> 
     try:
         seen_notice = seen_progress = False
         while True:
-            response = httpx2.post(f"{new.base}/v1/recall", auth=("acme", secret), timeout=60,
-                                   json={"query": "Which crate holds the winter tyres?"})
+            response = httpx2.post(
+                f"{new.base}/v1/recall",
+                auth=("acme", secret),
+                timeout=60,
+                json={"query": "Which crate holds the winter tyres?"},
+            )
             # Read after the recall: the server may still have been loading when the loop began.
             ready = httpx2.get(f"{new.base}/readyz", timeout=10).json()
             seen_progress = seen_progress or "reembedding" in ready

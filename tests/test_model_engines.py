@@ -32,21 +32,65 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _SUBJECTS = ["The user", "My manager", "Our team", "Caroline", "The support bot", "Grandma", "The new intern"]
 _VERBS = ["prefers", "forgot about", "scheduled", "complained about", "asked twice about", "finally fixed"]
-_OBJECTS = ["dark mode in every editor", "the quarterly revenue report", "a dentist appointment on Friday",
-            "the flaky integration test", "vegetarian lasagne for the party", "the VPN certificate renewal",
-            "hiking in the Alps next summer", "the 4% raise", "Python 3.11 type hints", "the adoption agency"]
-_ODD = ["", " ", "\n\t", ".", "?!", "🙂", "🙂🙂🙂 🎉", "日本語のテキストです。", "Ünïcödé çàfé naïve résumé",
-        "مرحبا بالعالم", "Привет, мир", "x\u200by zero\u200dwidth", "e\u0301 combining", "ﬁ ligature ＡＢＣ",
-        "\x07bell", "a", "I", "OK", "1234567890", "https://example.com/a?b=c&d=e#f", "🀄🁡 two unknown",
-        "def f(x):\n    return x ** 2  # code", "   leading and trailing   spaces   ", "UPPER CASE SHOUTING"]
-_MULTILINGUAL = ["¿Dónde vive Ana desde 2019?", "Ana mora em Lisboa desde 2019.", "Ana wohnt seit 2019 in Berlin.",
-                 "Анна живёт в Москве с 2019 года.", "安娜自2019年起住在北京。", "Ana sống ở Hà Nội từ năm 2019.",
-                 "Ana locuiește în București din 2019.", "Ana 2019'dan beri İstanbul'da yaşıyor."]
+_OBJECTS = [
+    "dark mode in every editor",
+    "the quarterly revenue report",
+    "a dentist appointment on Friday",
+    "the flaky integration test",
+    "vegetarian lasagne for the party",
+    "the VPN certificate renewal",
+    "hiking in the Alps next summer",
+    "the 4% raise",
+    "Python 3.11 type hints",
+    "the adoption agency",
+]
+_ODD = [
+    "",
+    " ",
+    "\n\t",
+    ".",
+    "?!",
+    "🙂",
+    "🙂🙂🙂 🎉",
+    "日本語のテキストです。",
+    "Ünïcödé çàfé naïve résumé",
+    "مرحبا بالعالم",
+    "Привет, мир",
+    "x\u200by zero\u200dwidth",
+    "e\u0301 combining",
+    "ﬁ ligature ＡＢＣ",
+    "\x07bell",
+    "a",
+    "I",
+    "OK",
+    "1234567890",
+    "https://example.com/a?b=c&d=e#f",
+    "🀄🁡 two unknown",
+    "def f(x):\n    return x ** 2  # code",
+    "   leading and trailing   spaces   ",
+    "UPPER CASE SHOUTING",
+]
+_MULTILINGUAL = [
+    "¿Dónde vive Ana desde 2019?",
+    "Ana mora em Lisboa desde 2019.",
+    "Ana wohnt seit 2019 in Berlin.",
+    "Анна живёт в Москве с 2019 года.",
+    "安娜自2019年起住在北京。",
+    "Ana sống ở Hà Nội từ năm 2019.",
+    "Ana locuiește în București din 2019.",
+    "Ana 2019'dan beri İstanbul'da yaşıyor.",
+]
 # Texts far past a model's window whose topic changes midway: cutting or windowing anywhere else moves them.
 _COOKING = "Knead the dough for ten minutes, let it rise, then bake the bread until golden. "
 _SPACE = "The telescope tracked a distant comet as it crossed the orbit of Jupiter tonight. "
-_LONG = [_COOKING * 12 + _SPACE * 20, _SPACE * 13 + _COOKING * 40, "word " * 1100, "supercalifragilistic " * 300,
-         " ".join(f"token{i}" for i in range(700)), "日本語 " * 600]
+_LONG = [
+    _COOKING * 12 + _SPACE * 20,
+    _SPACE * 13 + _COOKING * 40,
+    "word " * 1100,
+    "supercalifragilistic " * 300,
+    " ".join(f"token{i}" for i in range(700)),
+    "日本語 " * 600,
+]
 
 
 def _varied_texts() -> list[str]:
@@ -127,12 +171,17 @@ def engine_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> object:
     source = package_file(DEFAULT_MODEL).parent / "e5.c"
     build = tmp_path_factory.mktemp("e5c")
     shim = build / "shim.c"
-    shim.write_text(f'#include "{source}"\n'
-                    "int e5_tokens(e5_model *m, const char *t, int *out, int cap) "
-                    "{ return tok_content(&m->tok, t, out, cap); }\n")
+    shim.write_text(
+        f'#include "{source}"\n'
+        "int e5_tokens(e5_model *m, const char *t, int *out, int cap) "
+        "{ return tok_content(&m->tok, t, out, cap); }\n"
+    )
     library = build / "libe5shim.so"
-    subprocess.run([compiler, "-O1", "-shared", "-fPIC", "-fopenmp", "-o", str(library), str(shim), "-lm"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [compiler, "-O1", "-shared", "-fPIC", "-fopenmp", "-o", str(library), str(shim), "-lm"],
+        check=True,
+        capture_output=True,
+    )
     lib = ctypes.CDLL(str(library))
     lib.e5_load.restype = ctypes.c_void_p
     lib.e5_load.argtypes = [ctypes.c_char_p]
@@ -142,7 +191,7 @@ def engine_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> object:
     def tokens(text: str) -> list[int]:
         raw = text.encode("utf-8")
         out = (ctypes.c_int * (len(raw) + 8))()
-        return list(out[:lib.e5_tokens(model, raw, out, len(raw) + 8)])
+        return list(out[: lib.e5_tokens(model, raw, out, len(raw) + 8)])
 
     return tokens
 
@@ -227,8 +276,9 @@ def test_a_directory_that_is_no_model_is_an_error(tmp_path: Path) -> None:
         load_embedder(ModelChoice("empty", tmp_path), threads=1)
 
 
-def test_another_architecture_loads_with_torch(model_dir: Path, tmp_path: Path,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_another_architecture_loads_with_torch(
+    model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     view = tmp_path / "model"
     view.mkdir()
@@ -260,7 +310,8 @@ def test_engine_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("name", ["multilingual-e5-small", "all-MiniLM-L6-v2"])
 def test_serving_never_imports_torch_or_onnx(name: str) -> None:
     code = (
-        "import sys; from pathlib import Path; from memory_server.embeddings.factory import load_embedder, resolve_model; "
+        "import sys; from pathlib import Path; from memory_server.embeddings.factory import "
+        "load_embedder, resolve_model; "
         f"e = load_embedder(resolve_model({name!r}, project_root=Path('.')), threads=1); "
         "e.embed_query('hello'); e.embed_documents(['a', 'b c']); "
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'onnx') if m in sys.modules))"

@@ -77,8 +77,9 @@ def rest_error(response: httpx2.Response) -> str:
 
 def mcp(server: dict[str, Any], tool: str, arguments: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """A raw JSON-RPC tools/call, the body exactly as given (NUL and lone surrogates escaped as JSON allows)."""
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": tool, "arguments": arguments}})
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    )
     response = httpx2.post(server["process"].url, content=body, headers=MCP_HEADERS, auth=server["auth"], timeout=60)
     return response.status_code, response.json() if response.content else {}
 
@@ -124,10 +125,16 @@ def test_a_lone_surrogate_is_refused_wherever_a_nul_is(server: dict[str, Any], f
     body = memory_fields(LONE)[field]
     before = state(server)
     http = server["http"]
-    for response in (http.post("/v1/memories", content=json.dumps({"content": "A fine memory.", **body}),
-                               headers={"Content-Type": "application/json"}),
-                     http.patch(f"/v1/memories/{server['target']}", content=json.dumps(body),
-                                headers={"Content-Type": "application/json"})):
+    for response in (
+        http.post(
+            "/v1/memories",
+            content=json.dumps({"content": "A fine memory.", **body}),
+            headers={"Content-Type": "application/json"},
+        ),
+        http.patch(
+            f"/v1/memories/{server['target']}", content=json.dumps(body), headers={"Content-Type": "application/json"}
+        ),
+    ):
         rest_error(response)
     status, reply = mcp(server, "remember", {"content": "A fine memory.", **body})
     if status == 400:
@@ -137,8 +144,9 @@ def test_a_lone_surrogate_is_refused_wherever_a_nul_is(server: dict[str, Any], f
     assert state(server) == before
 
 
-@pytest.mark.parametrize("tool, path", [("recall", "/v1/recall"), ("search_memory", "/v1/search"),
-                                        ("recall_context", "/v1/context")])
+@pytest.mark.parametrize(
+    "tool, path", [("recall", "/v1/recall"), ("search_memory", "/v1/search"), ("recall_context", "/v1/context")]
+)
 def test_a_nul_in_a_query_is_invalid(server: dict[str, Any], tool: str, path: str) -> None:
     say_nul(rest_error(server["http"].post(path, json={"query": f"target {NUL} memory"})), "query")
     say_nul(mcp_error(server, tool, {"query": f"target {NUL} memory"}), "query")
@@ -191,8 +199,10 @@ def test_a_log_payload_keeps_a_nul_in_keys_and_nested_strings(server: dict[str, 
 def test_a_memory_mentioning_the_escape_as_text_is_fine(server: dict[str, Any]) -> None:
     """The six characters `\\u0000` written as text (a backslash, then u0000) are no NUL."""
     http = server["http"]
-    created = http.post("/v1/memories", json={"content": "Escape NUL as \\u0000 in JSON.",
-                                              "metadata": {"escape": "\\u0000", "k\\u0000": "\\\\u0000"}})
+    created = http.post(
+        "/v1/memories",
+        json={"content": "Escape NUL as \\u0000 in JSON.", "metadata": {"escape": "\\u0000", "k\\u0000": "\\\\u0000"}},
+    )
     assert created.status_code == 201, created.text
     got = http.get(f"/v1/memories/{created.json()['reference']}").json()
     assert got["content"] == "Escape NUL as \\u0000 in JSON."

@@ -23,8 +23,14 @@ from oauth_support import MemoryTokenStorage, mcp_client
 from procs import ServerProcess, parse_fields, run_cli
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"no Chromium at {CHROMIUM}")
 async_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
@@ -98,10 +104,16 @@ async def test_the_owner_signs_in_on_the_consent_page_in_chromium(tmp_path: Path
 
         with ServerProcess(data) as server:
             wait_ready(server.base)
-            metadata = OAuthClientMetadata.model_validate({"client_name": "Browser test",
-                                                           "redirect_uris": [callback.uri]})
-            auth = OAuthClientProvider(server.url, metadata, MemoryTokenStorage(), redirect_handler=redirect_handler,
-                                       callback_handler=callback_handler)
+            metadata = OAuthClientMetadata.model_validate(
+                {"client_name": "Browser test", "redirect_uris": [callback.uri]}
+            )
+            auth = OAuthClientProvider(
+                server.url,
+                metadata,
+                MemoryTokenStorage(),
+                redirect_handler=redirect_handler,
+                callback_handler=callback_handler,
+            )
             async with mcp_client(server.url, auth) as client:
                 hits = await client.call_tool("recall", {"query": "anything"}, raise_on_error=False)
                 assert not hits.is_error, hits.content[0].text

@@ -32,8 +32,9 @@ class Site:
         data = root / "data"
         created = run_cli("site", "create", "acme", data_dir=data)
         self.secret = parse_fields(created.stdout)["secret"]
-        env = server_env(MEMORY_SIGN_IN_FAILURES_PER_MINUTE=str(failures_per_minute),
-                         MEMORY_OAUTH_REQUESTS_PER_MINUTE="100000")
+        env = server_env(
+            MEMORY_SIGN_IN_FAILURES_PER_MINUTE=str(failures_per_minute), MEMORY_OAUTH_REQUESTS_PER_MINUTE="100000"
+        )
         self.process = ServerProcess(data, env=env).start()
         self.base = self.process.base
 
@@ -116,9 +117,15 @@ async def test_a_code_of_another_client_is_unknown(site: Site, http: httpx2.Asyn
 async def test_redirect_uris_are_compared_exactly(site: Site, http: httpx2.AsyncClient) -> None:
     raw = await RawClient.register(http, site.base, redirect_uri="http://127.0.0.1:38124/cb")
     _, challenge = pkce()
-    for uri in ("http://127.0.0.1:38124/cb2", "http://127.0.0.1:38124/cb/", "http://127.0.0.1:38124/cb?x=1",
-                "http://127.0.0.2:38124/cb", "https://127.0.0.1:38124/cb", "http://evil.example:38124/cb",
-                "http://127.0.0.1@evil.example:38124/cb"):
+    for uri in (
+        "http://127.0.0.1:38124/cb2",
+        "http://127.0.0.1:38124/cb/",
+        "http://127.0.0.1:38124/cb?x=1",
+        "http://127.0.0.2:38124/cb",
+        "https://127.0.0.1:38124/cb",
+        "http://evil.example:38124/cb",
+        "http://127.0.0.1@evil.example:38124/cb",
+    ):
         response = await http.get(raw.authorize_url(challenge, redirect_uri=uri))
         assert response.status_code == 400 and "location" not in response.headers, uri
         assert response.json()["error"] == "invalid_request", uri
@@ -135,8 +142,9 @@ async def test_a_loopback_redirect_may_use_another_port(site: Site, http: httpx2
 
 
 async def test_the_token_request_must_repeat_the_redirect_uri(site: Site, http: httpx2.AsyncClient) -> None:
-    raw = await RawClient.register(http, site.base, redirect_uris=["http://127.0.0.1:38124/cb",
-                                                                    "http://127.0.0.1:38124/other"])
+    raw = await RawClient.register(
+        http, site.base, redirect_uris=["http://127.0.0.1:38124/cb", "http://127.0.0.1:38124/other"]
+    )
     code, verifier, _ = await raw.sign_in(http, site.owner())
     moved = await raw.exchange(http, code, verifier, redirect_uri="http://127.0.0.1:38124/other")
     assert moved.status_code == 400 and moved.json()["error"] == "invalid_request"
@@ -186,8 +194,9 @@ async def test_a_rotated_refresh_token_used_again_revokes_the_grant(site: Site, 
 async def test_a_refresh_may_narrow_the_scopes_but_never_widen_them(site: Site, http: httpx2.AsyncClient) -> None:
     raw = await RawClient.register(http, site.base)
     tokens = await raw.tokens(http, site.owner(scopes=[READ]))
-    wider = await raw.token(http, grant_type="refresh_token", refresh_token=tokens["refresh_token"],
-                            scope=f"{READ} {WRITE}")
+    wider = await raw.token(
+        http, grant_type="refresh_token", refresh_token=tokens["refresh_token"], scope=f"{READ} {WRITE}"
+    )
     assert wider.status_code == 400 and wider.json()["error"] == "invalid_scope"
 
 
@@ -311,10 +320,12 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("method, path, kwargs", BAD_REQUESTS, ids=[f"{m} {p} {i}" for i, (m, p, _) in
-                                                                     enumerate(BAD_REQUESTS)])
-async def test_bad_requests_get_oauth_errors_never_a_500(site: Site, http: httpx2.AsyncClient, method: str,
-                                                         path: str, kwargs: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "method, path, kwargs", BAD_REQUESTS, ids=[f"{m} {p} {i}" for i, (m, p, _) in enumerate(BAD_REQUESTS)]
+)
+async def test_bad_requests_get_oauth_errors_never_a_500(
+    site: Site, http: httpx2.AsyncClient, method: str, path: str, kwargs: dict[str, Any]
+) -> None:
     response = await http.request(method, f"{site.base}{path}", **kwargs)
     assert 400 <= response.status_code < 500, (response.status_code, response.text)
     if response.headers.get("content-type", "").startswith("application/json"):
@@ -323,14 +334,19 @@ async def test_bad_requests_get_oauth_errors_never_a_500(site: Site, http: httpx
 
 
 @pytest.mark.parametrize("token", ["msa_" + "A" * 43, "msa_", "msa_" + "A" * 300, "msr_" + "A" * 43])
-async def test_unknown_oauth_tokens_get_401_with_the_challenge(site: Site, http: httpx2.AsyncClient,
-                                                               token: str) -> None:
-    for response in (await http.post(f"{site.base}/mcp", json={}, headers=bearer(token)),
-                     await http.get(f"{site.base}/v1/memories", headers=bearer(token))):
+async def test_unknown_oauth_tokens_get_401_with_the_challenge(
+    site: Site, http: httpx2.AsyncClient, token: str
+) -> None:
+    for response in (
+        await http.post(f"{site.base}/mcp", json={}, headers=bearer(token)),
+        await http.get(f"{site.base}/v1/memories", headers=bearer(token)),
+    ):
         assert response.status_code == 401 and response.json()["error"]["code"] == "unauthorized"
         challenge = response.headers["www-authenticate"]
-        assert challenge.startswith('Bearer realm="memory-server", error="invalid_token", resource_metadata="'
-                                    f'{site.base}/.well-known/oauth-protected-resource/mcp"')
+        assert challenge.startswith(
+            'Bearer realm="memory-server", error="invalid_token", resource_metadata="'
+            f'{site.base}/.well-known/oauth-protected-resource/mcp"'
+        )
         assert 'Basic realm="memory-server"' in challenge
 
 

@@ -31,8 +31,9 @@ class Fresh:
     """A server started on an empty data directory: it created the site `default` and printed its secret."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.process = ServerProcess(data_dir, env=server_env(MEMORY_LOG_LEVEL="DEBUG",
-                                                              MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000"))
+        self.process = ServerProcess(
+            data_dir, env=server_env(MEMORY_LOG_LEVEL="DEBUG", MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000")
+        )
         self.process.start()
         self.secret = parse_fields(self.process.log())["secret"]
         self.url, self.base, self.data_dir = self.process.url, self.process.base, data_dir
@@ -70,8 +71,9 @@ async def test_a_client_given_only_the_url_signs_in_and_calls_recall(fresh: Fres
     owner = fresh.owner()
     auth, storage = oauth_client(fresh.url, owner, client_name="Claude-like connector")
     async with mcp_client(fresh.url, auth) as client:
-        saved = await call(client, "remember", {"content": "Deploys are frozen in the last week of December.",
-                                                "type": "decision"})
+        saved = await call(
+            client, "remember", {"content": "Deploys are frozen in the last week of December.", "type": "decision"}
+        )
         assert not saved.is_error, saved.content[0].text
         hits = await call(client, "recall", {"query": "when are deploys frozen?", "limit": 3})
         assert not hits.is_error, hits.content[0].text
@@ -79,8 +81,11 @@ async def test_a_client_given_only_the_url_signs_in_and_calls_recall(fresh: Fres
     assert len(owner.pages) == 1  # one trip to the consent page
     assert storage.tokens is not None and storage.tokens.access_token.startswith("msa_")
     assert storage.client_info is not None and storage.client_info.client_id
-    fresh.seen += [storage.tokens.access_token, storage.tokens.refresh_token or "",
-                   storage.client_info.client_secret or ""]
+    fresh.seen += [
+        storage.tokens.access_token,
+        storage.tokens.refresh_token or "",
+        storage.client_info.client_secret or "",
+    ]
     (line,) = [line for line in fresh.grants().values() if "Claude-like connector" in line]
     assert "\tmemory:read,memory:write\tunbounded\tactive\toauth client: Claude-like connector" in line
 
@@ -99,9 +104,9 @@ async def test_the_metadata_documents_point_at_this_server(fresh: Fresh) -> None
         assert resource["scopes_supported"] == [READ, WRITE]
         server = (await http.get(f"{fresh.base}/.well-known/oauth-authorization-server")).json()
     assert server["issuer"] == fresh.base
-    assert {server[k] for k in ("authorization_endpoint", "token_endpoint", "registration_endpoint",
-                                "revocation_endpoint")} == {f"{fresh.base}/{p}" for p in
-                                                            ("authorize", "token", "register", "revoke")}
+    assert {
+        server[k] for k in ("authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint")
+    } == {f"{fresh.base}/{p}" for p in ("authorize", "token", "register", "revoke")}
     assert server["code_challenge_methods_supported"] == ["S256"]
     assert server["grant_types_supported"] == ["authorization_code", "refresh_token"]
     assert server["response_types_supported"] == ["code"]
@@ -111,11 +116,10 @@ async def test_the_metadata_documents_point_at_this_server(fresh: Fresh) -> None
 
 async def test_an_access_token_is_a_bearer_token_with_its_grants_scopes_and_bounds(fresh: Fresh) -> None:
     async with httpx2.AsyncClient(timeout=60) as http:
-        basic = (fresh.process.client("default", fresh.secret))
+        basic = fresh.process.client("default", fresh.secret)
         async with basic:
             for bucket in ("b-in", "b-out"):
-                await call(basic, "remember", {"content": f"Bounded fact about otters in {bucket}.",
-                                               "bucket": bucket})
+                await call(basic, "remember", {"content": f"Bounded fact about otters in {bucket}.", "bucket": bucket})
         raw = await RawClient.register(http, fresh.base)
         tokens = await raw.tokens(http, fresh.owner(scopes=[READ], buckets="b-in"))
         access = tokens["access_token"]
@@ -124,8 +128,9 @@ async def test_an_access_token_is_a_bearer_token_with_its_grants_scopes_and_boun
         listed = await http.get(f"{fresh.base}/v1/memories", headers={"Authorization": f"Bearer {access}"})
         assert listed.status_code == 200, listed.text
         assert {m["bucket"] for m in listed.json()["memories"]} == {"b-in"}
-        denied = await http.post(f"{fresh.base}/v1/memories", json={"content": "x"},
-                                 headers={"Authorization": f"Bearer {access}"})
+        denied = await http.post(
+            f"{fresh.base}/v1/memories", json={"content": "x"}, headers={"Authorization": f"Bearer {access}"}
+        )
         assert denied.status_code == 403 and denied.json()["error"]["code"] == "forbidden"
     async with mcp_client(fresh.url, access) as client:
         hits = await call(client, "recall", {"query": "otters", "limit": 5})
@@ -133,8 +138,9 @@ async def test_an_access_token_is_a_bearer_token_with_its_grants_scopes_and_boun
         assert (await call(client, "remember", {"content": "y"})).content[0].text.startswith("forbidden: ")
         log_tool = await call(client, "recall_memory", {"conversation_id": "conv-oauth-0001"})
         assert log_tool.is_error and log_tool.content[0].text.startswith("unprocessable_parameters: ")
-    assert any("\tmemory:read\tbuckets=b-in\tactive\toauth client: Raw client" in line
-               for line in fresh.grants().values())
+    assert any(
+        "\tmemory:read\tbuckets=b-in\tactive\toauth client: Raw client" in line for line in fresh.grants().values()
+    )
 
 
 async def test_refresh_rotates_and_revocation_ends_the_grant(fresh: Fresh) -> None:
@@ -145,8 +151,7 @@ async def test_refresh_rotates_and_revocation_ends_the_grant(fresh: Fresh) -> No
         assert refreshed.status_code == 200, refreshed.text
         second = refreshed.json()
         assert second["refresh_token"] != first["refresh_token"] and second["access_token"] != first["access_token"]
-        fresh.seen += [first["access_token"], first["refresh_token"], second["access_token"],
-                       second["refresh_token"]]
+        fresh.seen += [first["access_token"], first["refresh_token"], second["access_token"], second["refresh_token"]]
         for token in (first["access_token"], second["access_token"]):  # the old access token lives out its hour
             assert (await http.get(f"{fresh.base}/v1/memories", headers=bearer(token))).status_code == 200
         revoked = await raw.revoke(http, second["refresh_token"])
@@ -199,8 +204,11 @@ def test_no_secret_reaches_the_servers_log(fresh: Fresh) -> None:
     assert "GET /authorize" in log or "/authorize" in log  # the access log did record the requests
     assert fresh.seen and all(secret not in log for secret in fresh.seen if secret)
     assert not SECRETS.findall(log)
-    assert "code=" not in log and "state=" not in log and "?" not in "".join(
-        line.split(" id=")[0] for line in log.splitlines() if "memory_server.access" in line)
+    assert (
+        "code=" not in log
+        and "state=" not in log
+        and "?" not in "".join(line.split(" id=")[0] for line in log.splitlines() if "memory_server.access" in line)
+    )
 
 
 def bearer(token: str) -> dict[str, str]:

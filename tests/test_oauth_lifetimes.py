@@ -20,6 +20,7 @@ from procs import ServerProcess, parse_fields, run_cli, server_env
 
 pytestmark = pytest.mark.backends
 
+
 def make_site(data: Path) -> str:
     created = run_cli("site", "create", "acme", data_dir=data)
     assert created.returncode == 0, created.stderr
@@ -63,8 +64,9 @@ async def test_a_token_for_another_resource_is_refused(tmp_path: Path) -> None:
         with ServerProcess(data) as before:
             raw = await RawClient.register(http, before.base)
             tokens = await raw.tokens(http, Owner("acme", secret))
-            assert (await http.get(f"{before.base}/v1/conversations", headers=bearer(tokens["access_token"]))
-                    ).status_code == 422  # signed in (a Bearer caller on a Basic-only route)
+            assert (
+                await http.get(f"{before.base}/v1/conversations", headers=bearer(tokens["access_token"]))
+            ).status_code == 422  # signed in (a Bearer caller on a Basic-only route)
         port = before.port
         renamed = f"http://localhost:{port}"
         env = server_env(MEMORY_PUBLIC_URL=renamed)
@@ -73,7 +75,8 @@ async def test_a_token_for_another_resource_is_refused(tmp_path: Path) -> None:
             refused = await http.get(f"{after.base}/v1/conversations", headers=bearer(tokens["access_token"]))
             assert refused.status_code == 401
             assert refused.json()["error"]["message"] == (
-                f"this token was issued for another resource, not {renamed}/mcp")
+                f"this token was issued for another resource, not {renamed}/mcp"
+            )
             resource = (await http.get(f"{after.base}/.well-known/oauth-protected-resource/mcp")).json()
             assert resource["resource"] == f"{renamed}/mcp" and resource["authorization_servers"] == [renamed]
             assert (await raw.refresh(http, tokens["refresh_token"])).json()["error"] == "invalid_target"

@@ -71,8 +71,9 @@ def authority(storage_backend: str, tmp_path: Path) -> Iterator[Authority]:
     settings = make_settings(tmp_path / "data")
     storage = open_storage(settings)
     clock = Clock()
-    provider = SiteAuthorizationServer(storage.oauth, issuer=BASE, resource=RESOURCE, lifetimes=Lifetimes(),
-                                       clock=clock)
+    provider = SiteAuthorizationServer(
+        storage.oauth, issuer=BASE, resource=RESOURCE, lifetimes=Lifetimes(), clock=clock
+    )
     admin.create_site(storage.sites, "acme")
     try:
         yield Authority(settings, storage, clock, provider, admin.require_site(storage.sites, "acme"))
@@ -92,17 +93,25 @@ class Flow:
 
 async def signed_in(a: Authority, bounds: Bounds = Bounds((READ, WRITE))) -> Flow:
     """Register, authorize, consent and load the code, as the routes would."""
-    info = OAuthClientInformationFull(client_id=f"client-{secrets.token_hex(4)}",
-                                      client_secret=f"mcs_{secrets.token_hex(16)}", client_name="In-process",
-                                      redirect_uris=[AnyUrl("http://127.0.0.1:5000/cb")],
-                                      token_endpoint_auth_method="client_secret_post")
+    info = OAuthClientInformationFull(
+        client_id=f"client-{secrets.token_hex(4)}",
+        client_secret=f"mcs_{secrets.token_hex(16)}",
+        client_name="In-process",
+        redirect_uris=[AnyUrl("http://127.0.0.1:5000/cb")],
+        token_endpoint_auth_method="client_secret_post",
+    )
     await a.provider.register_client(info)
     client = await a.provider.get_client(info.client_id)
     assert client is not None and client.secret_hash == digest(info.client_secret or "")
     _, challenge = pkce()
-    params = AuthorizationParams(state="s1", scopes=[READ, WRITE], code_challenge=challenge,
-                                 redirect_uri=AnyUrl("http://127.0.0.1:5000/cb"), redirect_uri_provided_explicitly=True,
-                                 resource=RESOURCE)
+    params = AuthorizationParams(
+        state="s1",
+        scopes=[READ, WRITE],
+        code_challenge=challenge,
+        redirect_uri=AnyUrl("http://127.0.0.1:5000/cb"),
+        redirect_uri_provided_explicitly=True,
+        resource=RESOURCE,
+    )
     request_id = parse_qs(urlsplit(await a.provider.authorize(client, params)).query)["request"][0]
     begun = await a.provider.begin_consent(request_id)
     assert begun is not None
@@ -111,8 +120,14 @@ async def signed_in(a: Authority, bounds: Bounds = Bounds((READ, WRITE))) -> Flo
     code = parse_qs(urlsplit(redirect).query)["code"][0]
     issued = await a.provider.load_authorization_code(client, code)
     assert issued is not None
-    return Flow(client, info.client_secret or "", request_id, begun[1], issued,
-                [info.client_secret or "", request_id, begun[1], code])
+    return Flow(
+        client,
+        info.client_secret or "",
+        request_id,
+        begun[1],
+        issued,
+        [info.client_secret or "", request_id, begun[1], code],
+    )
 
 
 async def test_every_secret_is_stored_only_as_its_digest(authority: Authority) -> None:
@@ -122,8 +137,9 @@ async def test_every_secret_is_stored_only_as_its_digest(authority: Authority) -
     assert refresh is not None
     again = await authority.provider.exchange_refresh_token(flow.client, refresh, [READ])
     plaintexts = flow.plaintexts + secrets_of(tokens) + secrets_of(again)
-    cells = [str(cell) for table in TABLES for row in query(authority.settings, f"SELECT * FROM {table}")
-             for cell in row]
+    cells = [
+        str(cell) for table in TABLES for row in query(authority.settings, f"SELECT * FROM {table}") for cell in row
+    ]
     assert cells
     for plaintext in plaintexts:
         assert not any(plaintext in cell for cell in cells), plaintext[:4]
@@ -145,13 +161,19 @@ async def test_a_code_is_good_once_and_for_a_minute(authority: Authority) -> Non
 
 
 async def test_a_consent_page_waits_ten_minutes(authority: Authority) -> None:
-    info = OAuthClientInformationFull(client_id="client-slow", redirect_uris=[AnyUrl("http://127.0.0.1:5000/cb")],
-                                      token_endpoint_auth_method="none")
+    info = OAuthClientInformationFull(
+        client_id="client-slow", redirect_uris=[AnyUrl("http://127.0.0.1:5000/cb")], token_endpoint_auth_method="none"
+    )
     await authority.provider.register_client(info)
     client = await authority.provider.get_client("client-slow")
     assert client is not None and client.secret_hash is None
-    params = AuthorizationParams(state=None, scopes=None, code_challenge=pkce()[1],
-                                 redirect_uri=AnyUrl("http://127.0.0.1:5000/cb"), redirect_uri_provided_explicitly=True)
+    params = AuthorizationParams(
+        state=None,
+        scopes=None,
+        code_challenge=pkce()[1],
+        redirect_uri=AnyUrl("http://127.0.0.1:5000/cb"),
+        redirect_uri_provided_explicitly=True,
+    )
     request_id = parse_qs(urlsplit(await authority.provider.authorize(client, params)).query)["request"][0]
     authority.clock.now += 599
     assert await authority.provider.consent_view(request_id) is not None
@@ -162,8 +184,10 @@ async def test_a_consent_page_waits_ten_minutes(authority: Authority) -> None:
 
 async def test_of_two_racing_exchanges_neither_keeps_tokens(authority: Authority) -> None:
     flow = await signed_in(authority)
-    outcomes = await asyncio.gather(*(authority.provider.exchange_authorization_code(flow.client, flow.code)
-                                      for _ in range(2)), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(authority.provider.exchange_authorization_code(flow.client, flow.code) for _ in range(2)),
+        return_exceptions=True,
+    )
     won = [o for o in outcomes if isinstance(o, OAuthToken)]
     assert len(won) == 1 and sum(isinstance(o, TokenError) for o in outcomes) == 1
     with pytest.raises(Unauthorized, match="revoked"):  # a code presented twice: its grant is revoked
@@ -175,8 +199,10 @@ async def test_of_two_racing_refreshes_neither_keeps_tokens(authority: Authority
     tokens = await authority.provider.exchange_authorization_code(flow.client, flow.code)
     refresh = await authority.provider.load_refresh_token(flow.client, tokens.refresh_token or "")
     assert refresh is not None
-    outcomes = await asyncio.gather(*(authority.provider.exchange_refresh_token(flow.client, refresh, [READ, WRITE])
-                                      for _ in range(2)), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(authority.provider.exchange_refresh_token(flow.client, refresh, [READ, WRITE]) for _ in range(2)),
+        return_exceptions=True,
+    )
     won = [o for o in outcomes if isinstance(o, OAuthToken)]
     assert len(won) == 1
     with pytest.raises(Unauthorized, match="revoked"):
@@ -188,8 +214,10 @@ def replica(a: Authority) -> Iterator[tuple[Storage, SiteAuthorizationServer]]:
     """A second server on the same authority (its own connections, pools or writer thread)."""
     other = open_storage(a.settings)
     try:
-        yield other, SiteAuthorizationServer(other.oauth, issuer=BASE, resource=RESOURCE, lifetimes=Lifetimes(),
-                                             clock=a.clock)
+        yield (
+            other,
+            SiteAuthorizationServer(other.oauth, issuer=BASE, resource=RESOURCE, lifetimes=Lifetimes(), clock=a.clock),
+        )
     finally:
         other.close()
 
@@ -220,8 +248,15 @@ def issued(kind: str, now: float, life: float = 3600.0) -> tuple[str, IssuedToke
 
 
 def new_grant(a: Authority) -> NewGrant:
-    return NewGrant(id=new_grant_id(), site_id=a.site_id, client_id="client-x", bounds=Bounds((READ, WRITE)),
-                    resource=RESOURCE, created_at=now_rfc3339(), expires_at=a.clock.now + 3600)
+    return NewGrant(
+        id=new_grant_id(),
+        site_id=a.site_id,
+        client_id="client-x",
+        bounds=Bounds((READ, WRITE)),
+        resource=RESOURCE,
+        created_at=now_rfc3339(),
+        expires_at=a.clock.now + 3600,
+    )
 
 
 async def test_two_replicas_racing_for_one_code_or_refresh_token_one_wins(authority: Authority) -> None:
@@ -229,14 +264,25 @@ async def test_two_replicas_racing_for_one_code_or_refresh_token_one_wins(author
     with replica(authority) as (other, _):
         stores = (authority.storage.oauth, other.oauth)
         for _ in range(10):  # each code: both servers redeem it at the same moment
-            code = OAuthCode(client_id="client-x", site_id=authority.site_id, bounds=Bounds((READ,)),
-                             resource=RESOURCE, code_challenge="c", redirect_uri="http://127.0.0.1:5000/cb",
-                             redirect_uri_explicit=True, expires_at=now + 60)
+            code = OAuthCode(
+                client_id="client-x",
+                site_id=authority.site_id,
+                bounds=Bounds((READ,)),
+                resource=RESOURCE,
+                code_challenge="c",
+                redirect_uri="http://127.0.0.1:5000/cb",
+                redirect_uri_explicit=True,
+                expires_at=now + 60,
+            )
             key = digest(secrets.token_urlsafe(16))
             assert stores[0].add_code(key, code, now=now)
             grants = [new_grant(authority) for _ in stores]
-            outcomes = at_once(*(partial(s.redeem_code, key, g, [issued(ACCESS, now)[1]], now=now)
-                                 for s, g in zip(stores, grants, strict=True)))
+            outcomes = at_once(
+                *(
+                    partial(s.redeem_code, key, g, [issued(ACCESS, now)[1]], now=now)
+                    for s, g in zip(stores, grants, strict=True)
+                )
+            )
             assert sorted(outcomes) == [False, True], outcomes
             winner = grants[outcomes.index(True)]
             assert stores[1].code(key) == replace(code, used=True, grant_id=winner.id)
@@ -249,20 +295,29 @@ async def test_two_replicas_racing_for_one_code_or_refresh_token_one_wins(author
         assert stores[0].redeem_code(digest("c2"), grant, [token], now=now)
         for round_ in range(20):  # each refresh token: both servers rotate it at the same moment
             fresh = [issued(REFRESH, now + round_) for _ in stores]
-            outcomes = at_once(*(partial(s.rotate_refresh, digest(refresh), [t[1]], now=now + round_,
-                                         grant_expires_at=now + 7200 + round_)
-                                 for s, t in zip(stores, fresh, strict=True)))
+            outcomes = at_once(
+                *(
+                    partial(
+                        s.rotate_refresh,
+                        digest(refresh),
+                        [t[1]],
+                        now=now + round_,
+                        grant_expires_at=now + 7200 + round_,
+                    )
+                    for s, t in zip(stores, fresh, strict=True)
+                )
+            )
             assert sorted(outcomes) == [False, True], outcomes
             refresh = fresh[outcomes.index(True)][0]
-            live = query(authority.settings, "SELECT count(*) FROM oauth_tokens WHERE grant_id = ? AND rotated = 0",
-                         grant.id)
+            live = query(
+                authority.settings, "SELECT count(*) FROM oauth_tokens WHERE grant_id = ? AND rotated = 0", grant.id
+            )
             assert live == [(1,)]  # the winner's: the loser stored nothing
         record = stores[1].token(digest(refresh))
         assert record is not None and not record.rotated and record.grant.expires_at == now + 7200 + 19
 
 
-async def test_a_refresh_racing_a_revocation_or_the_sites_deletion_leaves_nothing_behind(
-        authority: Authority) -> None:
+async def test_a_refresh_racing_a_revocation_or_the_sites_deletion_leaves_nothing_behind(authority: Authority) -> None:
     now = authority.clock.now
     with replica(authority) as (other, _):
         for round_ in range(6):
@@ -270,29 +325,46 @@ async def test_a_refresh_racing_a_revocation_or_the_sites_deletion_leaves_nothin
             admin.create_site(authority.storage.sites, name)
             grant = replace(new_grant(authority), site_id=admin.require_site(authority.storage.sites, name))
             refresh, token = issued(REFRESH, now)
-            code = OAuthCode(client_id="client-x", site_id=grant.site_id, bounds=Bounds((READ,)), resource=RESOURCE,
-                             code_challenge="c", redirect_uri="http://127.0.0.1:5000/cb", redirect_uri_explicit=True,
-                             expires_at=now + 60)
+            code = OAuthCode(
+                client_id="client-x",
+                site_id=grant.site_id,
+                bounds=Bounds((READ,)),
+                resource=RESOURCE,
+                code_challenge="c",
+                redirect_uri="http://127.0.0.1:5000/cb",
+                redirect_uri_explicit=True,
+                expires_at=now + 60,
+            )
             assert authority.storage.oauth.add_code(digest(name), code, now=now)
             assert authority.storage.oauth.redeem_code(digest(name), grant, [token], now=now)
-            rotate = partial(authority.storage.oauth.rotate_refresh, digest(refresh),
-                             [issued(ACCESS, now)[1], issued(REFRESH, now)[1]], now=now, grant_expires_at=now + 1)
+            rotate = partial(
+                authority.storage.oauth.rotate_refresh,
+                digest(refresh),
+                [issued(ACCESS, now)[1], issued(REFRESH, now)[1]],
+                now=now,
+                grant_expires_at=now + 1,
+            )
             if round_ % 2:
                 rotated, revoked = at_once(rotate, partial(other.oauth.revoke_grant, grant.id))
                 assert revoked is True and isinstance(rotated, bool)
-                assert query(authority.settings, "SELECT revoked_at IS NOT NULL FROM oauth_grants WHERE id = ?",
-                             grant.id) == [(True,)]
+                assert query(
+                    authority.settings, "SELECT revoked_at IS NOT NULL FROM oauth_grants WHERE id = ?", grant.id
+                ) == [(True,)]
             else:
                 later = replace(code, expires_at=now + 60)
                 rotated, added, deleted = at_once(
-                    rotate, partial(other.oauth.add_code, digest(f"{name}-2"), later, now=now),
-                    partial(other.sites.delete_site, name))
+                    rotate,
+                    partial(other.oauth.add_code, digest(f"{name}-2"), later, now=now),
+                    partial(other.sites.delete_site, name),
+                )
                 assert deleted is True and isinstance(rotated, bool) and isinstance(added, bool)
                 for table in ("oauth_codes", "oauth_grants"):
-                    assert query(authority.settings, f"SELECT count(*) FROM {table} WHERE site_id = ?",
-                                 grant.site_id) == [(0,)]
-                assert query(authority.settings, "SELECT count(*) FROM oauth_tokens WHERE grant_id = ?",
-                             grant.id) == [(0,)]
+                    assert query(
+                        authority.settings, f"SELECT count(*) FROM {table} WHERE site_id = ?", grant.site_id
+                    ) == [(0,)]
+                assert query(authority.settings, "SELECT count(*) FROM oauth_tokens WHERE grant_id = ?", grant.id) == [
+                    (0,)
+                ]
 
 
 async def test_every_replica_sees_a_revocation_on_its_next_request(authority: Authority, storage_backend: str) -> None:
@@ -323,8 +395,12 @@ async def test_an_access_token_expires_and_names_its_audience(authority: Authori
     flow = await signed_in(authority)
     tokens = await authority.provider.exchange_authorization_code(flow.client, flow.code)
     header = f"Bearer {tokens.access_token}"
-    elsewhere = Authenticator(authority.storage.sites, oauth=authority.storage.oauth,
-                              resource="https://memory.example.com/mcp", clock=authority.clock)
+    elsewhere = Authenticator(
+        authority.storage.sites,
+        oauth=authority.storage.oauth,
+        resource="https://memory.example.com/mcp",
+        clock=authority.clock,
+    )
     with pytest.raises(Unauthorized, match="another resource"):
         elsewhere.authenticate(header)
     authority.authenticator().authenticate(header)

@@ -94,8 +94,12 @@ async def test_metrics_count_real_tool_calls_and_requests(live: LiveServer) -> N
     unknown = httpx2.post(live.url, content=rpc("no_such_tool_x9", {}), headers=headers, timeout=30)
     assert unknown.status_code == 200 and unknown.json()["result"]["isError"]
     assert httpx2.post(live.url, content=rpc("list_conversations", {}), headers=MCP_HEADERS).status_code == 401
-    rest = httpx2.post(f"{live.base}/v1/conversations/conv-metrics-2/items", json={"items": [{"via": "rest"}]},
-                       headers={"Authorization": live.basic_header()}, timeout=30)
+    rest = httpx2.post(
+        f"{live.base}/v1/conversations/conv-metrics-2/items",
+        json={"items": [{"via": "rest"}]},
+        headers={"Authorization": live.basic_header()},
+        timeout=30,
+    )
     assert rest.status_code == 201, rest.text
     missing = httpx2.get(f"{live.base}/v1/memories/mem_doesnotexist", headers={"Authorization": live.basic_header()})
     assert missing.status_code == 404
@@ -120,12 +124,22 @@ async def test_metrics_count_real_tool_calls_and_requests(live: LiveServer) -> N
     assert ("memory_server_index_backlog", frozenset()) in m
     assert value(m, "memory_server_http_requests_total", method="POST", route="/mcp", status="200") >= 6
     assert value(m, "memory_server_http_requests_total", method="POST", route="/mcp", status="401") == 1
-    assert value(m, "memory_server_http_requests_total", method="POST",
-                 route="/v1/conversations/{conversation_id}/items", status="201") == 1
-    assert value(m, "memory_server_http_requests_total", method="GET",
-                 route="/v1/memories/{reference}", status="404") == 1
-    assert value(m, "memory_server_http_request_duration_seconds_count", method="GET", route="/readyz",
-                 status="200") >= 1
+    assert (
+        value(
+            m,
+            "memory_server_http_requests_total",
+            method="POST",
+            route="/v1/conversations/{conversation_id}/items",
+            status="201",
+        )
+        == 1
+    )
+    assert (
+        value(m, "memory_server_http_requests_total", method="GET", route="/v1/memories/{reference}", status="404") == 1
+    )
+    assert (
+        value(m, "memory_server_http_request_duration_seconds_count", method="GET", route="/readyz", status="200") >= 1
+    )
     assert "mem_doesnotexist" not in text and "conv-metrics" not in text  # templates, never raw paths
     assert live.secret not in text and live.site not in text
 
@@ -151,10 +165,14 @@ def test_each_app_has_its_own_registry(tmp_path: Path) -> None:
         first, second = (app.state.metrics for app in apps)
         assert first.registry is not second.registry
         first.observe_tool("recall", "ok", 0.01)
-        assert value(parse(first.exposition().decode()), "memory_server_tool_calls_total",
-                     tool="recall", outcome="ok") == 1
-        assert value(parse(second.exposition().decode()), "memory_server_tool_calls_total",
-                     tool="recall", outcome="ok") == 0
+        assert (
+            value(parse(first.exposition().decode()), "memory_server_tool_calls_total", tool="recall", outcome="ok")
+            == 1
+        )
+        assert (
+            value(parse(second.exposition().decode()), "memory_server_tool_calls_total", tool="recall", outcome="ok")
+            == 0
+        )
     finally:
         for app in apps:
             app.state.services.close()
@@ -194,8 +212,15 @@ def test_route_templates_bound_the_label_values(tmp_path: Path) -> None:
     app = create_app(make_settings(tmp_path / "data"))
     try:
         for method, path, template in ROUTES:
-            scope = {"type": "http", "method": method, "path": path, "root_path": "", "app": app,
-                     "headers": [], "query_string": b""}
+            scope = {
+                "type": "http",
+                "method": method,
+                "path": path,
+                "root_path": "",
+                "app": app,
+                "headers": [],
+                "query_string": b"",
+            }
             assert route_template(scope) == template, (method, path)
     finally:
         app.state.services.close()
@@ -225,15 +250,26 @@ def test_request_log_line_has_the_fields_and_never_the_secret_or_payload(
     assert response.status_code == 200
     assert response.headers["x-request-id"] == "req-abc.123:XYZ"
 
-    wrong = httpx2.post(live.url, content=body, headers={**MCP_HEADERS, "X-Request-ID": "bad id with spaces",
-                                                         "Authorization": live.basic_header(secret="WRONG-SECRET-1")})
+    wrong = httpx2.post(
+        live.url,
+        content=body,
+        headers={
+            **MCP_HEADERS,
+            "X-Request-ID": "bad id with spaces",
+            "Authorization": live.basic_header(secret="WRONG-SECRET-1"),
+        },
+    )
     assert wrong.status_code == 401
     generated = wrong.headers["x-request-id"]
     assert generated != "bad id with spaces" and len(generated) == 32
 
     token_id, token = live.create_token(scopes=["memory:read"])
-    bearer = httpx2.post(live.url, content=rpc("recall", {"query": "anything"}),
-                         headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"}, timeout=30)
+    bearer = httpx2.post(
+        live.url,
+        content=rpc("recall", {"query": "anything"}),
+        headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
     assert bearer.status_code == 200
     probe = httpx2.get(f"{live.base}/healthz?token=QUERY-SECRET-42&x=1")
     assert probe.status_code == 200

@@ -14,8 +14,17 @@ from procs import ServerProcess, parse_fields, run_cli, server_env
 
 ALLOWED = "https://app.example.com"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-APPEND = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-    "name": "append_memory", "arguments": {"conversation_id": "conv-origin-01", "items": [{"from": "page"}]}}})
+APPEND = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "append_memory",
+            "arguments": {"conversation_id": "conv-origin-01", "items": [{"from": "page"}]},
+        },
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +44,33 @@ def item_count(process: ServerProcess, auth: tuple[str, str]) -> int:
     return len(response.json()["items"])
 
 
-@pytest.mark.parametrize("origin", ["http://evil.example", "null", "http://127.0.0.1.evil.example",
-                                    "https://app.example.com.evil.example", "http://localhost:3001"])
-def test_a_foreign_origin_is_refused_before_anything_runs(server: tuple[ServerProcess, tuple[str, str]],
-                                                          origin: str) -> None:
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example",
+        "null",
+        "http://127.0.0.1.evil.example",
+        "https://app.example.com.evil.example",
+        "http://localhost:3001",
+    ],
+)
+def test_a_foreign_origin_is_refused_before_anything_runs(
+    server: tuple[ServerProcess, tuple[str, str]], origin: str
+) -> None:
     process, auth = server
     before = item_count(process, auth)
     headers = {**MCP_HEADERS, "Origin": origin}
-    for response in (httpx2.post(process.url, content=APPEND, headers=headers, auth=auth, timeout=30),
-                     httpx2.post(f"{process.base}/v1/conversations/conv-origin-01/items", json={"items": [{}]},
-                                 headers={"Origin": origin}, auth=auth, timeout=30),
-                     httpx2.get(f"{process.base}/v1/memories", headers={"Origin": origin}, auth=auth, timeout=30)):
+    for response in (
+        httpx2.post(process.url, content=APPEND, headers=headers, auth=auth, timeout=30),
+        httpx2.post(
+            f"{process.base}/v1/conversations/conv-origin-01/items",
+            json={"items": [{}]},
+            headers={"Origin": origin},
+            auth=auth,
+            timeout=30,
+        ),
+        httpx2.get(f"{process.base}/v1/memories", headers={"Origin": origin}, auth=auth, timeout=30),
+    ):
         assert response.status_code == 403, response.text
         error = response.json()["error"]
         assert error["code"] == "forbidden" and "MEMORY_ALLOWED_ORIGINS" in error["message"]
@@ -53,23 +78,32 @@ def test_a_foreign_origin_is_refused_before_anything_runs(server: tuple[ServerPr
 
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8765", "10.0.0.5", "127.0.0.1.nip.io"])
-def test_a_foreign_host_is_refused_on_a_loopback_server(server: tuple[ServerProcess, tuple[str, str]],
-                                                        host: str) -> None:
+def test_a_foreign_host_is_refused_on_a_loopback_server(
+    server: tuple[ServerProcess, tuple[str, str]], host: str
+) -> None:
     process, auth = server
     before = item_count(process, auth)
-    response = httpx2.post(process.url, content=APPEND, headers={**MCP_HEADERS, "Host": host}, auth=auth,
-                           timeout=30)
+    response = httpx2.post(process.url, content=APPEND, headers={**MCP_HEADERS, "Host": host}, auth=auth, timeout=30)
     assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
     assert "loopback" in response.json()["error"]["message"]
     assert httpx2.get(f"{process.base}/readyz", headers={"Host": host}, timeout=30).status_code == 403
     assert item_count(process, auth) == before
 
 
-@pytest.mark.parametrize("headers", [{}, {"Origin": ALLOWED}, {"Origin": "http://localhost:3000"},
-                                     {"Origin": "HTTPS://APP.EXAMPLE.COM/"}, {"Host": "localhost"},
-                                     {"Host": "[::1]:8765"}])
-def test_clients_without_origin_and_allowed_origins_are_served(server: tuple[ServerProcess, tuple[str, str]],
-                                                              headers: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Origin": ALLOWED},
+        {"Origin": "http://localhost:3000"},
+        {"Origin": "HTTPS://APP.EXAMPLE.COM/"},
+        {"Host": "localhost"},
+        {"Host": "[::1]:8765"},
+    ],
+)
+def test_clients_without_origin_and_allowed_origins_are_served(
+    server: tuple[ServerProcess, tuple[str, str]], headers: dict[str, str]
+) -> None:
     process, auth = server
     before = item_count(process, auth)
     response = httpx2.post(process.url, content=APPEND, headers={**MCP_HEADERS, **headers}, auth=auth, timeout=30)

@@ -64,10 +64,12 @@ def test_stop_and_start(postgres_server: PostgresServer, postgres_url: str) -> N
 
 def test_the_durability_settings_are_production_ones(postgres_url: str) -> None:
     with psycopg.connect(postgres_url) as conn:
-        settings = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'listen_addresses')"
-        ).fetchall())
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method', 'listen_addresses')"
+            ).fetchall()
+        )
     assert settings["fsync"] == settings["synchronous_commit"] == settings["full_page_writes"] == "on"
     assert settings["listen_addresses"] == "", "no TCP listener: the Unix socket in the private directory only"
 
@@ -100,8 +102,9 @@ def test_databases_are_dropped_even_with_open_connections(postgres_server: Postg
 
 def test_a_pool_reconnects_after_a_restart(postgres_server: PostgresServer, postgres_url: str) -> None:
     """What the server's storage will rely on: psycopg-pool replaces connections a restart closed."""
-    with psycopg_pool.ConnectionPool(postgres_url, min_size=2, max_size=2, open=True, timeout=30,
-                                     check=psycopg_pool.ConnectionPool.check_connection) as pool:
+    with psycopg_pool.ConnectionPool(
+        postgres_url, min_size=2, max_size=2, open=True, timeout=30, check=psycopg_pool.ConnectionPool.check_connection
+    ) as pool:
         with pool.connection() as conn:
             conn.execute("CREATE TABLE t (x int)")
         postgres_server.restart()
@@ -139,8 +142,9 @@ def _alive(pid: int) -> bool:
 
 def test_a_killed_test_process_leaves_no_server_behind(postgres_server: PostgresServer) -> None:
     """SIGKILL skips every finalizer: the watchdog still stops the server and removes its directory."""
-    proc = subprocess.Popen([sys.executable, "-c", _ORPHAN, str(ROOT)], stdout=subprocess.PIPE, text=True,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN, str(ROOT)], stdout=subprocess.PIPE, text=True, stderr=subprocess.PIPE
+    )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert line, proc.stderr.read()  # type: ignore[union-attr]

@@ -15,8 +15,17 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DOCS = "\n".join(page.read_text() for page in PAGES)
 # Variables the compose file reads for itself (e.g. PostgreSQL's password), not server settings.
 COMPOSE_VARIABLES = set(re.findall(r"\$\{(MEMORY_[A-Z_]+)", (ROOT / "docker-compose.yml").read_text()))
-TOOLS = {"append_memory", "recall_memory", "replay_memory", "list_conversations", "remember", "recall",
-         "search_memory", "recall_context", "forget"}
+TOOLS = {
+    "append_memory",
+    "recall_memory",
+    "replay_memory",
+    "list_conversations",
+    "remember",
+    "recall",
+    "search_memory",
+    "recall_context",
+    "forget",
+}
 
 
 def test_every_setting_named_exists() -> None:

@@ -28,8 +28,25 @@ PYTHON_DIRS = ("memory_server", "bench", "tests", "client")
 # Test fixtures: their text is data, not prose about the repository.
 FIXTURES = "tests/data/"
 ROOT_DIRS = ("memory_server", "bench", "tests", "client", "docs", "deploy", "models")
-FILE_EXTENSIONS = ("py", "md", "txt", "toml", "json", "jsonl", "yml", "yaml", "html", "js", "css", "svg", "png",
-                   "conf", "cfg", "lock", "sh")
+FILE_EXTENSIONS = (
+    "py",
+    "md",
+    "txt",
+    "toml",
+    "json",
+    "jsonl",
+    "yml",
+    "yaml",
+    "html",
+    "js",
+    "css",
+    "svg",
+    "png",
+    "conf",
+    "cfg",
+    "lock",
+    "sh",
+)
 BARE_EXTENSIONS = ("py", "md", "txt")  # a bare name with another extension is usually a runtime file (memory.db)
 
 # A path of two or more segments; not the tail of an absolute path, a URL, a home-relative path or a word.
@@ -67,8 +84,12 @@ def repository_files() -> frozenset[str]:
     """The repository's files, as paths relative to it: tracked, or new and not ignored (generated and
     installed trees, such as a local model copy or node_modules, are not the repository's)."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                                capture_output=True, check=True).stdout.decode()
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout: the repository's files are unknown")
     return frozenset(name for name in listed.split("\0") if name and (ROOT / name).is_file())
@@ -105,8 +126,7 @@ def python_prose(path: Path) -> Iterator[tuple[int, str]]:
     module = ast.parse(source)
     for node in [module, *_definitions(module.body)]:
         first = node.body[0] if node.body else None
-        if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)):
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
             for offset, line in enumerate(first.value.value.splitlines()):
                 yield first.lineno + offset, line
 
@@ -196,8 +216,11 @@ def dead_references(path: Path, prose: Iterator[tuple[int, str]]) -> Iterator[De
     for number, text in prose:
         for match in PATH.finditer(text):
             reference = match.group(1)
-            if (looks_like_repository_path(reference) and reference not in INTENTIONAL
-                    and not path_exists(reference, path)):
+            if (
+                looks_like_repository_path(reference)
+                and reference not in INTENTIONAL
+                and not path_exists(reference, path)
+            ):
                 yield Dead(where, number, reference)
         for match in BARE.finditer(text):
             if match.group(1) not in basenames():
@@ -213,8 +236,10 @@ def dead_references(path: Path, prose: Iterator[tuple[int, str]]) -> Iterator[De
 @cache
 def all_prose() -> tuple[tuple[Path, tuple[tuple[int, str], ...]], ...]:
     """Every scanned file with its prose lines (read once: both checks below use them)."""
-    return tuple((path, tuple(python_prose(path) if path.suffix == ".py" else markdown_prose(path)))
-                 for path in [*python_files(), *markdown_files()])
+    return tuple(
+        (path, tuple(python_prose(path) if path.suffix == ".py" else markdown_prose(path)))
+        for path in [*python_files(), *markdown_files()]
+    )
 
 
 def all_dead_references() -> list[Dead]:
@@ -233,13 +258,26 @@ def test_the_checks_find_what_they_are_for() -> None:
     prose = [
         (1, "# see memory_server/ranking/fusion.py and ranking/expansion.py, docs/spec.md and fusion.py"),
         (2, "# memory_server.api.mcp.fast_path, memory_server.arguments.Params and memory_client.errors"),
-        (3, "# the old memory_server/expansion.py, vocabulary.md, memory_server.api.mcp.tools, memory_server.arguments.Nothing"),
+        (
+            3,
+            "# the old memory_server/expansion.py, vocabulary.md, memory_server.api.mcp.tools, "
+            "memory_server.arguments.Nothing",
+        ),
         (4, "# notes in /tmp/ranking_notes.md; the contract in SPEC.md, as SPEC says; /work/shared/data"),
         (5, "# ~/.cursor/mcp.json, ./.vscode/mcp.json, https://example.com/x/y.md, projects/memory-os/decisions"),
     ]
     found = [dead.reference for dead in dead_references(citing, iter(prose))]
-    assert found == ["memory_server/expansion.py", "vocabulary.md", "memory_server.api.mcp.tools",
-                     "memory_server.arguments.Nothing", "SPEC.md", "/tmp/ranking_notes.md", "/work/shared/data", "SPEC", "SPEC"]
+    assert found == [
+        "memory_server/expansion.py",
+        "vocabulary.md",
+        "memory_server.api.mcp.tools",
+        "memory_server.arguments.Nothing",
+        "SPEC.md",
+        "/tmp/ranking_notes.md",
+        "/work/shared/data",
+        "SPEC",
+        "SPEC",
+    ]
 
 
 def test_intentional_exceptions_are_still_needed() -> None:

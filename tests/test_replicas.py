@@ -82,7 +82,8 @@ def rest(replica: ServerProcess, auth: tuple[str, str]) -> httpx2.AsyncClient:
 
 
 async def test_a_memory_remembered_on_one_replica_is_recalled_on_another_within_two_seconds(
-        deployment: Deployment) -> None:
+    deployment: Deployment,
+) -> None:
     a, b = deployment.start("a"), deployment.start("b")
     async with rest(a, deployment.auth) as on_a, rest(b, deployment.auth) as on_b:
         created = await on_a.post("/v1/memories", json={"content": "The spare routers are on shelf 14 in Lisbon."})
@@ -93,8 +94,9 @@ async def test_a_memory_remembered_on_one_replica_is_recalled_on_another_within_
             search = await http.post("/v1/search", json={"query": "where are the spare routers?", "min_score": 0.3})
             recall = await http.post("/v1/recall", json={"query": "where are the spare routers?"})
             assert search.status_code == recall.status_code == 200
-            return (reference in [h["reference"] for h in search.json()["results"]]
-                    and reference in [h["reference"] for h in recall.json()["results"]])
+            return reference in [h["reference"] for h in search.json()["results"]] and reference in [
+                h["reference"] for h in recall.json()["results"]
+            ]
 
         seen_after = await eventually(lambda: found_on(on_b), FOLLOW_WITHIN_S)
         gone = await on_b.delete(f"/v1/memories/{reference}")
@@ -127,8 +129,16 @@ def console_sign_in(replica: ServerProcess, deployment: Deployment) -> str:
         form = http.get("/ui/sign-in")
         found = re.search(r'name="csrf" value="([0-9a-f]+)"', form.text)
         assert form.status_code == 200 and found is not None
-        signed_in = http.post("/ui/sign-in", data={"csrf": found.group(1), "method": "basic", "site": SITE,
-                                                   "secret": deployment.secret, "next": "/ui/conversations"})
+        signed_in = http.post(
+            "/ui/sign-in",
+            data={
+                "csrf": found.group(1),
+                "method": "basic",
+                "site": SITE,
+                "secret": deployment.secret,
+                "next": "/ui/conversations",
+            },
+        )
         assert signed_in.status_code == 303 and signed_in.headers["location"] == "/ui/conversations", signed_in.text
         return str(signed_in.cookies[SESSION_COOKIE])
 
@@ -151,8 +161,9 @@ def test_a_console_session_holds_on_every_replica_until_it_expires_or_signs_out(
         assert conn.execute("SELECT count(*) FROM console_sessions").fetchone() == (0,)
     cookie = console_sign_in(b, deployment)
     assert console_page(a, cookie).status_code == 200
-    signed_out = httpx2.post(f"{a.base}/ui/sign-out", data={"csrf": csrf_token(cookie)},
-                             cookies={SESSION_COOKIE: cookie}, timeout=30)
+    signed_out = httpx2.post(
+        f"{a.base}/ui/sign-out", data={"csrf": csrf_token(cookie)}, cookies={SESSION_COOKIE: cookie}, timeout=30
+    )
     assert signed_out.status_code == 303 and "signed_out=1" in signed_out.headers["location"]
     assert console_page(b, cookie).status_code == 303
 
@@ -173,9 +184,15 @@ async def writer(deployment: Deployment, replica: ServerProcess, w: int, ledger:
             while not ledger.stop.is_set():
                 conversation = CONVERSATIONS[rng.randrange(len(CONVERSATIONS))]
                 ledger.sent[(w, batch)] = conversation
-                result = await client.call_tool("append_memory", {
-                    "conversation_id": conversation, "idempotency_key": f"w{w}-b{batch}",
-                    "items": batch_payloads(w, batch, rng.choice([1, 3, 10, 40]))}, raise_on_error=False)
+                result = await client.call_tool(
+                    "append_memory",
+                    {
+                        "conversation_id": conversation,
+                        "idempotency_key": f"w{w}-b{batch}",
+                        "items": batch_payloads(w, batch, rng.choice([1, 3, 10, 40])),
+                    },
+                    raise_on_error=False,
+                )
                 assert not result.is_error, result.content[0].text
                 ledger.acks[(w, batch)] = result.structured_content
                 batch += 1
@@ -219,8 +236,9 @@ async def _at_least(ledger: Ledger, count: int) -> bool:
     return len(ledger.acks) >= count
 
 
-async def test_postgresql_restarted_while_clients_append(deployment: Deployment,
-                                                         postgres_server: PostgresServer) -> None:
+async def test_postgresql_restarted_while_clients_append(
+    deployment: Deployment, postgres_server: PostgresServer
+) -> None:
     a = deployment.start("a")
     ledger = Ledger()
     codes: list[int] = []
@@ -231,8 +249,10 @@ async def test_postgresql_restarted_while_clients_append(deployment: Deployment,
             while not ledger.stop.is_set():
                 conversation = CONVERSATIONS[batch % len(CONVERSATIONS)]
                 key = f"rw{w}-b{batch}"
-                response = await http.post(f"/v1/conversations/{conversation}/items",
-                                           json={"items": batch_payloads(w, batch, 5), "idempotency_key": key})
+                response = await http.post(
+                    f"/v1/conversations/{conversation}/items",
+                    json={"items": batch_payloads(w, batch, 5), "idempotency_key": key},
+                )
                 codes.append(response.status_code)
                 if response.status_code in (200, 201):
                     ledger.sent[(w, batch)] = conversation
@@ -254,4 +274,3 @@ async def test_postgresql_restarted_while_clients_append(deployment: Deployment,
     await check(deployment, a, ledger)
     ready = httpx2.get(f"{a.base}/readyz")
     assert ready.status_code == 200, ready.text
-

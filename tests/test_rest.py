@@ -80,16 +80,37 @@ async def remember(http: httpx2.AsyncClient, **fields: Any) -> str:
 
 
 FACTS = [
-    dict(content="We decided to authenticate MCP clients with Basic credentials per site and scoped bearer tokens.",
-         type="decision", project="memory-os", team="platform", bucket="eng", tags=["auth", "mcp"],
-         location="projects/memory-os/decisions", provenance={"source": "meeting", "agent": "scribe"}),
-    dict(content="The staging database is backed up every night at 02:00 UTC to object storage.",
-         type="fact", project="infra", team="ops", bucket="eng", tags=["backup"],
-         provenance={"source": "runbook", "conversation_id": "conv-ops-1", "seq": 3}),
-    dict(content="Alice prefers dark roast coffee and dislikes early meetings.",
-         type="preference", bucket="personal", tags=["alice"]),
-    dict(content="Our team dinner is booked at the Italian restaurant on Friday evening.",
-         type="event", bucket="personal", tags=["alice", "dinner"]),
+    dict(
+        content="We decided to authenticate MCP clients with Basic credentials per site and scoped bearer tokens.",
+        type="decision",
+        project="memory-os",
+        team="platform",
+        bucket="eng",
+        tags=["auth", "mcp"],
+        location="projects/memory-os/decisions",
+        provenance={"source": "meeting", "agent": "scribe"},
+    ),
+    dict(
+        content="The staging database is backed up every night at 02:00 UTC to object storage.",
+        type="fact",
+        project="infra",
+        team="ops",
+        bucket="eng",
+        tags=["backup"],
+        provenance={"source": "runbook", "conversation_id": "conv-ops-1", "seq": 3},
+    ),
+    dict(
+        content="Alice prefers dark roast coffee and dislikes early meetings.",
+        type="preference",
+        bucket="personal",
+        tags=["alice"],
+    ),
+    dict(
+        content="Our team dinner is booked at the Italian restaurant on Friday evening.",
+        type="event",
+        bucket="personal",
+        tags=["alice", "dinner"],
+    ),
 ]
 
 
@@ -108,11 +129,17 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
     assert doc["openapi"].startswith("3.")
     routes = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert routes == {
-        ("/v1/memories", "post"), ("/v1/memories", "get"), ("/v1/memories/{reference}", "get"),
-        ("/v1/memories/{reference}", "patch"), ("/v1/memories/{reference}", "delete"),
-        ("/v1/recall", "post"), ("/v1/search", "post"), ("/v1/context", "post"),
+        ("/v1/memories", "post"),
+        ("/v1/memories", "get"),
+        ("/v1/memories/{reference}", "get"),
+        ("/v1/memories/{reference}", "patch"),
+        ("/v1/memories/{reference}", "delete"),
+        ("/v1/recall", "post"),
+        ("/v1/search", "post"),
+        ("/v1/context", "post"),
         ("/v1/conversations/{conversation_id}/items", "post"),
-        ("/v1/conversations/{conversation_id}/items", "get"), ("/v1/conversations", "get"),
+        ("/v1/conversations/{conversation_id}/items", "get"),
+        ("/v1/conversations", "get"),
         ("/v1/conversations/{conversation_id}", "delete"),
     }
     schemes = doc["components"]["securitySchemes"]
@@ -127,8 +154,20 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
                 assert ref.endswith("/ErrorBody")
     assert "HTTPValidationError" not in doc["components"]["schemas"]  # FastAPI's default 422 is replaced
     remember_body = doc["components"]["schemas"]["RememberParams"]["properties"]
-    assert set(remember_body) == {"content", "type", "location", "project", "team", "bucket", "tags", "metadata",
-                                  "provenance", "occurred_at", "supersedes", "expires_at"}
+    assert set(remember_body) == {
+        "content",
+        "type",
+        "location",
+        "project",
+        "team",
+        "bucket",
+        "tags",
+        "metadata",
+        "provenance",
+        "occurred_at",
+        "supersedes",
+        "expires_at",
+    }
     memory = doc["components"]["schemas"]["Memory"]["properties"]
     assert {"reference", "created_at", "updated_at", "provenance"} <= set(memory)
 
@@ -138,8 +177,10 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
 
 async def test_remember_creates_then_returns_the_existing_reference(live: LiveServer) -> None:
     async with client(live) as http:
-        fact = FACTS[0] | {"metadata": {"ticket": 42, "nested": {"a": [1, 2.5]}},
-                           "occurred_at": "2024-03-01T08:30:00+01:00"}
+        fact = FACTS[0] | {
+            "metadata": {"ticket": 42, "nested": {"a": [1, 2.5]}},
+            "occurred_at": "2024-03-01T08:30:00+01:00",
+        }
         first = await http.post("/v1/memories", json=fact)
         assert first.status_code == 201, first.text
         reference = first.json()["reference"]
@@ -152,17 +193,30 @@ async def test_remember_creates_then_returns_the_existing_reference(live: LiveSe
         assert got.status_code == 200
         memory = got.json()
         assert memory == {
-            **memory, "reference": reference, "content": fact["content"], "type": "decision",
-            "location": "projects/memory-os/decisions", "project": "memory-os", "team": "platform",
-            "bucket": "eng", "tags": ["auth", "mcp"], "metadata": {"ticket": 42, "nested": {"a": [1, 2.5]}},
-            "provenance": {"source": "meeting", "agent": "scribe"}, "occurred_at": "2024-03-01T07:30:00.000000Z",
+            **memory,
+            "reference": reference,
+            "content": fact["content"],
+            "type": "decision",
+            "location": "projects/memory-os/decisions",
+            "project": "memory-os",
+            "team": "platform",
+            "bucket": "eng",
+            "tags": ["auth", "mcp"],
+            "metadata": {"ticket": 42, "nested": {"a": [1, 2.5]}},
+            "provenance": {"source": "meeting", "agent": "scribe"},
+            "occurred_at": "2024-03-01T07:30:00.000000Z",
         }
         assert memory["created_at"] == memory["updated_at"]
 
         minimal = await http.post("/v1/memories", json={"content": "Just a note."})
         got = (await http.get(f"/v1/memories/{minimal.json()['reference']}")).json()
         assert (got["type"], got["bucket"], got["location"], got["tags"], got["metadata"]) == (
-            "note", "default", None, [], {})
+            "note",
+            "default",
+            None,
+            [],
+            {},
+        )
 
 
 @pytest.mark.parametrize(
@@ -182,12 +236,17 @@ async def test_remember_creates_then_returns_the_existing_reference(live: LiveSe
         ({"content": "x", "colour": "blue"}, 422, "invalid_parameters", "colour"),
         ({"content": "x" * (32 * 1024 + 1)}, 413, "payload_too_large", "content"),
         ({"content": "x", "metadata": {"blob": "y" * (64 * 1024)}}, 413, "payload_too_large", "metadata"),
-        ({"content": "x", "metadata": json.loads('{"a":' + "[" * 80 + "]" * 80 + "}")}, 422,
-         "invalid_parameters", "nested deeper"),
+        (
+            {"content": "x", "metadata": json.loads('{"a":' + "[" * 80 + "]" * 80 + "}")},
+            422,
+            "invalid_parameters",
+            "nested deeper",
+        ),
     ],
 )
-async def test_remember_rejects_bad_input(shared: LiveServer, body: dict, status: int, code: str,
-                                          fragment: str) -> None:
+async def test_remember_rejects_bad_input(
+    shared: LiveServer, body: dict, status: int, code: str, fragment: str
+) -> None:
     async with client(shared) as http:
         before = await memory_count(http)
         message = error_of(await http.post("/v1/memories", json=body), status, code)
@@ -208,8 +267,9 @@ async def test_remember_rejects_bad_input(shared: LiveServer, body: dict, status
         (b"NaN", "application/json", "body"),
     ],
 )
-async def test_malformed_bodies_are_invalid_parameters(shared: LiveServer, content: bytes, content_type: str,
-                                                       fragment: str) -> None:
+async def test_malformed_bodies_are_invalid_parameters(
+    shared: LiveServer, content: bytes, content_type: str, fragment: str
+) -> None:
     async with client(shared) as http:
         before = (await memory_count(http), await log_state(http))
         for path in ("/v1/memories", "/v1/recall", "/v1/conversations/conv-0001/items"):
@@ -220,8 +280,9 @@ async def test_malformed_bodies_are_invalid_parameters(shared: LiveServer, conte
 
 async def test_a_valid_surrogate_pair_is_accepted(live: LiveServer) -> None:
     async with client(live) as http:
-        response = await http.post("/v1/memories", content=b'{"content": "party \\ud83c\\udf89"}',
-                                   headers={"Content-Type": "application/json"})
+        response = await http.post(
+            "/v1/memories", content=b'{"content": "party \\ud83c\\udf89"}', headers={"Content-Type": "application/json"}
+        )
         assert response.status_code == 201
         got = await http.get(f"/v1/memories/{response.json()['reference']}")
         assert got.json()["content"] == "party \N{PARTY POPPER}"
@@ -229,8 +290,15 @@ async def test_a_valid_surrogate_pair_is_accepted(live: LiveServer) -> None:
 
 async def test_listing_pages_cover_everything_exactly_once_newest_first(live: LiveServer) -> None:
     async with client(live) as http:
-        created = [await remember(http, content=f"Numbered memory {i} about topic {i % 3}.",
-                                  project=f"p{i % 2}", tags=[f"t{i % 3}", "all"]) for i in range(23)]
+        created = [
+            await remember(
+                http,
+                content=f"Numbered memory {i} about topic {i % 3}.",
+                project=f"p{i % 2}",
+                tags=[f"t{i % 3}", "all"],
+            )
+            for i in range(23)
+        ]
         seen: list[dict[str, Any]] = []
         cursor = None
         pages = 0
@@ -284,9 +352,13 @@ async def test_listing_filters(live: LiveServer) -> None:
 @pytest.mark.parametrize(
     "params, fragment",
     [
-        ({"limit": 0}, "limit"), ({"limit": 101}, "limit"), ({"limit": "many"}, "limit"),
-        ({"cursor": "not-a-cursor"}, "cursor"), ({"cursor": "W10"}, "cursor"),
-        ({"bucket": "no spaces"}, "bucket"), ({"tag": ["ok", "-bad"]}, "tag"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 101}, "limit"),
+        ({"limit": "many"}, "limit"),
+        ({"cursor": "not-a-cursor"}, "cursor"),
+        ({"cursor": "W10"}, "cursor"),
+        ({"bucket": "no spaces"}, "bucket"),
+        ({"tag": ["ok", "-bad"]}, "tag"),
     ],
 )
 async def test_listing_rejects_bad_parameters(shared: LiveServer, params: dict, fragment: str) -> None:
@@ -311,8 +383,10 @@ async def test_patch_content_re_embeds_and_re_indexes(live: LiveServer) -> None:
         target = refs[2]
         before = (await http.get(f"/v1/memories/{target}")).json()
         await asyncio.sleep(0.002)
-        response = await http.patch(f"/v1/memories/{target}", json={
-            "content": "The production Kubernetes cluster runs in the Frankfurt region.", "bucket": "infra"})
+        response = await http.patch(
+            f"/v1/memories/{target}",
+            json={"content": "The production Kubernetes cluster runs in the Frankfurt region.", "bucket": "infra"},
+        )
         assert response.status_code == 200, response.text
         after = response.json()
         assert after["content"].startswith("The production Kubernetes") and after["bucket"] == "infra"
@@ -326,8 +400,9 @@ async def test_patch_content_re_embeds_and_re_indexes(live: LiveServer) -> None:
         strict = (await http.post("/v1/search", json={"query": query, "bucket": "infra"})).json()["results"]
         assert [hit["reference"] for hit in strict] == [target]
         assert (await http.post("/v1/search", json={"query": query, "bucket": "personal"})).json()["results"] == []
-        old = (await http.post("/v1/search", json={"query": "which coffee does Alice like?", "min_score": 0.4})
-               ).json()["results"]
+        old = (await http.post("/v1/search", json={"query": "which coffee does Alice like?", "min_score": 0.4})).json()[
+            "results"
+        ]
         assert target not in [hit["reference"] for hit in old]
         assert (await http.get(f"/v1/memories/{target}")).json() == after
         assert backlog(live) == 0
@@ -348,12 +423,20 @@ async def test_patch_occurred_at_changes_the_embedded_date(live: LiveServer, emb
 async def test_patch_resets_with_null_and_keeps_what_is_absent(live: LiveServer) -> None:
     async with client(live) as http:
         ref = await remember(http, **FACTS[0], metadata={"k": 1})
-        response = await http.patch(f"/v1/memories/{ref}", json={
-            "location": None, "team": None, "tags": None, "metadata": None, "type": None, "bucket": None})
+        response = await http.patch(
+            f"/v1/memories/{ref}",
+            json={"location": None, "team": None, "tags": None, "metadata": None, "type": None, "bucket": None},
+        )
         assert response.status_code == 200, response.text
         got = response.json()
         assert (got["location"], got["team"], got["tags"], got["metadata"], got["type"], got["bucket"]) == (
-            None, None, [], {}, "note", "default")
+            None,
+            None,
+            [],
+            {},
+            "note",
+            "default",
+        )
         assert got["project"] == "memory-os" and got["provenance"] == FACTS[0]["provenance"]
         listed = (await http.get("/v1/memories", params={"bucket": "default", "type": "note"})).json()
         assert [m["reference"] for m in listed["memories"]] == [ref]
@@ -381,8 +464,7 @@ async def test_patch_without_changes_writes_nothing(live: LiveServer) -> None:
         ({"content": "y" * (32 * 1024 + 1)}, 413, "payload_too_large", "content"),
     ],
 )
-async def test_patch_rejects_bad_changes(shared: LiveServer, body: dict, status: int, code: str,
-                                         fragment: str) -> None:
+async def test_patch_rejects_bad_changes(shared: LiveServer, body: dict, status: int, code: str, fragment: str) -> None:
     async with client(shared) as http:
         ref = await remember(http, content=f"Something to change: {json.dumps(body)[:100]}")
         before = (await http.get(f"/v1/memories/{ref}")).json()
@@ -394,12 +476,16 @@ async def test_patch_cannot_make_two_memories_identical(live: LiveServer) -> Non
     async with client(live) as http:
         first = await remember(http, content="Deploys happen on Tuesdays.", bucket="eng")
         second = await remember(http, content="Deploys happen on Thursdays.", bucket="eng")
-        message = error_of(await http.patch(f"/v1/memories/{second}", json={"content": "Deploys happen on Tuesdays."}),
-                           422, "invalid_parameters")
+        message = error_of(
+            await http.patch(f"/v1/memories/{second}", json={"content": "Deploys happen on Tuesdays."}),
+            422,
+            "invalid_parameters",
+        )
         assert first in message
         # Filed elsewhere it is a different memory: allowed.
-        moved = await http.patch(f"/v1/memories/{second}", json={"content": "Deploys happen on Tuesdays.",
-                                                                  "bucket": "ops"})
+        moved = await http.patch(
+            f"/v1/memories/{second}", json={"content": "Deploys happen on Tuesdays.", "bucket": "ops"}
+        )
         assert moved.status_code == 200
         # And remember now finds the patched one as the existing memory.
         again = await http.post("/v1/memories", json={"content": "Deploys happen on Tuesdays.", "bucket": "ops"})
@@ -409,17 +495,24 @@ async def test_patch_cannot_make_two_memories_identical(live: LiveServer) -> Non
 async def test_concurrent_patches_leave_row_and_index_consistent(live: LiveServer, embedder: Any) -> None:
     async with client(live) as http:
         ref = await remember(http, content="Version zero of a frequently edited memory.", bucket="b0")
-        contents = [f"Edit number {i}: the {word} is the team's mascot." for i, word in
-                    enumerate(["otter", "falcon", "badger", "heron", "lynx", "walrus"])]
-        responses = await asyncio.gather(*(http.patch(f"/v1/memories/{ref}", json={"content": c, "bucket": f"b{i}"})
-                                           for i, c in enumerate(contents, start=1)))
+        contents = [
+            f"Edit number {i}: the {word} is the team's mascot."
+            for i, word in enumerate(["otter", "falcon", "badger", "heron", "lynx", "walrus"])
+        ]
+        responses = await asyncio.gather(
+            *(
+                http.patch(f"/v1/memories/{ref}", json={"content": c, "bucket": f"b{i}"})
+                for i, c in enumerate(contents, start=1)
+            )
+        )
         assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
         final = (await http.get(f"/v1/memories/{ref}")).json()
         assert final["content"] in contents
         assert backlog(live) == 0
         question = "Which animal is the team's mascot?"
-        hits = (await http.post("/v1/search", json={"query": question, "bucket": final["bucket"],
-                                                    "min_score": 0.0})).json()["results"]
+        hits = (
+            await http.post("/v1/search", json={"query": question, "bucket": final["bucket"], "min_score": 0.0})
+        ).json()["results"]
         assert [h["reference"] for h in hits] == [ref]
         # The index holds the final row's vector (its score is the model's similarity of the query with the
         # stored embedding) ...
@@ -429,8 +522,9 @@ async def test_concurrent_patches_leave_row_and_index_consistent(live: LiveServe
         # ... and the final row's payload: no other edit's bucket finds it.
         for i in range(1, len(contents) + 1):
             if f"b{i}" != final["bucket"]:
-                assert (await http.post("/v1/search", json={"query": final["content"], "bucket": f"b{i}",
-                                                            "min_score": 0.0})).json()["results"] == []
+                assert (
+                    await http.post("/v1/search", json={"query": final["content"], "bucket": f"b{i}", "min_score": 0.0})
+                ).json()["results"] == []
 
 
 async def test_delete_then_get_is_404(live: LiveServer) -> None:
@@ -452,15 +546,31 @@ async def test_recall_and_search(live: LiveServer) -> None:
     async with client(live) as http:
         assert (await http.post("/v1/recall", json={"query": "anything"})).json() == {"results": []}
         refs = await remember_facts(http)
-        response = await http.post("/v1/recall", json={"query": "how do clients log in to the MCP server?",
-                                                       "limit": 2})
+        response = await http.post("/v1/recall", json={"query": "how do clients log in to the MCP server?", "limit": 2})
         assert response.status_code == 200
         hits = response.json()["results"]
         assert [h["reference"] for h in hits][0] == refs[0] and len(hits) == 2
         assert hits[0]["score"] >= hits[1]["score"]
-        assert set(hits[0]) == {"reference", "score", "type", "location", "content", "project", "team", "bucket",
-                                "tags", "metadata", "provenance", "occurred_at", "created_at", "supersedes",
-                                "superseded_by", "valid_to", "expires_at", "kind"}
+        assert set(hits[0]) == {
+            "reference",
+            "score",
+            "type",
+            "location",
+            "content",
+            "project",
+            "team",
+            "bucket",
+            "tags",
+            "metadata",
+            "provenance",
+            "occurred_at",
+            "created_at",
+            "supersedes",
+            "superseded_by",
+            "valid_to",
+            "expires_at",
+            "kind",
+        }
         scoped = (await http.post("/v1/recall", json={"query": "coffee", "bucket": "eng", "limit": 5})).json()
         assert {h["reference"] for h in scoped["results"]} == {refs[0], refs[1]}
         tagged = (await http.post("/v1/recall", json={"query": "coffee", "tags": ["alice", "dinner"]})).json()
@@ -469,11 +579,13 @@ async def test_recall_and_search(live: LiveServer) -> None:
         query = "quantum chromodynamics lattice gauge simulations"
         assert (await http.post("/v1/search", json={"query": query})).json() == {"results": []}
         assert len((await http.post("/v1/recall", json={"query": query, "limit": 3})).json()["results"]) == 3
-        strict = (await http.post("/v1/search", json={"query": "nightly database backups", "type": "fact",
-                                                      "min_score": 0.3})).json()["results"]
+        strict = (
+            await http.post("/v1/search", json={"query": "nightly database backups", "type": "fact", "min_score": 0.3})
+        ).json()["results"]
         assert [h["reference"] for h in strict] == [refs[1]]
-        all_hits = (await http.post("/v1/search", json={"query": "nightly database backups", "min_score": 0.0,
-                                                        "limit": 100})).json()["results"]
+        all_hits = (
+            await http.post("/v1/search", json={"query": "nightly database backups", "min_score": 0.0, "limit": 100})
+        ).json()["results"]
         assert all_hits[0]["reference"] == refs[1] and {h["reference"] for h in all_hits} <= set(refs)
         assert all(h["score"] >= 0.0 for h in all_hits)
 
@@ -482,18 +594,28 @@ async def test_recall_and_search(live: LiveServer) -> None:
 @pytest.mark.parametrize(
     "body, fragment",
     [
-        ({"query": ""}, "query"), ({"query": "  \t"}, "query"), ({}, "query"), ({"query": 3}, "query"),
-        ({"query": "q" * 4097}, "query"), ({"query": "ok", "limit": "5"}, "limit"),
-        ({"query": "ok", "limit": True}, "limit"), ({"query": "ok", "limit": 0}, "limit"),
-        ({"query": "ok", "limit": 101}, "limit"), ({"query": "ok", "bucket": ""}, "bucket"),
-        ({"query": "ok", "min_score": 1.5}, "min_score"), ({"query": "ok", "max_tokens": 12001}, "max_tokens"),
-        ({"query": "ok", "max_items": 0}, "max_items"), ({"query": "ok", "tags": ["a b"]}, "tags"),
+        ({"query": ""}, "query"),
+        ({"query": "  \t"}, "query"),
+        ({}, "query"),
+        ({"query": 3}, "query"),
+        ({"query": "q" * 4097}, "query"),
+        ({"query": "ok", "limit": "5"}, "limit"),
+        ({"query": "ok", "limit": True}, "limit"),
+        ({"query": "ok", "limit": 0}, "limit"),
+        ({"query": "ok", "limit": 101}, "limit"),
+        ({"query": "ok", "bucket": ""}, "bucket"),
+        ({"query": "ok", "min_score": 1.5}, "min_score"),
+        ({"query": "ok", "max_tokens": 12001}, "max_tokens"),
+        ({"query": "ok", "max_items": 0}, "max_items"),
+        ({"query": "ok", "tags": ["a b"]}, "tags"),
     ],
 )
 async def test_query_routes_reject_bad_input(shared: LiveServer, path: str, body: dict, fragment: str) -> None:
-    accepted = {"/v1/recall": {"query", "limit", "bucket", "tags"},
-                "/v1/search": {"query", "limit", "bucket", "tags", "min_score"},
-                "/v1/context": {"query", "max_items", "max_tokens", "bucket", "tags"}}[path]
+    accepted = {
+        "/v1/recall": {"query", "limit", "bucket", "tags"},
+        "/v1/search": {"query", "limit", "bucket", "tags", "min_score"},
+        "/v1/context": {"query", "max_items", "max_tokens", "bucket", "tags"},
+    }[path]
     if path == "/v1/recall" and body.get("limit") == 101:
         fragment = "limit"  # over recall's 50 as well
     async with client(shared) as http:
@@ -506,12 +628,15 @@ async def test_query_routes_reject_bad_input(shared: LiveServer, path: str, body
 async def test_context_pack_respects_its_budget(live: LiveServer, token_counter: Any) -> None:
     async with client(live) as http:
         await remember_facts(http)
-        long_text = "The migration plan: " + " ".join(f"step {i} moves shard {i} to the new cluster."
-                                                      for i in range(80))
+        long_text = "The migration plan: " + " ".join(
+            f"step {i} moves shard {i} to the new cluster." for i in range(80)
+        )
         await remember(http, content=long_text)
         for max_items, max_tokens in [(1, 1), (3, 1), (2, 40), (5, 60), (8, 1500), (50, 12000)]:
-            response = await http.post("/v1/context", json={"query": "migration plan and decisions",
-                                                            "max_items": max_items, "max_tokens": max_tokens})
+            response = await http.post(
+                "/v1/context",
+                json={"query": "migration plan and decisions", "max_items": max_items, "max_tokens": max_tokens},
+            )
             assert response.status_code == 200, response.text
             pack = response.json()
             assert set(pack) == {"version", "retrieval_plan", "budget", "items", "context_text"}
@@ -521,14 +646,16 @@ async def test_context_pack_respects_its_budget(live: LiveServer, token_counter:
             assert budget["used_items"] == len(pack["items"]) <= max_items
             assert budget["shortened"] == sum(item["shortened"] for item in pack["items"]) <= 1
             assert budget["used_items"] + budget["dropped"] == min(max_items, 5)
-        shortened = (await http.post("/v1/context", json={"query": "migration plan shards", "max_items": 1,
-                                                           "max_tokens": 40})).json()
+        shortened = (
+            await http.post("/v1/context", json={"query": "migration plan shards", "max_items": 1, "max_tokens": 40})
+        ).json()
         assert shortened["budget"] == {**shortened["budget"], "used_items": 1, "shortened": 1, "dropped": 0}
         assert long_text.startswith(shortened["items"][0]["content"])
         filtered = (await http.post("/v1/context", json={"query": "coffee", "bucket": "personal"})).json()
         assert filtered["retrieval_plan"]["filters"] == {"bucket": "personal"}
         assert {item["reference"] for item in filtered["items"]} <= {
-            m["reference"] for m in (await http.get("/v1/memories", params={"bucket": "personal"})).json()["memories"]}
+            m["reference"] for m in (await http.get("/v1/memories", params={"bucket": "personal"})).json()["memories"]
+        }
 
 
 async def test_rest_context_equals_the_mcp_tools_structured_content(live: LiveServer) -> None:
@@ -548,14 +675,23 @@ async def test_rest_context_equals_the_mcp_tools_structured_content(live: LiveSe
 
 
 async def test_append_then_read_tail_and_replay(live: LiveServer) -> None:
-    items = [{"z": 1, "a": [1, 2.5, None, True], "nested": {"k": "v", "é": "ü"}}, {"big": 2**62, "f": 1.0},
-             *({"n": n} for n in range(2, 10))]
+    items = [
+        {"z": 1, "a": [1, 2.5, None, True], "nested": {"k": "v", "é": "ü"}},
+        {"big": 2**62, "f": 1.0},
+        *({"n": n} for n in range(2, 10)),
+    ]
     async with client(live) as http:
         response = await http.post("/v1/conversations/conv-rest-1/items", json={"items": items[:2]})
         assert response.status_code == 201, response.text
         ack = response.json()
-        assert ack == {**ack, "conversation_id": "conv-rest-1", "first_seq": 0, "last_seq": 1, "count": 2,
-                       "duplicate": False}
+        assert ack == {
+            **ack,
+            "conversation_id": "conv-rest-1",
+            "first_seq": 0,
+            "last_seq": 1,
+            "count": 2,
+            "duplicate": False,
+        }
         response = await http.post("/v1/conversations/conv-rest-1/items", json={"items": items[2:]})
         assert response.json()["first_seq"] == 2 and response.json()["last_seq"] == 9
 
@@ -593,14 +729,23 @@ async def test_idempotency_key_in_body_or_header(live: LiveServer) -> None:
         assert first.status_code == 201
         retry = await http.post(url, json={"items": [{"a": 1}]}, headers={"Idempotency-Key": "k-1"})
         assert retry.status_code == 200 and retry.json() == {**first.json(), "duplicate": True}
-        both = await http.post(url, json={"items": [{"a": 1}], "idempotency_key": "k-1"},
-                               headers={"Idempotency-Key": "k-1"})
+        both = await http.post(
+            url, json={"items": [{"a": 1}], "idempotency_key": "k-1"}, headers={"Idempotency-Key": "k-1"}
+        )
         assert both.status_code == 200
-        message = error_of(await http.post(url, json={"items": [{"b": 2}], "idempotency_key": "k-2"},
-                                           headers={"Idempotency-Key": "k-3"}), 422, "invalid_parameters")
+        message = error_of(
+            await http.post(
+                url, json={"items": [{"b": 2}], "idempotency_key": "k-2"}, headers={"Idempotency-Key": "k-3"}
+            ),
+            422,
+            "invalid_parameters",
+        )
         assert "Idempotency-Key" in message
-        error_of(await http.post(url, json={"items": [{"b": 2}]}, headers={"Idempotency-Key": "k" * 129}),
-                 422, "invalid_parameters")
+        error_of(
+            await http.post(url, json={"items": [{"b": 2}]}, headers={"Idempotency-Key": "k" * 129}),
+            422,
+            "invalid_parameters",
+        )
         no_key = [await http.post(url, json={"items": [{"c": 3}]}) for _ in range(2)]
         assert [r.status_code for r in no_key] == [201, 201]  # without a key a retry appends again
         items = (await http.get(url, params={"limit": 100})).json()["items"]
@@ -613,35 +758,76 @@ async def test_idempotency_key_in_body_or_header(live: LiveServer) -> None:
         ("get", "/v1/conversations/short/items", {}, 422, "invalid_parameters", "conversation_id"),
         ("get", "/v1/conversations/bad.chars.here/items", {}, 422, "invalid_parameters", "conversation_id"),
         ("get", "/v1/conversations/" + "c" * 65 + "/items", {}, 422, "invalid_parameters", "conversation_id"),
-        ("get", "/v1/conversations/conv-0001/items", {"params": {"count": 1001}}, 422, "invalid_parameters",
-         "count"),
+        ("get", "/v1/conversations/conv-0001/items", {"params": {"count": 1001}}, 422, "invalid_parameters", "count"),
         ("get", "/v1/conversations/conv-0001/items", {"params": {"count": -1}}, 422, "invalid_parameters", "count"),
-        ("get", "/v1/conversations/conv-0001/items", {"params": {"count": 5, "limit": 5}}, 422,
-         "invalid_parameters", "not both"),
-        ("get", "/v1/conversations/conv-0001/items", {"params": {"count": 5, "offset": 1}}, 422,
-         "invalid_parameters", "not both"),
-        ("get", "/v1/conversations/conv-0001/items", {"params": {"limit": 1001}}, 422, "invalid_parameters",
-         "limit"),
-        ("get", "/v1/conversations/conv-0001/items", {"params": {"limit": 5, "offset": -1}}, 422,
-         "invalid_parameters", "offset"),
+        (
+            "get",
+            "/v1/conversations/conv-0001/items",
+            {"params": {"count": 5, "limit": 5}},
+            422,
+            "invalid_parameters",
+            "not both",
+        ),
+        (
+            "get",
+            "/v1/conversations/conv-0001/items",
+            {"params": {"count": 5, "offset": 1}},
+            422,
+            "invalid_parameters",
+            "not both",
+        ),
+        ("get", "/v1/conversations/conv-0001/items", {"params": {"limit": 1001}}, 422, "invalid_parameters", "limit"),
+        (
+            "get",
+            "/v1/conversations/conv-0001/items",
+            {"params": {"limit": 5, "offset": -1}},
+            422,
+            "invalid_parameters",
+            "offset",
+        ),
         ("post", "/v1/conversations/conv-0001/items", {"json": {"items": []}}, 422, "invalid_parameters", "items"),
         ("post", "/v1/conversations/conv-0001/items", {"json": {"items": [1]}}, 422, "invalid_parameters", "items"),
-        ("post", "/v1/conversations/conv-0001/items", {"json": {"items": {"a": 1}}}, 422, "invalid_parameters",
-         "items"),
-        ("post", "/v1/conversations/conv-0001/items", {"json": {"items": [{}] * 1001}}, 422,
-         "invalid_parameters", "items"),
+        (
+            "post",
+            "/v1/conversations/conv-0001/items",
+            {"json": {"items": {"a": 1}}},
+            422,
+            "invalid_parameters",
+            "items",
+        ),
+        (
+            "post",
+            "/v1/conversations/conv-0001/items",
+            {"json": {"items": [{}] * 1001}},
+            422,
+            "invalid_parameters",
+            "items",
+        ),
         ("post", "/v1/conversations/conv-0001/items", {"json": [{"a": 1}]}, 422, "invalid_parameters", "body"),
-        ("post", "/v1/conversations/conv-0001/items",
-         {"json": {"items": [{"a": json.loads("[" * 70 + "]" * 70)}]}}, 422, "invalid_parameters", "nested"),
-        ("post", "/v1/conversations/conv-0001/items", {"json": {"items": [{"blob": "x" * PAYLOAD_LIMIT}]}}, 413,
-         "payload_too_large", "items[0]"),
+        (
+            "post",
+            "/v1/conversations/conv-0001/items",
+            {"json": {"items": [{"a": json.loads("[" * 70 + "]" * 70)}]}},
+            422,
+            "invalid_parameters",
+            "nested",
+        ),
+        (
+            "post",
+            "/v1/conversations/conv-0001/items",
+            {"json": {"items": [{"blob": "x" * PAYLOAD_LIMIT}]}},
+            413,
+            "payload_too_large",
+            "items[0]",
+        ),
         ("get", "/v1/conversations", {"params": {"limit": 0}}, 422, "invalid_parameters", "limit"),
         ("get", "/v1/conversations", {"params": {"limit": 1001}}, 422, "invalid_parameters", "limit"),
         ("get", "/v1/conversations", {"params": {"cursor": "%%%"}}, 422, "invalid_parameters", "cursor"),
     ],
 )
-async def test_log_routes_reject_bad_input(shared: LiveServer, method: str, path: str, kwargs: dict, status: int,
-                                           code: str, fragment: str) -> None:
+async def test_log_routes_reject_bad_input(
+    shared: LiveServer, method: str, path: str, kwargs: dict, status: int, code: str, fragment: str
+) -> None:
     async with client(shared) as http:
         before = await log_state(http)
         response = await http.request(method.upper(), path, **kwargs)
@@ -669,19 +855,26 @@ async def test_list_conversations_pages_newest_activity_first(live: LiveServer) 
 
 async def test_rest_and_mcp_see_the_same_data(live: LiveServer) -> None:
     async with client(live) as http, live.client() as mcp:
-        await http.post("/v1/conversations/conv-shared-1/items",
-                        json={"items": [{"role": "user", "text": "hi"}, {"role": "assistant", "text": "hello"}]})
+        await http.post(
+            "/v1/conversations/conv-shared-1/items",
+            json={"items": [{"role": "user", "text": "hi"}, {"role": "assistant", "text": "hello"}]},
+        )
         replay = await mcp.call_tool("replay_memory", {"conversation_id": "conv-shared-1", "limit": 10})
         rest_items = (await http.get("/v1/conversations/conv-shared-1/items", params={"limit": 10})).json()
         assert replay.structured_content == rest_items
         assert [i["payload"]["text"] for i in rest_items["items"]] == ["hi", "hello"]
 
-        await mcp.call_tool("append_memory", {"conversation_id": "conv-shared-1", "items": [{"from": "mcp"}],
-                                              "idempotency_key": "mcp-key"})
+        await mcp.call_tool(
+            "append_memory",
+            {"conversation_id": "conv-shared-1", "items": [{"from": "mcp"}], "idempotency_key": "mcp-key"},
+        )
         tail = (await http.get("/v1/conversations/conv-shared-1/items", params={"count": 1})).json()
         assert tail["items"][0] == {**tail["items"][0], "seq": 2, "payload": {"from": "mcp"}}
-        dup = await http.post("/v1/conversations/conv-shared-1/items", json={"items": [{"from": "mcp"}]},
-                              headers={"Idempotency-Key": "mcp-key"})
+        dup = await http.post(
+            "/v1/conversations/conv-shared-1/items",
+            json={"items": [{"from": "mcp"}]},
+            headers={"Idempotency-Key": "mcp-key"},
+        )
         assert dup.status_code == 200 and dup.json()["duplicate"] is True  # keys are shared across surfaces
         listed = await mcp.call_tool("list_conversations", {})
         assert listed.structured_content == (await http.get("/v1/conversations")).json()
@@ -690,8 +883,7 @@ async def test_rest_and_mcp_see_the_same_data(live: LiveServer) -> None:
         reference = made.structured_content["reference"]
         got = (await http.get(f"/v1/memories/{reference}")).json()
         assert got["content"] == "Remembered over MCP, read over REST." and got["bucket"] == "x"
-        again = await http.post("/v1/memories", json={"content": "Remembered over MCP, read over REST.",
-                                                      "bucket": "x"})
+        again = await http.post("/v1/memories", json={"content": "Remembered over MCP, read over REST.", "bucket": "x"})
         assert again.json() == {"reference": reference, "created": False}
         await http.patch(f"/v1/memories/{reference}", json={"content": "Patched over REST, recalled over MCP."})
         recall = await mcp.call_tool("recall", {"query": "patched over REST", "limit": 1})
@@ -730,8 +922,15 @@ def many_failures(tmp_path: Path, embedder: Any) -> Iterator[LiveServer]:
 
 async def test_bad_credentials_get_401_with_a_challenge_on_every_route(many_failures: LiveServer) -> None:
     live = many_failures
-    for authorization in (None, live.basic_header(secret="wrong"), live.basic_header(site="nobody"),
-                          "Bearer mst_not-a-real-token", "Bearer", "Digest abc", "Basic !!!"):
+    for authorization in (
+        None,
+        live.basic_header(secret="wrong"),
+        live.basic_header(site="nobody"),
+        "Bearer mst_not-a-real-token",
+        "Bearer",
+        "Digest abc",
+        "Basic !!!",
+    ):
         async with client(live, authorization) as http:
             for method, path, kwargs in ALL_ROUTES:
                 response = await http.request(method, path, **kwargs)
@@ -756,8 +955,7 @@ async def test_bearer_on_log_routes_is_unprocessable_parameters(live: LiveServer
             message = error_of(await http.request(method, path, **kwargs), 422, "unprocessable_parameters")
             assert "Basic" in message
         # Even with bad parameters the answer is that Basic is required.
-        error_of(await http.get("/v1/conversations/bad/items", params={"count": -5}), 422,
-                 "unprocessable_parameters")
+        error_of(await http.get("/v1/conversations/bad/items", params={"count": -5}), 422, "unprocessable_parameters")
         error_of(await http.get("/v1/conversations", params={"limit": 0}), 422, "unprocessable_parameters")
     async with client(live) as http:
         assert (await http.get("/v1/conversations")).json()["conversations"] == []
@@ -775,10 +973,13 @@ async def test_scopes_are_enforced_with_403(live: LiveServer) -> None:
         error_of(await reader.delete(f"/v1/memories/{ref}"), 403, "forbidden")
     async with client(live, bearer(live, ["memory:write"])) as writer:
         assert (await writer.post("/v1/memories", json={"content": "written blind"})).status_code == 201
-        for method, path, kwargs in [("GET", "/v1/memories", {}), ("GET", f"/v1/memories/{ref}", {}),
-                                     ("POST", "/v1/recall", {"json": {"query": "x"}}),
-                                     ("POST", "/v1/search", {"json": {"query": "x"}}),
-                                     ("POST", "/v1/context", {"json": {"query": "x"}})]:
+        for method, path, kwargs in [
+            ("GET", "/v1/memories", {}),
+            ("GET", f"/v1/memories/{ref}", {}),
+            ("POST", "/v1/recall", {"json": {"query": "x"}}),
+            ("POST", "/v1/search", {"json": {"query": "x"}}),
+            ("POST", "/v1/context", {"json": {"query": "x"}}),
+        ]:
             assert "memory:read" in error_of(await writer.request(method, path, **kwargs), 403, "forbidden")
     async with client(live) as http:
         assert (await http.get(f"/v1/memories/{ref}")).json()["content"] == "A memory owned by the site."
@@ -796,9 +997,11 @@ async def test_bounded_token_sees_and_writes_only_inside_its_bounds(live: LiveSe
             error_of(await token.get(f"/v1/memories/{ref}"), 404, "not_found")
             error_of(await token.patch(f"/v1/memories/{ref}", json={"content": "mine now"}), 404, "not_found")
             error_of(await token.delete(f"/v1/memories/{ref}"), 404, "not_found")
-        for path, body in [("/v1/recall", {"query": "authentication decision", "limit": 10}),
-                           ("/v1/search", {"query": "authentication decision", "min_score": 0.0, "limit": 100}),
-                           ("/v1/context", {"query": "authentication decision"})]:
+        for path, body in [
+            ("/v1/recall", {"query": "authentication decision", "limit": 10}),
+            ("/v1/search", {"query": "authentication decision", "min_score": 0.0, "limit": 100}),
+            ("/v1/context", {"query": "authentication decision"}),
+        ]:
             found = (await token.post(path, json=body)).json()
             hits = found.get("results", found.get("items"))
             assert hits and {h["reference"] for h in hits} <= inside
@@ -840,7 +1043,8 @@ async def test_sites_never_see_each_other(live: LiveServer) -> None:
         assert appended.json()["first_seq"] == 0
     async with client(live) as http:
         assert [i["payload"] for i in (await http.get("/v1/conversations/conv-secret-1/items")).json()["items"]] == [
-            {"secret": True}]
+            {"secret": True}
+        ]
 
 
 # --- the HTTP edge ---------------------------------------------------------------------------------------
@@ -890,8 +1094,9 @@ class FailingQueries:
         return self.inner.embed_query(text)
 
 
-async def test_unexpected_failures_are_503_without_details(tmp_path: Path, embedder: Any,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+async def test_unexpected_failures_are_503_without_details(
+    tmp_path: Path, embedder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     with serve(make_settings(tmp_path / "data"), FailingQueries(embedder)) as live:
         async with client(live) as http:
             await remember(http, content="Something to find.")
@@ -900,8 +1105,11 @@ async def test_unexpected_failures_are_503_without_details(tmp_path: Path, embed
                 message = error_of(response, 503, "unavailable")
                 assert "secret" not in response.text and "passwd" not in message
             assert (await http.post("/v1/recall", json={"query": "something"})).status_code == 200
-    assert any("secret internal detail" in (r.exc_text or "") or r.exc_info for r in caplog.records
-               if r.name.startswith("memory_server"))
+    assert any(
+        "secret internal detail" in (r.exc_text or "") or r.exc_info
+        for r in caplog.records
+        if r.name.startswith("memory_server")
+    )
 
 
 class BrokenIndex:

@@ -79,6 +79,7 @@ def semantic_rule(case: Any) -> str | None:
 def query_scalar(case: Any) -> bool:
     """Whether a query parameter holds a non-string value: a query string can only carry text, so `true`,
     `5` or `null` arrive as the strings "true", "5", "null", which may well be valid (a tag "true")."""
+
     def scalar(value: Any) -> bool:
         return value is None or isinstance(value, (bool, int, float))
 
@@ -103,9 +104,11 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iter
     # schemathesis sends invalid credentials on purpose, many times: failed sign-ins are not limited here.
     settings = make_settings(tmp_path_factory.mktemp("fuzz") / "data", sign_in_failures_per_minute=100_000)
     with serve(settings, embedder) as server:
-        response = httpx2.post(f"{server.base}/v1/conversations/{SEEDED_CONVERSATION}/items",
-                               json={"items": [{"n": n, "text": f"item {n}"} for n in range(40)]},
-                               headers={"Authorization": server.basic_header()})
+        response = httpx2.post(
+            f"{server.base}/v1/conversations/{SEEDED_CONVERSATION}/items",
+            json={"items": [{"n": n, "text": f"item {n}"} for n in range(40)]},
+            headers={"Authorization": server.basic_header()},
+        )
         assert response.status_code == 201
         yield server
     total = sum(sum(codes.values()) for codes in STATS.values())
@@ -129,24 +132,30 @@ def test_the_schema_lists_exactly_these_operations(api_schema: Any) -> None:
 
 def fresh_conversation(server: LiveServer, n: int) -> str:
     conversation = f"conv-fuzz-fresh-{n}"
-    response = httpx2.post(f"{server.base}/v1/conversations/{conversation}/items", json={"items": [{"n": n}]},
-                           headers={"Authorization": server.basic_header()})
+    response = httpx2.post(
+        f"{server.base}/v1/conversations/{conversation}/items",
+        json={"items": [{"n": n}]},
+        headers={"Authorization": server.basic_header()},
+    )
     assert response.status_code == 201, response.text
     return conversation
 
 
 def fresh_memory(server: LiveServer, n: int) -> str:
-    response = httpx2.post(f"{server.base}/v1/memories", json={"content": f"Seeded memory number {n} for fuzzing.",
-                                                               "tags": ["seed"], "bucket": "fuzz"},
-                           headers={"Authorization": server.basic_header()})
+    response = httpx2.post(
+        f"{server.base}/v1/memories",
+        json={"content": f"Seeded memory number {n} for fuzzing.", "tags": ["seed"], "bucket": "fuzz"},
+        headers={"Authorization": server.basic_header()},
+    )
     assert response.status_code in (200, 201), response.text
     return response.json()["reference"]
 
 
 @pytest.mark.parametrize("pass_", list(EXAMPLES))
 @pytest.mark.parametrize("method, path", OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
-def test_every_response_is_documented(api_schema: Any, fuzz_server: LiveServer, method: str, path: str,
-                                      pass_: str) -> None:
+def test_every_response_is_documented(
+    api_schema: Any, fuzz_server: LiveServer, method: str, path: str, pass_: str
+) -> None:
     if pass_ == EXISTING and "{" not in path:
         pytest.skip("no path parameter to aim at existing data")
     if pass_ == NEGATIVE and (method, path) in NOTHING_TO_NEGATE:
@@ -157,8 +166,13 @@ def test_every_response_is_documented(api_schema: Any, fuzz_server: LiveServer, 
     counter = iter(range(10**6))
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=EXAMPLES[pass_], deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES[pass_],
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case: Any) -> None:
         # A negated or missing Authorization header only ever meets the 401 that test_rest.py covers:
         # spend the examples on the parameters and bodies instead.

@@ -164,8 +164,11 @@ def test_round2_constants_are_small():
 
 
 def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side(monkeypatch):
-    cands = [cand(1, "David fixed the bike", (1, 0, 0, 0)),
-             cand(2, "David's brother Tom visits on Sundays", (0, 1, 0, 0)), *fillers(10)]
+    cands = [
+        cand(1, "David fixed the bike", (1, 0, 0, 0)),
+        cand(2, "David's brother Tom visits on Sundays", (0, 1, 0, 0)),
+        *fillers(10),
+    ]
     docs = retrieval.CandidateSet(cands).documents
     family, bike = "Who is in David's family?", "Who fixed David's bike?"
     assert share(family, docs) == 0  # only the name occurs
@@ -185,9 +188,12 @@ def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side(mon
 
 def test_when_the_sides_disagree_the_fusion_leans_on_the_side_whose_best_stands_out():
     # the dense side puts 1 far above the rest; the lexical side prefers 2, which says "coffee" twice
-    cands = [cand(1, "a flat white every morning", (1, 0, 0, 0)),
-             cand(2, "coffee coffee machine broke", (0.3, 1, 0, 0)),
-             cand(3, "the coffee in the office is bad", (0, 0, 1, 0.5)), *fillers(10)]
+    cands = [
+        cand(1, "a flat white every morning", (1, 0, 0, 0)),
+        cand(2, "coffee coffee machine broke", (0.3, 1, 0, 0)),
+        cand(3, "the coffee in the office is bad", (0, 0, 1, 0.5)),
+        *fillers(10),
+    ]
     query, q = "What coffee does Ana drink?", unit(1, 0, 0, 0)
     docs = retrieval.CandidateSet(cands).documents
     assert share(query, docs) == 2 / len(cands)
@@ -217,15 +223,20 @@ def share(query, docs):
 
 
 def test_a_query_in_another_language_than_the_memories_leans_on_the_dense_side(monkeypatch):
-    cands = [cand(1, "Caroline went to the LGBTQ support group yesterday", (1, 0, 0, 0)),
-             cand(2, "The group hiked to the lake", (0, 1, 0, 0)), *fillers(10)]
+    cands = [
+        cand(1, "Caroline went to the LGBTQ support group yesterday", (1, 0, 0, 0)),
+        cand(2, "The group hiked to the lake", (0, 1, 0, 0)),
+        *fillers(10),
+    ]
     docs = retrieval.CandidateSet(cands).documents
     spanish = "¿Cuándo fue Caroline al grupo de apoyo LGBTQ?"
     terms = retrieval.content_terms(spanish, retrieval.analyze_query(spanish))
     assert retrieval.content_term_coverage(terms, docs) < retrieval.COVERAGE_FULL  # "lgbtq" alone occurs
     english = "When did Caroline go to the LGBTQ support group?"
-    assert retrieval.content_term_coverage(retrieval.content_terms(english, retrieval.analyze_query(english)),
-                                           docs) >= retrieval.COVERAGE_FULL
+    assert (
+        retrieval.content_term_coverage(retrieval.content_terms(english, retrieval.analyze_query(english)), docs)
+        >= retrieval.COVERAGE_FULL
+    )
     q = unit(1, 0.8, 0, 0)
     monkeypatch.setattr(retrieval, "DISAGREE_FACTOR", 1.0)
     monkeypatch.setattr(retrieval, "DISAGREE_COMMON_FACTOR", 1.0)

@@ -52,8 +52,7 @@ def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
         process.kill()
 
 
-def test_guesses_from_one_address_get_429_without_their_secret_being_checked(server: tuple[ServerProcess, str]
-                                                                             ) -> None:
+def test_guesses_from_one_address_get_429_without_their_secret_being_checked(server: tuple[ServerProcess, str]) -> None:
     process, secret = server
     url = f"{process.base}/v1/conversations"
     with client_from("127.0.0.1") as known:
@@ -92,8 +91,10 @@ def test_concurrent_guessers_cannot_pin_the_cpu_or_the_memory(server: tuple[Serv
 
     def guess(address: str) -> list[int]:
         with client_from(address) as http:
-            return [http.get(url, headers={"Authorization": basic("acme", f"wrong-{n}")}).status_code
-                    for n in range(LIMIT + 5)]
+            return [
+                http.get(url, headers={"Authorization": basic("acme", f"wrong-{n}")}).status_code
+                for n in range(LIMIT + 5)
+            ]
 
     addresses = [f"127.0.1.{n}" for n in range(1, 41)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=40) as pool:

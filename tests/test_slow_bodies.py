@@ -38,22 +38,32 @@ def site(tmp_path: Path) -> Iterator[tuple[Path, tuple[str, str]]]:
 
 def serve(data: Path, **settings: str) -> ServerProcess:
     # Registrations are limited per address too (429 before the body is read): out of the way here.
-    return ServerProcess(data, env=server_env(MEMORY_MAX_CONNECTIONS=str(CAP), MEMORY_LOG_LEVEL="INFO",
-                                              MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000", **settings))
+    return ServerProcess(
+        data,
+        env=server_env(
+            MEMORY_MAX_CONNECTIONS=str(CAP),
+            MEMORY_LOG_LEVEL="INFO",
+            MEMORY_OAUTH_REQUESTS_PER_MINUTE="1000",
+            **settings,
+        ),
+    )
 
 
 def basic(auth: tuple[str, str]) -> str:
     return str(httpx2.BasicAuth(*auth)._auth_header)
 
 
-def slow_body(port: int, path: str, *, authorization: str | None = None,
-              content_type: str = "application/x-www-form-urlencoded") -> socket.socket | None:
+def slow_body(
+    port: int, path: str, *, authorization: str | None = None, content_type: str = "application/x-www-form-urlencoded"
+) -> socket.socket | None:
     """A connection whose request head is complete and whose body has begun (one byte of LENGTH): the socket
     once the server answered `100 Continue` (its application is reading the body), None if the server
     closed the connection instead."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {LENGTH}\r\nExpect: 100-continue\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {LENGTH}\r\nExpect: 100-continue\r\n"
+    )
     if authorization:
         head += f"Authorization: {authorization}\r\n"
     try:
@@ -99,14 +109,19 @@ def closed_within(sock: socket.socket, seconds: float, *, trickle: float = 1.0) 
 
 
 def test_a_client_with_a_credential_is_answered_while_slow_bodies_hold_every_slot(
-        site: tuple[Path, tuple[str, str]]) -> None:
+    site: tuple[Path, tuple[str, str]],
+) -> None:
     data, auth = site
     # No minimum rate here: only the connection cap's choice keeps the legitimate client in.
     with serve(data, MEMORY_BODY_MIN_RATE="0") as server:
         with httpx2.Client(timeout=10) as http:  # the credential verified once, as a client that signed in
             assert http.get(f"{server.base}/v1/conversations", auth=auth).status_code == 200
-        upload = slow_body(server.port, "/v1/conversations/conv-upload-1/items", authorization=basic(auth),
-                           content_type="application/json")
+        upload = slow_body(
+            server.port,
+            "/v1/conversations/conv-upload-1/items",
+            authorization=basic(auth),
+            content_type="application/json",
+        )
         assert upload is not None
         flood = [slow_body(server.port, ("/register", "/ui/sign-in")[i % 2]) for i in range(FLOOD)]
         try:
@@ -130,8 +145,7 @@ def test_a_client_with_a_credential_is_answered_while_slow_bodies_hold_every_slo
                     sock.close()
 
 
-def test_a_body_below_the_minimum_rate_is_cut_off_before_the_body_timeout(site: tuple[Path, tuple[str, str]]
-                                                                          ) -> None:
+def test_a_body_below_the_minimum_rate_is_cut_off_before_the_body_timeout(site: tuple[Path, tuple[str, str]]) -> None:
     data, auth = site
     with serve(data, MEMORY_BODY_TIMEOUT_S="120", MEMORY_BODY_MIN_RATE="1000") as server:
         trickled = slow_body(server.port, "/ui/sign-in")
@@ -147,11 +161,13 @@ def test_a_body_below_the_minimum_rate_is_cut_off_before_the_body_timeout(site: 
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
         try:
             body = b'{"items": [{"role": "user", "content": "steady"}]}'.ljust(200_000, b" ")
-            sock.sendall(f"POST /v1/conversations/conv-steady-1/items HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                         f"Authorization: {basic(auth)}\r\n\r\n".encode())
+            sock.sendall(
+                f"POST /v1/conversations/conv-steady-1/items HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                f"Authorization: {basic(auth)}\r\n\r\n".encode()
+            )
             for start in range(0, len(body), 8000):
-                sock.sendall(body[start:start + 8000])
+                sock.sendall(body[start : start + 8000])
                 time.sleep(0.2)
             assert re.match(rb"HTTP/1.1 (200|201)", sock.recv(4096))
         finally:
@@ -163,16 +179,21 @@ def test_a_console_sign_in_cut_short_is_no_server_error(site: tuple[Path, tuple[
     with serve(data) as server:
         for _ in range(3):
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-            sock.sendall(b"POST /ui/sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                         b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n"
-                         b"csrf=x&site=acme&sec")
+            sock.sendall(
+                b"POST /ui/sign-in HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n"
+                b"csrf=x&site=acme&sec"
+            )
             sock.close()
         with httpx2.Client(timeout=10) as http:
             deadline = time.monotonic() + 30
             while True:  # the three requests end on the server's side when it sees the disconnects
                 metrics = http.get(f"{server.base}/metrics").text
-                counted = re.findall(r'memory_server_http_requests_total\{[^}]*route="[^"]*sign-in"[^}]*'
-                                     r'status="(\d+)"\} (\S+)', metrics)
+                counted = re.findall(
+                    r'memory_server_http_requests_total\{[^}]*route="[^"]*sign-in"[^}]*'
+                    r'status="(\d+)"\} (\S+)',
+                    metrics,
+                )
                 if sum(float(n) for _, n in counted) >= 3 or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)

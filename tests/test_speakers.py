@@ -17,17 +17,20 @@ from tests.conftest import serve
 backends = pytest.mark.backends
 
 
-@pytest.mark.parametrize(("text", "label"), [
-    ("Nate: Been playing it for a month", "Nate"),
-    ("[8 May 2023] Joanna: Thanks!", "Joanna"),
-    ("Mary Ann Smith: hello", "Mary Ann Smith"),
-    ("O'Brien: on my way", "O'Brien"),
-    ("nate: lowercase is not a name", None),
-    ("The plan: ship on Friday", None),  # two words, the second not capitalised
-    ("Nate:no space after the colon", None),
-    ("Nate said: hi", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        ("Nate: Been playing it for a month", "Nate"),
+        ("[8 May 2023] Joanna: Thanks!", "Joanna"),
+        ("Mary Ann Smith: hello", "Mary Ann Smith"),
+        ("O'Brien: on my way", "O'Brien"),
+        ("nate: lowercase is not a name", None),
+        ("The plan: ship on Friday", None),  # two words, the second not capitalised
+        ("Nate:no space after the colon", None),
+        ("Nate said: hi", None),
+        ("", None),
+    ],
+)
 def test_a_label_is_a_capitalised_name_and_a_colon_at_the_start(text: str, label: str | None) -> None:
     assert speaker_of(text) == label
 
@@ -35,29 +38,43 @@ def test_a_label_is_a_capitalised_name_and_a_colon_at_the_start(text: str, label
 LABELS = ["Nate", "Joanna", "Nate", "Joanna", "Note", None]
 
 
-@pytest.mark.parametrize(("query", "who"), [
-    ("What game has Nate been playing?", "Nate"),
-    ("what game has nate's sister played?", "Nate"),  # any case, a whole word
-    ("What did Joanna tell Nate about the film?", "Joanna"),  # the first named
-    ("What do Nate and Joanna both like?", None),
-    ("Which films did Joanna or Nate see?", None),
-    ("Did both of Nate's brothers go?", "Nate"),  # "both" matters only when two are named
-    ("What is Natesh doing?", None),  # not a whole word
-    ("Read the note about the film", None),  # a label heading one memory is no speaker
-    ("What game is popular?", None),
-])
+@pytest.mark.parametrize(
+    ("query", "who"),
+    [
+        ("What game has Nate been playing?", "Nate"),
+        ("what game has nate's sister played?", "Nate"),  # any case, a whole word
+        ("What did Joanna tell Nate about the film?", "Joanna"),  # the first named
+        ("What do Nate and Joanna both like?", None),
+        ("Which films did Joanna or Nate see?", None),
+        ("Did both of Nate's brothers go?", "Nate"),  # "both" matters only when two are named
+        ("What is Natesh doing?", None),  # not a whole word
+        ("Read the note about the film", None),  # a label heading one memory is no speaker
+        ("What game is popular?", None),
+    ],
+)
 def test_the_speaker_asked_about(query: str, who: str | None) -> None:
     assert asked_speaker(query, LABELS) == who
 
 
 def _pool(texts: list[str]) -> CandidateSet:
-    return CandidateSet([Candidate(id=i, text=document_text(t, "2023-05-08T10:00:00Z"), vector=np.zeros(2))
-                         for i, t in enumerate(texts)])
+    return CandidateSet(
+        [
+            Candidate(id=i, text=document_text(t, "2023-05-08T10:00:00Z"), vector=np.zeros(2))
+            for i, t in enumerate(texts)
+        ]
+    )
 
 
 def test_the_boost_goes_to_the_named_speakers_memories_only() -> None:
-    pool = _pool(["Nate: I bought a game", "Joanna: Nate, how is the game?", "Nate: Playing every night",
-                  "Joanna: cool", "We met at the cafe"])
+    pool = _pool(
+        [
+            "Nate: I bought a game",
+            "Joanna: Nate, how is the game?",
+            "Nate: Playing every night",
+            "Joanna: cool",
+            "We met at the cafe",
+        ]
+    )
     assert speakers(pool) == ["Nate", "Joanna", "Nate", "Joanna", None]
     fused = np.array([0.1, 2.0, -0.3, 0.0, 0.4])
     who = asked_speaker("What game has Nate been playing?", speakers(pool))

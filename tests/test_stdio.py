@@ -38,13 +38,20 @@ async def test_stdio_appends_and_recalls_without_credentials(tmp_path: Path) -> 
     async with stdio_client(data_dir) as client:
         tools = {tool.name for tool in await client.list_tools()}
         assert {"append_memory", "recall_memory", "replay_memory", "list_conversations"} <= tools
-        ack = await call(client, "append_memory",
-                         {"conversation_id": "conv-stdio-0001", "items": [{"role": "user", "text": "héllo"},
-                                                                          {"role": "assistant", "n": 1.0}]})
+        ack = await call(
+            client,
+            "append_memory",
+            {
+                "conversation_id": "conv-stdio-0001",
+                "items": [{"role": "user", "text": "héllo"}, {"role": "assistant", "n": 1.0}],
+            },
+        )
         assert (ack["first_seq"], ack["last_seq"], ack["duplicate"]) == (0, 1, False)
         recalled = await call(client, "recall_memory", {"conversation_id": "conv-stdio-0001"})
-        assert [item["payload"] for item in recalled["items"]] == [{"role": "user", "text": "héllo"},
-                                                                   {"role": "assistant", "n": 1.0}]
+        assert [item["payload"] for item in recalled["items"]] == [
+            {"role": "user", "text": "héllo"},
+            {"role": "assistant", "n": 1.0},
+        ]
         listed = await call(client, "list_conversations", {})
         assert [c["conversation_id"] for c in listed["conversations"]] == ["conv-stdio-0001"]
         # Errors keep their codes over stdio too.
@@ -53,7 +60,9 @@ async def test_stdio_appends_and_recalls_without_credentials(tmp_path: Path) -> 
 
     # Written to the data directory's SQLite, for the default site.
     assert rows(data_dir, "default", "conv-stdio-0001") == [
-        (0, '{"role":"user","text":"héllo"}'), (1, '{"role":"assistant","n":1.0}')]
+        (0, '{"role":"user","text":"héllo"}'),
+        (1, '{"role":"assistant","n":1.0}'),
+    ]
 
 
 async def test_stdio_acts_for_the_configured_site(tmp_path: Path) -> None:

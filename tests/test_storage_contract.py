@@ -118,8 +118,11 @@ async def test_append_acknowledges_gapless_seqs_and_keeps_payload_text(storage: 
     assert RFC3339.fullmatch(first["recorded_at"]) and first["recorded_at"] <= second["recorded_at"]
     assert first["conversation_id"] == "conv-0001"
     items = storage.logs.replay(sid, "conv-0001", 0, 10)
-    assert items == [(0, first["recorded_at"], texts[0]), (1, first["recorded_at"], texts[1]),
-                     (2, second["recorded_at"], '{"x":1}')]
+    assert items == [
+        (0, first["recorded_at"], texts[0]),
+        (1, first["recorded_at"], texts[1]),
+        (2, second["recorded_at"], '{"x":1}'),
+    ]
     assert storage.logs.tail(sid, "conv-0001", 2) == items[1:]
     assert storage.logs.tail(sid, "conv-0001", 0) == [] and storage.logs.replay(sid, "conv-0001", 1, 0) == []
     assert storage.logs.replay(sid, "conv-0001", 2, 10) == items[2:]
@@ -185,9 +188,18 @@ async def test_import_items_keeps_seqs_and_times_and_reports_each_item(storage: 
     items = [(0, t1, '{"n":0}'), (1, t1, '{"n":1}'), (2, t2, '{"n":2}')]
     assert storage.logs.import_items(sid, "conv-0001", items) == [APPENDED] * 3
     assert storage.logs.replay(sid, "conv-0001", 0, 10) == items
-    outcomes = storage.logs.import_items(sid, "conv-0001", [
-        (0, t1, '{"n":0}'),
-        (1, t1, '{"n":9}'), (3, t2, '{"n":3}'), (3, t2, '{"n":3}'), (3, t2, '{"n":4}'), (6, t2, '{"n":6}')])
+    outcomes = storage.logs.import_items(
+        sid,
+        "conv-0001",
+        [
+            (0, t1, '{"n":0}'),
+            (1, t1, '{"n":9}'),
+            (3, t2, '{"n":3}'),
+            (3, t2, '{"n":3}'),
+            (3, t2, '{"n":4}'),
+            (6, t2, '{"n":6}'),
+        ],
+    )
     assert outcomes[0] == PRESENT and outcomes[1].startswith("conflict:") and outcomes[2:4] == [APPENDED, PRESENT]
     assert outcomes[4].startswith("conflict:") and outcomes[5].startswith("gap:")
     summary = storage.logs.conversations(sid, 1, None).conversations[0]
@@ -206,8 +218,9 @@ async def test_a_deleted_conversation_is_hidden_at_once_then_purged_in_small_ste
         await logs.append(sid, "conv-0001", [f'{{"n":{n}}}', f'{{"n":{n}.5}}'], key)
     await logs.append(sid, "conv-0002", ['{"kept":1}'], "k0")
     await logs.append(other, "conv-0001", ['{"theirs":1}'], None)
-    linked = remember(storage, sid, "from the log", provenance={"source": "chat", "conversation_id": "conv-0001",
-                                                                "seq": 3})
+    linked = remember(
+        storage, sid, "from the log", provenance={"source": "chat", "conversation_id": "conv-0001", "seq": 3}
+    )
     named = remember(storage, sid, "names it without a seq", provenance={"conversation_id": "conv-0001"})
     numeric = remember(storage, sid, "a number is not an id", provenance={"conversation_id": 12345678})
     elsewhere = remember(storage, sid, "from the other log", provenance={"conversation_id": "conv-0002", "seq": 0})
@@ -246,16 +259,22 @@ async def test_a_deleted_conversation_is_hidden_at_once_then_purged_in_small_ste
     assert after.updated_at > before.updated_at  # a change: cached candidates are read again
     unnamed = storage.memories.get(Scope(sid), named.reference)
     assert unnamed is not None and unnamed.provenance == {}
-    for ref, owner, provenance in [(numeric.reference, sid, {"conversation_id": 12345678}),
-                                   (elsewhere.reference, sid, {"conversation_id": "conv-0002", "seq": 0}),
-                                   (theirs.reference, other, {"conversation_id": "conv-0001", "seq": 0})]:
+    for ref, owner, provenance in [
+        (numeric.reference, sid, {"conversation_id": 12345678}),
+        (elsewhere.reference, sid, {"conversation_id": "conv-0002", "seq": 0}),
+        (theirs.reference, other, {"conversation_id": "conv-0001", "seq": 0}),
+    ]:
         kept = storage.memories.get(Scope(owner), ref)
         assert kept is not None and kept.provenance == provenance
     _, rows = storage.candidates.load(Scope(sid), None, "model-a", lambda _id, _at: False)
     positions = {row.content: (row.conversation_id, row.seq) for row in rows}
     assert positions["from the log"] == (None, None) and positions["from the other log"] == ("conv-0002", 0)
-    assert storage.memories.page(Scope(sid), location=None, provenance={"conversation_id": "conv-0001"}, limit=10,
-                                 after=None)[0] == []
+    assert (
+        storage.memories.page(
+            Scope(sid), location=None, provenance={"conversation_id": "conv-0001"}, limit=10, after=None
+        )[0]
+        == []
+    )
 
     # Nothing of it is left: the id starts a new log, and its old idempotency keys are forgotten.
     ack = await logs.append(sid, "conv-0001", ['{"new":true}'], "k0")
@@ -283,8 +302,9 @@ async def test_an_append_racing_a_deletion_waits_then_starts_a_new_log_at_seq_0(
     assert sorted(t for _, _, t in logs.replay(sid, "conv-0001", 0, 100)) == ['{"new":1}', '{"new":2}']
 
 
-async def test_an_append_gives_up_on_a_deletion_that_does_not_finish(storage: Storage,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_append_gives_up_on_a_deletion_that_does_not_finish(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("memory_server.storage.deletion.DELETION_WAIT_S", 0.3)
     sid = site(storage)
     await storage.logs.append(sid, "conv-0001", ['{"n":0}'], None)
@@ -326,9 +346,17 @@ async def test_log_retention_marks_what_is_past_it_oldest_first(storage: Storage
 
 
 def token_record(token_id: str, site_id: int, **bounds: Any) -> TokenRecord:
-    return TokenRecord(id=token_id, site_id=site_id, site="acme", scopes=("memory:read",),
-                       teams=bounds.get("teams"), projects=bounds.get("projects"), buckets=bounds.get("buckets"),
-                       created_at=f"2024-01-01T00:00:0{token_id[-1]}.000000Z", revoked_at=None)
+    return TokenRecord(
+        id=token_id,
+        site_id=site_id,
+        site="acme",
+        scopes=("memory:read",),
+        teams=bounds.get("teams"),
+        projects=bounds.get("projects"),
+        buckets=bounds.get("buckets"),
+        created_at=f"2024-01-01T00:00:0{token_id[-1]}.000000Z",
+        revoked_at=None,
+    )
 
 
 def test_sites_and_tokens(storage: Storage) -> None:
@@ -374,8 +402,15 @@ def test_token_labels_and_last_use(storage: Storage) -> None:
 
 
 def session_record(id_hash: str, site_id: int, *, created_at: float, seen_at: float) -> SessionRecord:
-    return SessionRecord(id_hash=id_hash, site_id=site_id, site="acme", kind="basic", credential=f"digest-{id_hash}",
-                         created_at=created_at, seen_at=seen_at)
+    return SessionRecord(
+        id_hash=id_hash,
+        site_id=site_id,
+        site="acme",
+        kind="basic",
+        credential=f"digest-{id_hash}",
+        created_at=created_at,
+        seen_at=seen_at,
+    )
 
 
 def test_console_sessions(storage: Storage) -> None:
@@ -384,8 +419,17 @@ def test_console_sessions(storage: Storage) -> None:
     now = time.time()
     first = session_record("a" * 64, sid, created_at=now - 0.25, seen_at=now)
     sites.add_session(first)
-    sites.add_session(SessionRecord(id_hash="b" * 64, site_id=sid, site="acme", kind="bearer", credential="tok-hash",
-                                    created_at=now, seen_at=now))
+    sites.add_session(
+        SessionRecord(
+            id_hash="b" * 64,
+            site_id=sid,
+            site="acme",
+            kind="bearer",
+            credential="tok-hash",
+            created_at=now,
+            seen_at=now,
+        )
+    )
     assert sites.session("a" * 64) == first  # unix seconds come back exactly (double precision)
     bearer = sites.session("b" * 64)
     assert bearer is not None and (bearer.kind, bearer.credential) == ("bearer", "tok-hash")
@@ -438,17 +482,30 @@ NOW = 1_900_000_000.0
 
 
 def oauth_code(site_id: int, **fields: Any) -> OAuthCode:
-    values: dict[str, Any] = {"client_id": "client-1", "site_id": site_id, "bounds": Bounds((READ,), buckets=("b",)),
-                              "resource": "http://127.0.0.1:8765/mcp", "code_challenge": "challenge",
-                              "redirect_uri": "http://127.0.0.1:5000/cb", "redirect_uri_explicit": True,
-                              "expires_at": NOW + 60}
+    values: dict[str, Any] = {
+        "client_id": "client-1",
+        "site_id": site_id,
+        "bounds": Bounds((READ,), buckets=("b",)),
+        "resource": "http://127.0.0.1:8765/mcp",
+        "code_challenge": "challenge",
+        "redirect_uri": "http://127.0.0.1:5000/cb",
+        "redirect_uri_explicit": True,
+        "expires_at": NOW + 60,
+    }
     values.update(fields)
     return OAuthCode(**values)
 
 
 def oauth_grant(grant_id: str, site_id: int, created_at: str = WHEN) -> NewGrant:
-    return NewGrant(id=grant_id, site_id=site_id, client_id="client-1", bounds=Bounds((READ, WRITE), teams=("t",)),
-                    resource="http://127.0.0.1:8765/mcp", created_at=created_at, expires_at=NOW + 3600)
+    return NewGrant(
+        id=grant_id,
+        site_id=site_id,
+        client_id="client-1",
+        bounds=Bounds((READ, WRITE), teams=("t",)),
+        resource="http://127.0.0.1:8765/mcp",
+        created_at=created_at,
+        expires_at=NOW + 3600,
+    )
 
 
 def test_oauth_clients_and_requests(storage: Storage) -> None:
@@ -457,7 +514,8 @@ def test_oauth_clients_and_requests(storage: Storage) -> None:
     oauth.add_client(public)
     oauth.add_client(OAuthClient("client-2", "secret-digest", None, "{}", NOW + 0.25))
     assert oauth.client("client-1") == public and oauth.client("client-2") == OAuthClient(
-        "client-2", "secret-digest", None, "{}", NOW + 0.25)
+        "client-2", "secret-digest", None, "{}", NOW + 0.25
+    )
     assert oauth.client("nobody") is None
     pending = PendingAuthorization("client-1", '{"state": "s"}', NOW + 600)
     oauth.add_request("req-1", pending, now=NOW)
@@ -481,10 +539,10 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
     assert not oauth.add_code("code-x", oauth_code(sid + 100), now=NOW)  # no such site
     assert oauth.code("code-x") is None
     assert oauth.add_code("code-1", oauth_code(sid), now=NOW)
-    assert oauth.add_code("code-2", oauth_code(sid, bounds=Bounds((READ, WRITE)), redirect_uri_explicit=False),
-                          now=NOW)
+    assert oauth.add_code("code-2", oauth_code(sid, bounds=Bounds((READ, WRITE)), redirect_uri_explicit=False), now=NOW)
     assert oauth.code("code-1") == oauth_code(sid) and oauth.code("code-2") == oauth_code(
-        sid, bounds=Bounds((READ, WRITE)), redirect_uri_explicit=False)
+        sid, bounds=Bounds((READ, WRITE)), redirect_uri_explicit=False
+    )
     access = IssuedToken("access-1", ACCESS, (READ,), NOW + 3600)
     refresh = IssuedToken("refresh-1", REFRESH, (READ, WRITE), NOW + 7200)
     grant = oauth_grant("oa_1", sid)
@@ -495,10 +553,24 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
     assert oauth.code("code-1") == replace(oauth_code(sid), used=True, grant_id="oa_1")
     record = oauth.token("access-1")
     assert record is not None and (record.kind, record.scopes, record.expires_at, record.rotated) == (
-        ACCESS, (READ,), NOW + 3600, False)
-    listed = OAuthGrant(id="oa_1", site_id=sid, site="acme", client_id="client-1", client_name="Claude",
-                        bounds=Bounds((READ, WRITE), teams=("t",)), resource="http://127.0.0.1:8765/mcp",
-                        created_at=WHEN, expires_at=NOW + 3600, revoked_at=None, last_used_at=rfc3339_at(NOW))
+        ACCESS,
+        (READ,),
+        NOW + 3600,
+        False,
+    )
+    listed = OAuthGrant(
+        id="oa_1",
+        site_id=sid,
+        site="acme",
+        client_id="client-1",
+        client_name="Claude",
+        bounds=Bounds((READ, WRITE), teams=("t",)),
+        resource="http://127.0.0.1:8765/mcp",
+        created_at=WHEN,
+        expires_at=NOW + 3600,
+        revoked_at=None,
+        last_used_at=rfc3339_at(NOW),
+    )
     assert record.grant == listed and oauth.token("unknown") is None
     try:
         assert oauth.token("access-1", nowait=True) == record
@@ -518,8 +590,12 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
     assert fresh is not None and (fresh.kind, fresh.scopes, fresh.rotated) == (REFRESH, (READ,), False)
 
     # Grants: oldest first, revoked ones included; a revoked grant refreshes no more.
-    assert oauth.redeem_code("code-2", oauth_grant("oa_0", sid, created_at="2024-04-01T00:00:00.000000Z"),
-                             [IssuedToken("refresh-0", REFRESH, (READ,), NOW + 3600)], now=NOW)
+    assert oauth.redeem_code(
+        "code-2",
+        oauth_grant("oa_0", sid, created_at="2024-04-01T00:00:00.000000Z"),
+        [IssuedToken("refresh-0", REFRESH, (READ,), NOW + 3600)],
+        now=NOW,
+    )
     assert [g.id for g in oauth.grants(sid)] == ["oa_0", "oa_1"] and oauth.grants(sid + 100) == []
     assert oauth.revoke_grant("oa_1") and not oauth.revoke_grant("oa_1") and not oauth.revoke_grant("oa_none")
     revoked = oauth.grants(sid)[1]
@@ -538,8 +614,9 @@ def test_oauth_codes_grants_and_tokens(storage: Storage) -> None:
     # A site's deletion takes its codes, grants and tokens (not the clients: they belong to no site).
     other = site(storage, "other")
     assert oauth.add_code("code-o", oauth_code(other), now=NOW)
-    assert oauth.redeem_code("code-o", oauth_grant("oa_o", other), [IssuedToken("access-o", ACCESS, (READ,),
-                                                                                NOW + 60)], now=NOW)
+    assert oauth.redeem_code(
+        "code-o", oauth_grant("oa_o", other), [IssuedToken("access-o", ACCESS, (READ,), NOW + 60)], now=NOW
+    )
     assert oauth.add_code("code-3", oauth_code(sid), now=NOW)
     assert storage.sites.delete_site("acme")
     assert oauth.grants(sid) == [] and oauth.code("code-1") is None and oauth.code("code-3") is None
@@ -557,13 +634,15 @@ def test_insert_decides_duplicates_and_kept_references(storage: Storage) -> None
     created = remember(storage, sid, "the sky is blue", project="p")
     assert created.outcome == CREATED and created.row_id is not None and created.reference.startswith("mem_")
     assert storage.memories.find_duplicate(sid, memory("the sky is blue", project="p").dedup_key) == created.reference
-    assert storage.memories.decided(sid, memory("the sky is blue", project="p"), None) == \
-        type(created)(None, created.reference, DUPLICATE)
+    assert storage.memories.decided(sid, memory("the sky is blue", project="p"), None) == type(created)(
+        None, created.reference, DUPLICATE
+    )
     assert remember(storage, sid, "the sky is blue", project="p").outcome == DUPLICATE
     assert storage.memories.decided(sid, memory("the sky is blue"), None) is None  # other filing: new
     assert remember(storage, other, "the sky is blue", project="p").outcome == CREATED  # other site: new
-    kept = Kept(reference="mem_kept", created_at="2020-01-01T00:00:00.000000Z",
-                updated_at="2020-02-01T00:00:00.000000Z")
+    kept = Kept(
+        reference="mem_kept", created_at="2020-01-01T00:00:00.000000Z", updated_at="2020-02-01T00:00:00.000000Z"
+    )
     assert remember(storage, sid, "imported", kept=kept).outcome == CREATED
     assert remember(storage, sid, "imported", kept=kept).outcome == PRESENT
     assert remember(storage, sid, "something else", kept=kept).outcome == CONFLICT
@@ -582,31 +661,48 @@ def test_update_checks_what_it_was_based_on(storage: Storage) -> None:
     stored = storage.memories.get(Scope(sid), first.reference)
     assert stored is not None and stored.has_vector and stored.vector_model == "model-a"
     with pytest.raises(StaleRow):
-        storage.memories.update(sid, first.reference, memory("alpha changed"), based_on={"content": "not it"},
-                                document=None, words=Words())
+        storage.memories.update(
+            sid, first.reference, memory("alpha changed"), based_on={"content": "not it"}, document=None, words=Words()
+        )
     with pytest.raises(InvalidParameters):
         storage.memories.update(sid, first.reference, memory("beta fact"), based_on={}, document=None, words=Words())
     assert storage.memories.update(sid, "mem_gone", memory("x"), based_on={}, document=None, words=Words()) is None
     storage.outbox.mark_indexed([(first.row_id, stored.updated_at)])
-    row_id = storage.memories.update(sid, first.reference, memory("gamma fact", tags=["y"]),
-                                     based_on={"content": "alpha fact"}, document=document("gamma fact"), words=Words())
+    row_id = storage.memories.update(
+        sid,
+        first.reference,
+        memory("gamma fact", tags=["y"]),
+        based_on={"content": "alpha fact"},
+        document=document("gamma fact"),
+        words=Words(),
+    )
     assert row_id == first.row_id and storage.outbox.unindexed(10) == [first.row_id, second.row_id]
     changed = storage.memories.get(Scope(sid), first.reference)
     assert changed is not None and (changed.content, changed.tags) == ("gamma fact", ("y",))
     assert changed.updated_at >= stored.updated_at
     assert storage.candidates.best_by_terms(Scope(sid), analyze("gamma"), 10) == [first.row_id]
     assert storage.candidates.best_by_terms(Scope(sid), analyze("alpha"), 10) == []
-    storage.memories.update(sid, first.reference, memory("gamma fact", project="p"), based_on={},
-                            document=None, words=Words())  # the text is the same: vector and terms stay
+    storage.memories.update(
+        sid, first.reference, memory("gamma fact", project="p"), based_on={}, document=None, words=Words()
+    )  # the text is the same: vector and terms stay
     assert storage.candidates.best_by_terms(Scope(sid), analyze("gamma"), 10) == [first.row_id]
 
 
 def test_delete_get_page_by_ids(storage: Storage) -> None:
     sid = site(storage)
-    made = [remember(storage, sid, f"memory number {n}", team="t1" if n % 2 else "t2", tags=["a", f"n{n}"],
-                     location="notes/a" if n < 3 else None,
-                     provenance={"source": "chat", "agent": 7} if n == 4 else {},
-                     kept=Kept(created_at=f"2024-01-0{1 + n // 2}T00:00:00.000000Z")) for n in range(6)]
+    made = [
+        remember(
+            storage,
+            sid,
+            f"memory number {n}",
+            team="t1" if n % 2 else "t2",
+            tags=["a", f"n{n}"],
+            location="notes/a" if n < 3 else None,
+            provenance={"source": "chat", "agent": 7} if n == 4 else {},
+            kept=Kept(created_at=f"2024-01-0{1 + n // 2}T00:00:00.000000Z"),
+        )
+        for n in range(6)
+    ]
     scope = Scope(sid)
     page, following = storage.memories.page(scope, location=None, provenance={}, limit=4, after=None)
     expected = [made[n].reference for n in (5, 4, 3, 2, 1, 0)]  # created_at descending, then id descending
@@ -615,14 +711,17 @@ def test_delete_get_page_by_ids(storage: Storage) -> None:
     assert [m.reference for m in rest] == expected[4:] and end is None
     located, _ = storage.memories.page(scope, location="notes/a", provenance={}, limit=10, after=None)
     assert len(located) == 3
-    assert [m.reference for m in storage.memories.page(scope, location=None, provenance={"source": "chat"},
-                                                       limit=10, after=None)[0]] == [made[4].reference]
+    assert [
+        m.reference
+        for m in storage.memories.page(scope, location=None, provenance={"source": "chat"}, limit=10, after=None)[0]
+    ] == [made[4].reference]
     assert storage.memories.page(scope, location=None, provenance={"agent": "7"}, limit=10, after=None)[0] == []
     with pytest.raises(InvalidParameters):
         storage.memories.page(scope, location=None, provenance={"secret": "x"}, limit=10, after=None)
     bounded = scope.narrowed(team="t1", tags=["n3"])
-    assert [m.reference for m in storage.memories.page(bounded, location=None, provenance={}, limit=10,
-                                                       after=None)[0]] == [made[3].reference]
+    assert [
+        m.reference for m in storage.memories.page(bounded, location=None, provenance={}, limit=10, after=None)[0]
+    ] == [made[3].reference]
     assert storage.memories.get(Scope(sid, teams=frozenset({"t2"})), made[1].reference) is None
     assert storage.memories.delete(Scope(sid, teams=frozenset({"t2"})), made[1].reference) is None
     assert storage.memories.delete(scope, made[1].reference) == made[1].row_id
@@ -636,17 +735,24 @@ def test_delete_get_page_by_ids(storage: Storage) -> None:
 
 def test_page_on_an_occurred_range(storage: Storage) -> None:
     sid, other = site(storage), site(storage, "other")
-    times = ["2026-04-30T23:59:59.999999Z", "2026-05-01T00:00:00.000000Z", "2026-05-15T12:00:00.000000Z",
-             "2026-05-31T23:59:59.999999Z", "2026-06-01T00:00:00.000000Z"]
-    made = [remember(storage, sid, f"event {n}", occurred_at=when, bucket="b" if n % 2 else "default")
-            for n, when in enumerate(times)]
+    times = [
+        "2026-04-30T23:59:59.999999Z",
+        "2026-05-01T00:00:00.000000Z",
+        "2026-05-15T12:00:00.000000Z",
+        "2026-05-31T23:59:59.999999Z",
+        "2026-06-01T00:00:00.000000Z",
+    ]
+    made = [
+        remember(storage, sid, f"event {n}", occurred_at=when, bucket="b" if n % 2 else "default")
+        for n, when in enumerate(times)
+    ]
     remember(storage, other, "event elsewhere", occurred_at=times[2])
     scope = Scope(sid)
 
-    def listed(scope: Scope, limit: int = 10, after: tuple[str, int] | None = None,
-               **bounds: str) -> tuple[list[str], tuple[str, int] | None]:
-        page, following = storage.memories.page(scope, location=None, provenance={}, limit=limit, after=after,
-                                                **bounds)
+    def listed(
+        scope: Scope, limit: int = 10, after: tuple[str, int] | None = None, **bounds: str
+    ) -> tuple[list[str], tuple[str, int] | None]:
+        page, following = storage.memories.page(scope, location=None, provenance={}, limit=limit, after=after, **bounds)
         return [m.reference for m in page], following
 
     may = {"occurred_after": "2026-05-01T00:00:00.000000Z", "occurred_before": "2026-06-01T00:00:00.000000Z"}
@@ -665,17 +771,33 @@ def test_page_by_occurred_and_the_count_of_a_listing(storage: Storage) -> None:
     """A back-dated import: created in one order, occurred in another. The listing is keyed on either, and
     counted with the same filters."""
     sid, other = site(storage), site(storage, "other")
-    occurred = ["2026-03-05T00:00:00.000000Z", "2025-01-01T00:00:00.000000Z", "2026-03-05T00:00:00.000000Z",
-                "2024-06-30T12:00:00.000000Z", "2026-01-15T08:00:00.000000Z"]
-    made = [remember(storage, sid, f"imported {n}", occurred_at=when, bucket="b" if n % 2 else "default",
-                     kept=Kept(created_at=f"2026-04-0{n + 1}T00:00:00.000000Z")) for n, when in enumerate(occurred)]
+    occurred = [
+        "2026-03-05T00:00:00.000000Z",
+        "2025-01-01T00:00:00.000000Z",
+        "2026-03-05T00:00:00.000000Z",
+        "2024-06-30T12:00:00.000000Z",
+        "2026-01-15T08:00:00.000000Z",
+    ]
+    made = [
+        remember(
+            storage,
+            sid,
+            f"imported {n}",
+            occurred_at=when,
+            bucket="b" if n % 2 else "default",
+            kept=Kept(created_at=f"2026-04-0{n + 1}T00:00:00.000000Z"),
+        )
+        for n, when in enumerate(occurred)
+    ]
     remember(storage, other, "elsewhere", occurred_at=occurred[0])
     scope = Scope(sid)
 
-    def listed(order: str, limit: int = 10, after: tuple[str, int] | None = None,
-               **bounds: Any) -> tuple[list[int], tuple[str, int] | None]:
-        page, following = storage.memories.page(scope, location=None, provenance={}, limit=limit, after=after,
-                                                order=order, **bounds)
+    def listed(
+        order: str, limit: int = 10, after: tuple[str, int] | None = None, **bounds: Any
+    ) -> tuple[list[int], tuple[str, int] | None]:
+        page, following = storage.memories.page(
+            scope, location=None, provenance={}, limit=limit, after=after, order=order, **bounds
+        )
         return [made.index(next(m for m in made if m.reference == p.reference)) for p in page], following
 
     assert listed(BY_CREATED)[0] == [4, 3, 2, 1, 0]
@@ -685,8 +807,9 @@ def test_page_by_occurred_and_the_count_of_a_listing(storage: Storage) -> None:
     second, following = listed(BY_OCCURRED, limit=2, after=following)
     rest, end = listed(BY_OCCURRED, limit=2, after=following)
     assert first + second + rest == [2, 0, 4, 1, 3] and end is None
-    assert listed(BY_OCCURRED, occurred_after="2025-01-01T00:00:00.000000Z",
-                  occurred_before="2026-03-05T00:00:00.000000Z")[0] == [4, 1]
+    assert listed(
+        BY_OCCURRED, occurred_after="2025-01-01T00:00:00.000000Z", occurred_before="2026-03-05T00:00:00.000000Z"
+    )[0] == [4, 1]
     with pytest.raises(ValueError):
         listed("alphabetical")
 
@@ -704,12 +827,25 @@ def test_page_by_occurred_and_the_count_of_a_listing(storage: Storage) -> None:
 
 def test_occurred_per_day(storage: Storage) -> None:
     sid, other = site(storage), site(storage, "other")
-    days = {"2026-03-01T23:59:59.999999Z": "a", "2026-03-02T00:00:00.000000Z": "a", "2026-03-02T12:00:00.000000Z": "b",
-            "2026-03-02T23:00:00.000000Z": "a", "2026-03-05T08:00:00.000000Z": "b", "2026-02-28T10:00:00.000000Z": "a"}
+    days = {
+        "2026-03-01T23:59:59.999999Z": "a",
+        "2026-03-02T00:00:00.000000Z": "a",
+        "2026-03-02T12:00:00.000000Z": "b",
+        "2026-03-02T23:00:00.000000Z": "a",
+        "2026-03-05T08:00:00.000000Z": "b",
+        "2026-02-28T10:00:00.000000Z": "a",
+    }
     for n, (occurred, bucket) in enumerate(days.items()):
         # Saved on one day (an import), occurred on six: the days counted are the occurred ones.
-        remember(storage, sid, f"saved {n}", bucket=bucket, tags=["t"] if n % 2 else [], occurred_at=occurred,
-                 kept=Kept(created_at="2026-04-01T00:00:00.000000Z"))
+        remember(
+            storage,
+            sid,
+            f"saved {n}",
+            bucket=bucket,
+            tags=["t"] if n % 2 else [],
+            occurred_at=occurred,
+            kept=Kept(created_at="2026-04-01T00:00:00.000000Z"),
+        )
     remember(storage, other, "saved elsewhere", occurred_at="2026-03-02T10:00:00.000000Z")
     since, before = "2026-03-01T00:00:00.000000Z", "2026-04-01T00:00:00.000000Z"
     per_day = storage.memories.occurred_per_day
@@ -736,8 +872,13 @@ def test_outbox(storage: Storage) -> None:
     assert index_payload(rows[0])["site"] == str(sid)
     outbox.mark_indexed([(a.row_id, rows[0].updated_at), (b.row_id, "an older version")])
     assert outbox.unindexed(10) == [b.row_id] and outbox.counts() == (1, 1, 0)
-    outbox.set_vectors([(b.row_id, rows[1].updated_at, np.ones(4, dtype=np.float32)),
-                        (a.row_id, "an older version", np.zeros(4, dtype=np.float32))], "model-b")
+    outbox.set_vectors(
+        [
+            (b.row_id, rows[1].updated_at, np.ones(4, dtype=np.float32)),
+            (a.row_id, "an older version", np.zeros(4, dtype=np.float32)),
+        ],
+        "model-b",
+    )
     again, first = outbox.index_rows([b.row_id])[0], outbox.index_rows([a.row_id])[0]
     assert again.vector_model == "model-b" and again.vector is not None and again.vector.tolist() == [1.0] * 4
     assert first.vector_model != "model-b", "a row changed since it was read keeps its own vector"
@@ -760,18 +901,30 @@ def test_change_feed(storage: Storage) -> None:
     assert outbox.change_mark() == 0 and outbox.changes(0, 10).changed == [] and len(storage.identity) == 32
     a, b = remember(storage, sid, "first memory"), remember(storage, sid, "second memory")
     start = outbox.change_mark()
-    assert start == 2 and outbox.ids_after(0, 10) == [a.row_id, b.row_id] and outbox.ids_after(a.row_id, 10) == [
-        b.row_id]
+    assert (
+        start == 2 and outbox.ids_after(0, 10) == [a.row_id, b.row_id] and outbox.ids_after(a.row_id, 10) == [b.row_id]
+    )
     stored = storage.memories.get(Scope(sid), a.reference)
     assert stored is not None
     outbox.mark_indexed([(a.row_id, stored.updated_at)])
     assert outbox.change_mark() == start  # being indexed changes nothing the index holds
-    storage.memories.update(sid, a.reference, memory("first memory, changed"), based_on={},
-                            document=document("first memory, changed"), words=Words())
+    storage.memories.update(
+        sid,
+        a.reference,
+        memory("first memory, changed"),
+        based_on={},
+        document=document("first memory, changed"),
+        words=Words(),
+    )
     storage.memories.delete(Scope(sid), b.reference)
     page = outbox.changes(start, 10)
     assert (page.changed, page.deleted, page.mark, page.more, page.truncated) == (
-        [a.row_id], [b.row_id], outbox.change_mark(), False, False)
+        [a.row_id],
+        [b.row_id],
+        outbox.change_mark(),
+        False,
+        False,
+    )
     assert outbox.changes(0, 10).deleted == [b.row_id]  # inserted, then deleted: deleted, once
     cut = outbox.changes(0, 1)
     assert cut.more and cut.mark == 1 and cut.changed == [a.row_id]
@@ -786,8 +939,9 @@ def test_change_feed(storage: Storage) -> None:
     assert outbox.changes(page.mark, 10).truncated is False and outbox.change_mark() == page.mark + 1
 
 
-def test_change_numbers_follow_commit_order_across_servers(both: tuple[Storage, Storage], postgres_url: str,
-                                                           tmp_path: Path) -> None:
+def test_change_numbers_follow_commit_order_across_servers(
+    both: tuple[Storage, Storage], postgres_url: str, tmp_path: Path
+) -> None:
     """Two servers write memories at once while a third follows the feed: following it page by page from
     where it left off finds every memory (a number that committed after a later one would be skipped)."""
     writers = [open_storage(make_settings(tmp_path / f"w{n}", database_url=postgres_url)) for n in range(2)]
@@ -842,9 +996,18 @@ def test_words(storage: Storage) -> None:
 
 def test_candidates(storage: Storage) -> None:
     sid, other = site(storage), site(storage, "other")
-    rows = [remember(storage, sid, text, team=team, provenance={"conversation_id": "conv-0001", "seq": n})
-            for n, (text, team) in enumerate([("red apple", "a"), ("green apple pie", "b"), ("red wine", "a"),
-                                               ("apple apple apple", "a"), ("blue sky", "b")])]
+    rows = [
+        remember(storage, sid, text, team=team, provenance={"conversation_id": "conv-0001", "seq": n})
+        for n, (text, team) in enumerate(
+            [
+                ("red apple", "a"),
+                ("green apple pie", "b"),
+                ("red wine", "a"),
+                ("apple apple apple", "a"),
+                ("blue sky", "b"),
+            ]
+        )
+    ]
     remember(storage, other, "apple elsewhere")
     ids = [r.row_id for r in rows]
     candidates, scope = storage.candidates, Scope(sid)
@@ -896,8 +1059,12 @@ def test_lexical_terms_are_written_again_in_batches_then_versioned(storage: Stor
 
 def test_a_time_window_narrows_every_read(storage: Storage) -> None:
     sid = site(storage)
-    months = ["2024-01-15T00:00:00.000000Z", "2024-03-01T00:00:00.000000Z", "2024-04-30T23:59:59.999999Z",
-              "2024-05-01T00:00:00.000000Z"]
+    months = [
+        "2024-01-15T00:00:00.000000Z",
+        "2024-03-01T00:00:00.000000Z",
+        "2024-04-30T23:59:59.999999Z",
+        "2024-05-01T00:00:00.000000Z",
+    ]
     rows = [remember(storage, sid, f"apple report {n}", occurred_at=when) for n, when in enumerate(months)]
     ids = [r.row_id for r in rows]
     window = Scope(sid).within(occurred_after=months[1], occurred_before=months[3])
@@ -912,11 +1079,19 @@ def test_a_time_window_narrows_every_read(storage: Storage) -> None:
     assert sorted(candidates.best_by_terms(window, ["appl"], 10)) == inside
     assert storage.memories.get(window, rows[0].reference) is None
     assert storage.memories.get(window, rows[1].reference) is not None
-    listed, _ = storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None,
-                                      occurred_after=months[1], occurred_before=months[3])
+    listed, _ = storage.memories.page(
+        Scope(sid),
+        location=None,
+        provenance={},
+        limit=10,
+        after=None,
+        occurred_after=months[1],
+        occurred_before=months[3],
+    )
     assert sorted(m.id for m in listed) == inside
-    only_before, _ = storage.memories.page(Scope(sid), location=None, provenance={}, limit=10, after=None,
-                                           occurred_before=months[1])
+    only_before, _ = storage.memories.page(
+        Scope(sid), location=None, provenance={}, limit=10, after=None, occurred_before=months[1]
+    )
     assert [m.id for m in only_before] == [ids[0]]
     found = storage.memories.by_ids(ids)
     assert [window.admits(found[i]) for i in ids] == [False, True, True, False]
@@ -948,8 +1123,10 @@ def test_supersede_chains(storage: Storage) -> None:
     assert {k: v.reference for k, v in newest.items()} == {a.reference: c.reference, b.reference: c.reference}
     window = Scope(sid).within(occurred_after=None, occurred_before=when[2])  # c is outside: b is the newest
     assert {k: v.reference for k, v in storage.memories.newest(window, [a.reference]).items()} == {
-        a.reference: b.reference}
+        a.reference: b.reference
+    }
     current = Scope(sid).only_current()
+
     def visible(scope: Scope) -> list[int]:
         return [i for i, _ in storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0]]
 
@@ -958,19 +1135,38 @@ def test_supersede_chains(storage: Storage) -> None:
 
     # A cycle is refused inside the transaction: a supersedes c, which supersedes (through b) a.
     with pytest.raises(InvalidParameters, match="cycle"):
-        storage.memories.update(sid, a.reference, memory("value one", occurred_at=when[0], supersedes=c.reference),
-                                based_on={}, document=None, words=Words())
+        storage.memories.update(
+            sid,
+            a.reference,
+            memory("value one", occurred_at=when[0], supersedes=c.reference),
+            based_on={},
+            document=None,
+            words=Words(),
+        )
     assert get(c.reference).superseded_by is None and get(a.reference).supersedes is None
     # Moving c's date moves b's validity; unlinking c makes b current again.
-    storage.memories.update(sid, c.reference, memory("value three", occurred_at="2024-04-01T00:00:00.000000Z",
-                                                     supersedes=b.reference), based_on={}, document=None, words=Words())
+    storage.memories.update(
+        sid,
+        c.reference,
+        memory("value three", occurred_at="2024-04-01T00:00:00.000000Z", supersedes=b.reference),
+        based_on={},
+        document=None,
+        words=Words(),
+    )
     assert get(b.reference).valid_to == "2024-04-01T00:00:00.000000Z"
-    storage.memories.update(sid, c.reference, memory("value three", occurred_at=when[2]), based_on={}, document=None,
-                            words=Words())
+    storage.memories.update(
+        sid, c.reference, memory("value three", occurred_at=when[2]), based_on={}, document=None, words=Words()
+    )
     assert (get(b.reference).superseded_by, get(b.reference).valid_to) == (None, None)
     assert get(c.reference).supersedes is None
-    storage.memories.update(sid, c.reference, memory("value three", occurred_at=when[2], supersedes=b.reference),
-                            based_on={}, document=None, words=Words())
+    storage.memories.update(
+        sid,
+        c.reference,
+        memory("value three", occurred_at=when[2], supersedes=b.reference),
+        based_on={},
+        document=None,
+        words=Words(),
+    )
     # Deleting the middle joins the chain; deleting the newest makes the one before current.
     assert storage.memories.delete(Scope(sid), b.reference) == b.row_id
     assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (c.reference, when[2])
@@ -978,8 +1174,9 @@ def test_supersede_chains(storage: Storage) -> None:
     storage.memories.delete(Scope(sid), c.reference)
     assert (get(a.reference).superseded_by, get(a.reference).valid_to) == (None, None)
     # An import keeps the links it carries, linked to nothing yet or not.
-    imported = remember(storage, sid, "imported old", kept=Kept(reference="mem_old", superseded_by="mem_new",
-                                                               valid_to=when[1]))
+    imported = remember(
+        storage, sid, "imported old", kept=Kept(reference="mem_old", superseded_by="mem_new", valid_to=when[1])
+    )
     remember(storage, sid, "imported new", supersedes="mem_old", kept=Kept(reference="mem_new"))
     assert get("mem_old").superseded_by == "mem_new" and get("mem_new").supersedes == "mem_old"
     assert imported.outcome == CREATED
@@ -1003,7 +1200,9 @@ def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) ->
     scope = Scope(sid)
     assert storage.candidates.visible_count(scope, 10) == 2
     assert [i for i, _ in storage.candidates.load(scope, None, "model-a", lambda i, v: False)[0]] == [
-        later.row_id, kept.row_id]
+        later.row_id,
+        kept.row_id,
+    ]
     assert sorted(storage.candidates.best_by_terms(scope, ["appl"], 10)) == [later.row_id, kept.row_id]
     assert storage.memories.get(scope, gone[0].reference) is None
     assert storage.memories.get(Scope(sid, at="2000-01-01T00:00:00.000000Z"), gone[0].reference) is not None
@@ -1023,7 +1222,10 @@ def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) ->
     snapshot = storage.snapshot(None)
     try:
         assert {m["content"]: m.get("expires_at") for m in snapshot.memories()} == {
-            "apple later": future, "apple kept": None, "apple newer": None}
+            "apple later": future,
+            "apple kept": None,
+            "apple newer": None,
+        }
     finally:
         snapshot.close()
 
@@ -1039,22 +1241,37 @@ def test_lexical_prefetch_ranks_identically_on_both_backends(both: tuple[Storage
     sites = [[site(s, "a"), site(s, "b")] for s in both]
     for n, (owner, content) in enumerate(corpus(320)):
         for b, storage in enumerate(both):
-            done = remember(storage, sites[b][owner], content, kept=Kept(reference=f"mem_{n:04d}"),
-                            team=f"t{n % 3}")
+            done = remember(storage, sites[b][owner], content, kept=Kept(reference=f"mem_{n:04d}"), team=f"t{n % 3}")
             references[b][done.row_id] = done.reference
             if n % 37 == 5:  # deletions change the totals BM25 reads
                 storage.memories.delete(Scope(sites[b][owner]), done.reference)
-    queries = [analyze(q) for q in ("apple banana", "cafe", "café naïve", "snake_case", "snake case river",
-                                    "running runs", "zurich Zürich 2024", "x_y v2", "kettle", "lemon meadow night",
-                                    "orange orange piano", "unknownword apple")]
+    queries = [
+        analyze(q)
+        for q in (
+            "apple banana",
+            "cafe",
+            "café naïve",
+            "snake_case",
+            "snake case river",
+            "running runs",
+            "zurich Zürich 2024",
+            "x_y v2",
+            "kettle",
+            "lemon meadow night",
+            "orange orange piano",
+            "unknownword apple",
+        )
+    ]
     for terms in queries + [["snake_case"], ["café"], ["appl", "appl"]]:
         for owner in (0, 1):
             scopes = [Scope(sites[b][owner]) for b in (0, 1)]
-            assert _ranked(both[0], scopes[0], terms, references[0]) == \
-                _ranked(both[1], scopes[1], terms, references[1]), terms
+            assert _ranked(both[0], scopes[0], terms, references[0]) == _ranked(
+                both[1], scopes[1], terms, references[1]
+            ), terms
             bounded = [s.narrowed(team="t1") for s in scopes]
-            assert _ranked(both[0], bounded[0], terms, references[0]) == \
-                _ranked(both[1], bounded[1], terms, references[1]), terms
+            assert _ranked(both[0], bounded[0], terms, references[0]) == _ranked(
+                both[1], bounded[1], terms, references[1]
+            ), terms
         assert both[0].candidates.doc_freqs(terms) == both[1].candidates.doc_freqs(terms)
 
 
@@ -1067,8 +1284,16 @@ def test_recall_prefetch_is_the_same_on_both_backends(both: tuple[Storage, Stora
         for b, storage in enumerate(both):
             done = remember(storage, sites[b], content, kept=Kept(reference=f"mem_{n:04d}"))
             references[b][done.row_id] = done.reference
-    sources = [CandidateSource(s.candidates, None, model="model-a", full_scan_limit=10,  # type: ignore[arg-type]
-                               lexical_postings=150) for s in both]
+    sources = [
+        CandidateSource(
+            s.candidates,
+            None,
+            model="model-a",
+            full_scan_limit=10,  # type: ignore[arg-type]
+            lexical_postings=150,
+        )
+        for s in both
+    ]
     for query in ("apple tiger", "violet walnut xenon", "café river sunset", "snake_case banana", "zebra"):
         found = [[references[b][i] for i in sources[b].lexical_ids(Scope(sites[b]), query)] for b in (0, 1)]
         assert found[0] == found[1] and found[0], query
@@ -1090,13 +1315,29 @@ async def test_snapshot_is_consistent_while_writes_go_on(storage: Storage, tmp_p
         assert snapshot.counts == {"memories": 1, "conversations": 2, "log_items": 3}
         exported = list(snapshot.memories())
         assert [(m["site"], m["content"]) for m in exported] == [("acme", "kept in the export")]
-        assert list(exported[0]) == ["site", "reference", "content", "type", "location", "project", "team", "bucket",
-                                     "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"]
+        assert list(exported[0]) == [
+            "site",
+            "reference",
+            "content",
+            "type",
+            "location",
+            "project",
+            "team",
+            "bucket",
+            "tags",
+            "metadata",
+            "provenance",
+            "occurred_at",
+            "created_at",
+            "updated_at",
+        ]
         assert list(exported[0]["metadata"]) == ["b", "a"]
         items = list(snapshot.log_items())
         assert [(s, c, item[0], item[2]) for s, c, item in items] == [
-            ("acme", "conv-0001", 0, '{"n":0}'), ("acme", "conv-0001", 1, '{"n":1}'),
-            ("other", "conv-0002", 0, '{"n":0}')]
+            ("acme", "conv-0001", 0, '{"n":0}'),
+            ("acme", "conv-0001", 1, '{"n":1}'),
+            ("other", "conv-0002", 0, '{"n":0}'),
+        ]
     finally:
         snapshot.close()
     one = storage.snapshot("other")
@@ -1123,8 +1364,9 @@ def test_appenders_in_several_processes_share_four_conversations(postgres_url: s
         sid = site(storage)
         acks = run_appenders(postgres_url, tmp_path / "data", sid, writers=4, batches=30)
         assert len(acks) == 4 * 30
-        counts = check_acks(storage, sid, acks, lambda key, pos: json.dumps(
-            {"writer": key[0], "batch": key[1], "pos": pos}))
+        counts = check_acks(
+            storage, sid, acks, lambda key, pos: json.dumps({"writer": key[0], "batch": key[1], "pos": pos})
+        )
         assert sum(counts.values()) == sum(a["count"] for a in acks.values()) and len(counts) == 4
     finally:
         storage.close()
@@ -1165,8 +1407,9 @@ async def test_a_duplicate_key_raced_by_two_servers_appends_once(postgres_url: s
     try:
         sid = site(first)
         for n in range(15):
-            acks = await asyncio.gather(*(s.logs.append(sid, "conv-raced-0001", [f'{{"n":{n}}}', '{"x":0}'], f"k{n}")
-                                          for s in (first, second)))
+            acks = await asyncio.gather(
+                *(s.logs.append(sid, "conv-raced-0001", [f'{{"n":{n}}}', '{"x":0}'], f"k{n}") for s in (first, second))
+            )
             assert sorted(a["duplicate"] for a in acks) == [False, True]
             assert acks[0]["first_seq"] == acks[1]["first_seq"] == 2 * n
         items = first.logs.replay(sid, "conv-raced-0001", 0, 1000)
@@ -1176,22 +1419,25 @@ async def test_a_duplicate_key_raced_by_two_servers_appends_once(postgres_url: s
         second.close()
 
 
-async def _append_until(storage: Storage, sid: int, writer: int, stop: threading.Event,
-                        results: list[tuple[Any, Any]]) -> None:
+async def _append_until(
+    storage: Storage, sid: int, writer: int, stop: threading.Event, results: list[tuple[Any, Any]]
+) -> None:
     batch = 0
     while not stop.is_set():
         texts = [json.dumps({"writer": writer, "batch": batch, "pos": pos}) for pos in range(3)]
         try:
-            results.append(((writer, batch), await storage.logs.append(sid, f"conv-restart-{writer % 2:04d}",
-                                                                         texts, None)))
+            results.append(
+                ((writer, batch), await storage.logs.append(sid, f"conv-restart-{writer % 2:04d}", texts, None))
+            )
         except Unavailable as exc:
             results.append(((writer, batch), exc))
         batch += 1
         await asyncio.sleep(0.005)
 
 
-async def test_a_restart_under_load_answers_unavailable_and_recovers(postgres_server: PostgresServer,
-                                                                    postgres_url: str, tmp_path: Path) -> None:
+async def test_a_restart_under_load_answers_unavailable_and_recovers(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
+) -> None:
     """`pg_ctl restart -m fast` while six appenders run: each call is acknowledged or answered
     `unavailable` (never another error), nothing acknowledged is lost, and the pools reconnect by themselves."""
     storage = open_storage(make_settings(tmp_path / "data", database_url=postgres_url))
@@ -1214,8 +1460,9 @@ async def test_a_restart_under_load_answers_unavailable_and_recovers(postgres_se
         storage.close()
 
 
-async def test_a_stopped_database_is_unavailable_until_it_is_back(postgres_server: PostgresServer,
-                                                                  postgres_url: str) -> None:
+async def test_a_stopped_database_is_unavailable_until_it_is_back(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
     storage = PostgresStorage(postgres_url, retry_budget_s=1.0)
     try:
         sid = site(storage)
@@ -1265,8 +1512,9 @@ def test_appends_from_many_event_loops_do_not_pile_up_connections(postgres_url: 
             ack = asyncio.run(storage.logs.append(sid, "conv-0001", [f'{{"n":{n}}}'], None))
             assert ack["first_seq"] == n
         with psycopg.connect(postgres_url) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                               " AND pid <> pg_backend_pid()").fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
         assert row is not None and row[0] <= 4  # this loop's pool and the blocking pool, not one per loop
     finally:
         storage.close()

@@ -17,8 +17,10 @@ DATE_TERMS = ["day20240508", "day20240509", "week2024w19"]
 def random_docs(rng: random.Random, n: int) -> list[list[str]]:
     # Short documents over a small vocabulary: repeated terms and repeated pairs are common; some end with date
     # terms, as stored documents do.
-    return [[rng.choice(VOCABULARY) for _ in range(rng.randint(0, 12))]
-            + rng.sample(DATE_TERMS, rng.choice((0, 0, 1, 2))) for _ in range(n)]
+    return [
+        [rng.choice(VOCABULARY) for _ in range(rng.randint(0, 12))] + rng.sample(DATE_TERMS, rng.choice((0, 0, 1, 2)))
+        for _ in range(n)
+    ]
 
 
 def context_of(rng: random.Random, n: int) -> list[tuple[np.ndarray, float]]:

@@ -32,20 +32,46 @@ pytestmark = pytest.mark.backends
 SITE = "acme"
 
 FACTS = [
-    dict(content="We decided to authenticate MCP clients with Basic credentials per site and scoped bearer tokens.",
-         type="decision", project="memory-os", team="platform", bucket="eng", tags=["auth", "mcp"],
-         metadata={"zeta": 1, "alpha": {"b": [1, 2], "a": None}}, location="projects/memory-os/decisions"),
-    dict(content="The staging database is backed up every night at 02:00 UTC to object storage.",
-         type="fact", project="infra", team="ops", bucket="eng", tags=["backup"], occurred_at="2024-05-08T13:56:00Z"),
-    dict(content="Alice prefers dark roast coffee and dislikes early meetings.",
-         type="preference", bucket="personal", tags=["alice"],
-         provenance={"source": "chat", "conversation_id": "conv-transfer-a", "seq": 1}),
-    dict(content="Our team dinner is booked at the Italian restaurant on Friday evening.", type="event",
-         bucket="personal"),
+    dict(
+        content="We decided to authenticate MCP clients with Basic credentials per site and scoped bearer tokens.",
+        type="decision",
+        project="memory-os",
+        team="platform",
+        bucket="eng",
+        tags=["auth", "mcp"],
+        metadata={"zeta": 1, "alpha": {"b": [1, 2], "a": None}},
+        location="projects/memory-os/decisions",
+    ),
+    dict(
+        content="The staging database is backed up every night at 02:00 UTC to object storage.",
+        type="fact",
+        project="infra",
+        team="ops",
+        bucket="eng",
+        tags=["backup"],
+        occurred_at="2024-05-08T13:56:00Z",
+    ),
+    dict(
+        content="Alice prefers dark roast coffee and dislikes early meetings.",
+        type="preference",
+        bucket="personal",
+        tags=["alice"],
+        provenance={"source": "chat", "conversation_id": "conv-transfer-a", "seq": 1},
+    ),
+    dict(
+        content="Our team dinner is booked at the Italian restaurant on Friday evening.",
+        type="event",
+        bucket="personal",
+    ),
     dict(content="The Lisbon warehouse keeps spare routers on shelf 14, next to the label printer.", type="fact"),
 ]
-QUERIES = ["how do clients log in?", "when are backups taken?", "what coffee does Alice like?",
-           "where are the spare routers?", "dinner plans"]
+QUERIES = [
+    "how do clients log in?",
+    "when are backups taken?",
+    "what coffee does Alice like?",
+    "where are the spare routers?",
+    "dinner plans",
+]
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -56,8 +82,7 @@ def cli(*args: str, data_dir: Path | None = None, input: str | None = None) -> s
         return run_cli(*args, data_dir=data_dir)
     command = [sys.executable, "-m", "memory_server", *args] + (["--data-dir", str(data_dir)] if data_dir else [])
     env = {**backends.current.env(data_dir), **server_env()}
-    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
-                          input=input)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, input=input)
 
 
 def ok(*args: str, data_dir: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -72,15 +97,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def write_jsonl(path: Path, records: list[Any]) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n"
-                            for r in records), encoding="utf-8")
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in records),
+        encoding="utf-8",
+    )
     return path
 
 
 def db_counts(data_dir: Path) -> dict[str, int]:
     settings = make_settings(data_dir)
-    return {name: int(query(settings, f"SELECT count(*) FROM {name}")[0][0])
-            for name in ("sites", "memories", "conversations", "log_items")}
+    return {
+        name: int(query(settings, f"SELECT count(*) FROM {name}")[0][0])
+        for name in ("sites", "memories", "conversations", "log_items")
+    }
 
 
 async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -94,8 +123,9 @@ async def replay_all(client: Client, conversation_id: str, page: int = 7) -> lis
     pages = []
     offset = 0
     while True:
-        items = (await call(client, "replay_memory", conversation_id=conversation_id, limit=page,
-                            offset=offset))["items"]
+        items = (await call(client, "replay_memory", conversation_id=conversation_id, limit=page, offset=offset))[
+            "items"
+        ]
         pages.append(items)
         offset += len(items)
         if len(items) < page:
@@ -107,9 +137,23 @@ async def observe(client: Client, conversations: list[str]) -> dict[str, Any]:
     recalls, scores = {}, {}
     for question in QUERIES:
         hits = (await call(client, "recall", query=question, limit=4))["results"]
-        recalls[question] = [(h["reference"], h["content"], h["type"], h["location"], h["project"], h["team"],
-                           h["bucket"], h["tags"], h["metadata"], h["provenance"], h["occurred_at"], h["created_at"])
-                          for h in hits]
+        recalls[question] = [
+            (
+                h["reference"],
+                h["content"],
+                h["type"],
+                h["location"],
+                h["project"],
+                h["team"],
+                h["bucket"],
+                h["tags"],
+                h["metadata"],
+                h["provenance"],
+                h["occurred_at"],
+                h["created_at"],
+            )
+            for h in hits
+        ]
         scores[question] = [h["score"] for h in hits]
     listed = (await call(client, "list_conversations", limit=100))["conversations"]
     return {
@@ -120,10 +164,17 @@ async def observe(client: Client, conversations: list[str]) -> dict[str, Any]:
     }
 
 
-def log_line(conversation_id: str, seq: int, payload: Any, *, site: str = SITE,
-             recorded_at: str = "2024-05-08T13:56:00.000000Z") -> dict[str, Any]:
-    return {"kind": "log_item", "site": site, "conversation_id": conversation_id, "seq": seq,
-            "recorded_at": recorded_at, "payload": payload}
+def log_line(
+    conversation_id: str, seq: int, payload: Any, *, site: str = SITE, recorded_at: str = "2024-05-08T13:56:00.000000Z"
+) -> dict[str, Any]:
+    return {
+        "kind": "log_item",
+        "site": site,
+        "conversation_id": conversation_id,
+        "seq": seq,
+        "recorded_at": recorded_at,
+        "payload": payload,
+    }
 
 
 # --- the import rule for log items, on its own ---------------------------------------------------------
@@ -139,11 +190,22 @@ def test_import_log_items_continues_gaplessly_and_keeps_recorded_at(tmp_path: Pa
         assert logs.import_items(site_id, cid, items) == [APPENDED] * 3
         assert logs.replay(site_id, cid, 0, 10) == items
         [conversation] = logs.conversations(site_id, 10, None).conversations
-        assert (conversation["item_count"], conversation["first_recorded_at"],
-                conversation["last_recorded_at"]) == (3, t1, t2)
+        assert (conversation["item_count"], conversation["first_recorded_at"], conversation["last_recorded_at"]) == (
+            3,
+            t1,
+            t2,
+        )
 
-        again = [(1, t1, '{"n":1}'), (2, t2, '{"n":2}'), (3, t2, '{"n":3}'), (3, t2, '{"n":3}'),
-                 (3, t2, '{"n":"3b"}'), (5, t2, '{"n":5}'), (0, t1, '{"n":"other"}'), (1, t1, '{"n": 1}')]
+        again = [
+            (1, t1, '{"n":1}'),
+            (2, t2, '{"n":2}'),
+            (3, t2, '{"n":3}'),
+            (3, t2, '{"n":3}'),
+            (3, t2, '{"n":"3b"}'),
+            (5, t2, '{"n":5}'),
+            (0, t1, '{"n":"other"}'),
+            (1, t1, '{"n": 1}'),
+        ]
         outcomes = logs.import_items(site_id, cid, again)
         assert outcomes[:4] == [PRESENT, PRESENT, APPENDED, PRESENT]  # a repeated line is harmless
         assert outcomes[4].startswith("conflict:") and "twice" in outcomes[4]
@@ -169,9 +231,16 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
         async with server.client() as client:
             references = [(await call(client, "remember", **fact))["reference"] for fact in FACTS]
             for round_ in range(4):
-                for cid in (conversations if round_ % 2 == 0 else conversations[::-1]):
-                    items = [{"zeta": round_, "alpha": "é ✓ \u2028 \"quoted\"", "nested": {"b": [1, 2.5], "a": None},
-                              "n": rng.randint(0, 10**18)} for _ in range(rng.randint(1, 5))]
+                for cid in conversations if round_ % 2 == 0 else conversations[::-1]:
+                    items = [
+                        {
+                            "zeta": round_,
+                            "alpha": 'é ✓ \u2028 "quoted"',
+                            "nested": {"b": [1, 2.5], "a": None},
+                            "n": rng.randint(0, 10**18),
+                        }
+                        for _ in range(rng.randint(1, 5))
+                    ]
                     await call(client, "append_memory", conversation_id=cid, items=items)
             before = await observe(client, conversations)
     assert [hit[0] for hit in before["recall"]["where are the spare routers?"]][0] == references[4]
@@ -187,8 +256,23 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
     text = export_file.read_text()
     assert "secret" not in text and "scrypt" not in text and "token_hash" not in text
     memory = next(r for r in body if r["kind"] == "memory")
-    assert list(memory) == ["kind", "site", "reference", "content", "type", "location", "project", "team",
-                            "bucket", "tags", "metadata", "provenance", "occurred_at", "created_at", "updated_at"]
+    assert list(memory) == [
+        "kind",
+        "site",
+        "reference",
+        "content",
+        "type",
+        "location",
+        "project",
+        "team",
+        "bucket",
+        "tags",
+        "metadata",
+        "provenance",
+        "occurred_at",
+        "created_at",
+        "updated_at",
+    ]
     assert list(memory["metadata"]) == ["zeta", "alpha"]  # key order kept
 
     target = tmp_path / "target"
@@ -212,8 +296,9 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
         async with server.client(auth=httpx2.BasicAuth(SITE, fields["secret"])) as client:
             after = await observe(client, conversations)
     assert after["replay"] == before["replay"]  # seq, recorded_at and payload (key order too) identical
-    assert [json.dumps(p, ensure_ascii=False) for p in after["replay"]["conv-transfer-a"][0]] == \
-        [json.dumps(p, ensure_ascii=False) for p in before["replay"]["conv-transfer-a"][0]]
+    assert [json.dumps(p, ensure_ascii=False) for p in after["replay"]["conv-transfer-a"][0]] == [
+        json.dumps(p, ensure_ascii=False) for p in before["replay"]["conv-transfer-a"][0]
+    ]
     assert after["list"] == before["list"]  # counts, first/last recorded_at, newest activity first
     assert after["recall"] == before["recall"]  # same references in the same order, same attributes
     for question, scores in before["scores"].items():  # re-embedded in batches: equal up to float noise
@@ -226,7 +311,8 @@ async def test_export_import_round_trip_reproduces_replay_and_recall(tmp_path: P
 
 
 async def test_a_sqlite_store_holding_nul_moves_with_every_other_record_and_the_bad_ones_reported(
-        tmp_path: Path, embedder: Any) -> None:
+    tmp_path: Path, embedder: Any
+) -> None:
     """SQLite stores NUL; PostgreSQL's text cannot. A store written before the API refused it (the NULs are
     put into the SQLite file directly) moves to the backend under test: every other record is imported, each
     memory holding a NUL is reported with its line and skipped, on both backends alike; a log payload is JSON
@@ -240,8 +326,9 @@ async def test_a_sqlite_store_holding_nul_moves_with_every_other_record_and_the_
             references = [(await call(client, "remember", content=text))["reference"] for text in texts]
             await call(client, "append_memory", conversation_id="conv-nul-moves", items=payloads)
     execute(source, "UPDATE memories SET content = ? WHERE reference = ?", "Fact with a \x00 inside.", references[2])
-    execute(source, "UPDATE memories SET provenance = ? WHERE reference = ?", '{"source": "chat\\u0000"}',
-            references[5])
+    execute(
+        source, "UPDATE memories SET provenance = ? WHERE reference = ?", '{"source": "chat\\u0000"}', references[5]
+    )
     execute(source, "UPDATE memories SET metadata = ? WHERE reference = ?", '{"k\\u0000": 1}', references[9])
 
     export_file = tmp_path / "export.jsonl"
@@ -255,8 +342,9 @@ async def test_a_sqlite_store_holding_nul_moves_with_every_other_record_and_the_
     assert fields["log items appended"] == str(len(payloads))
     assert fields["rejected lines"] == "3"
     for reference, field in ((references[2], "content"), (references[5], "provenance"), (references[9], "metadata")):
-        assert (f"line {lines[reference]}: invalid_parameters: {field} holds the NUL character (U+0000)"
-                in done.stderr), done.stderr
+        assert (
+            f"line {lines[reference]}: invalid_parameters: {field} holds the NUL character (U+0000)" in done.stderr
+        ), done.stderr
     settings = make_settings(target)
     stored = {row[0] for row in query(settings, "SELECT reference FROM memories")}
     assert stored == set(references) - {references[2], references[5], references[9]}
@@ -278,9 +366,14 @@ def test_export_to_stdout_one_site_and_import_from_stdin_into_another(tmp_path: 
         for name in ("acme", "globex"):
             site_id, _ = auth.ensure_site(storage.sites, name)
             for batch in range(3):
-                asyncio.run(storage.logs.append(site_id, f"conv-{name}-0001", [
-                    json.dumps({"site": name, "batch": batch, "pos": p}, separators=(",", ":")) for p in range(2)],
-                    None))
+                asyncio.run(
+                    storage.logs.append(
+                        site_id,
+                        f"conv-{name}-0001",
+                        [json.dumps({"site": name, "batch": batch, "pos": p}, separators=(",", ":")) for p in range(2)],
+                        None,
+                    )
+                )
     finally:
         storage.close()
     done = ok("export", "-", "--site", "acme", data_dir=data)
@@ -313,29 +406,38 @@ def test_export_to_stdout_one_site_and_import_from_stdin_into_another(tmp_path: 
 
 def test_bad_lines_are_reported_by_number_and_the_rest_is_imported(tmp_path: Path) -> None:
     conv = "conv-malformed-01"
-    good_memory = {"kind": "memory", "site": SITE, "reference": "mem_import_good", "content": "A valid memory.",
-                   "type": "fact", "created_at": "2024-01-01T00:00:00.000000Z",
-                   "updated_at": "2024-02-01T00:00:00.000000Z"}
-    file = write_jsonl(tmp_path / "bad.jsonl", [
-        {"kind": "header", "version": 1},                                     # 1
-        log_line(conv, 0, {"n": 0}),                                          # 2 ok
-        '{"kind": "log_item", "site": "acme", ',                              # 3 bad JSON
-        {"kind": "mystery", "site": SITE},                                    # 4 unknown kind
-        log_line("bad id!", 0, {"n": 0}),                                     # 5 invalid conversation id
-        log_line(conv, 1, {"n": 1}),                                          # 6 ok
-        {**good_memory, "reference": "mem_bad_type", "type": "not a word!"},  # 7 invalid memory field
-        {**good_memory, "reference": "mem_empty", "content": "   "},          # 8 empty content
-        "[1, 2, 3]",                                                          # 9 not an object
-        {**good_memory, "reference": "mem_extra", "colour": "red"},           # 10 unknown field
-        "",                                                                   # 11 blank: ignored
-        good_memory,                                                          # 12 ok
-        log_line(conv, 2, ["not", "an", "object"]),                           # 13 payload not an object
-        log_line(conv, 5, {"n": 5}),                                          # 14 gap
-        log_line(conv, 0, {"n": "different"}),                                # 15 conflict
-        {**log_line(conv, 2, {"n": 2}), "recorded_at": "yesterday"},          # 16 bad timestamp
-        log_line(conv, 2, {"n": 2}),                                          # 17 ok
-        {**good_memory, "reference": "mem_dup", "created_at": None},          # 18 duplicate content: skipped
-    ])
+    good_memory = {
+        "kind": "memory",
+        "site": SITE,
+        "reference": "mem_import_good",
+        "content": "A valid memory.",
+        "type": "fact",
+        "created_at": "2024-01-01T00:00:00.000000Z",
+        "updated_at": "2024-02-01T00:00:00.000000Z",
+    }
+    file = write_jsonl(
+        tmp_path / "bad.jsonl",
+        [
+            {"kind": "header", "version": 1},  # 1
+            log_line(conv, 0, {"n": 0}),  # 2 ok
+            '{"kind": "log_item", "site": "acme", ',  # 3 bad JSON
+            {"kind": "mystery", "site": SITE},  # 4 unknown kind
+            log_line("bad id!", 0, {"n": 0}),  # 5 invalid conversation id
+            log_line(conv, 1, {"n": 1}),  # 6 ok
+            {**good_memory, "reference": "mem_bad_type", "type": "not a word!"},  # 7 invalid memory field
+            {**good_memory, "reference": "mem_empty", "content": "   "},  # 8 empty content
+            "[1, 2, 3]",  # 9 not an object
+            {**good_memory, "reference": "mem_extra", "colour": "red"},  # 10 unknown field
+            "",  # 11 blank: ignored
+            good_memory,  # 12 ok
+            log_line(conv, 2, ["not", "an", "object"]),  # 13 payload not an object
+            log_line(conv, 5, {"n": 5}),  # 14 gap
+            log_line(conv, 0, {"n": "different"}),  # 15 conflict
+            {**log_line(conv, 2, {"n": 2}), "recorded_at": "yesterday"},  # 16 bad timestamp
+            log_line(conv, 2, {"n": 2}),  # 17 ok
+            {**good_memory, "reference": "mem_dup", "created_at": None},  # 18 duplicate content: skipped
+        ],
+    )
     data = tmp_path / "data"
     done = cli("import", str(file), data_dir=data)
     assert done.returncode == 1, done.stderr
@@ -343,8 +445,11 @@ def test_bad_lines_are_reported_by_number_and_the_rest_is_imported(tmp_path: Pat
     fields = parse_fields(done.stdout)
     assert fields["log items appended"] == "3" and fields["memories created"] == "1"
     assert fields["memories duplicate"] == "1" and fields["rejected lines"] == "11"
-    rejected = {int(line.split(":")[0].split()[1]): line for line in done.stderr.splitlines()
-                if line.startswith("line ") and "skipped" not in line}
+    rejected = {
+        int(line.split(":")[0].split()[1]): line
+        for line in done.stderr.splitlines()
+        if line.startswith("line ") and "skipped" not in line
+    }
     assert sorted(rejected) == [3, 4, 5, 7, 8, 9, 10, 13, 14, 15, 16]
     assert "not valid JSON" in rejected[3]
     assert "unknown kind 'mystery'" in rejected[4]
@@ -374,16 +479,22 @@ async def test_import_while_the_server_runs_logs_work_memories_refused(tmp_path:
     data = live.settings.data_dir
     conv = "conv-live-import-1"
     recorded = ["2024-05-08T13:56:00.000001Z", "2024-05-08T13:57:00.000002Z"]
-    logs = write_jsonl(tmp_path / "logs.jsonl", [
-        log_line(conv, seq, {"seq": seq, "text": f"item {seq}"}, site=live.site, recorded_at=recorded[seq // 3])
-        for seq in range(6)
-    ])
+    logs = write_jsonl(
+        tmp_path / "logs.jsonl",
+        [
+            log_line(conv, seq, {"seq": seq, "text": f"item {seq}"}, site=live.site, recorded_at=recorded[seq // 3])
+            for seq in range(6)
+        ],
+    )
     memory = {"kind": "memory", "site": live.site, "content": "Imported while serving?", "reference": "mem_live"}
     memories = write_jsonl(tmp_path / "memories.jsonl", [memory])
-    mixed = write_jsonl(tmp_path / "mixed.jsonl", [
-        log_line("conv-live-import-2", 0, {"x": 1}, site="brand-new-site"),
-        {**memory, "site": "brand-new-site"},
-    ])
+    mixed = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            log_line("conv-live-import-2", 0, {"x": 1}, site="brand-new-site"),
+            {**memory, "site": "brand-new-site"},
+        ],
+    )
 
     async with live.client() as client:
         done = ok("import", str(logs), data_dir=data)
@@ -391,7 +502,8 @@ async def test_import_while_the_server_runs_logs_work_memories_refused(tmp_path:
         # The running server sees the items at once, with their seq and recorded_at.
         items = (await call(client, "replay_memory", conversation_id=conv, limit=100))["items"]
         assert [(i["seq"], i["recorded_at"], i["payload"]) for i in items] == [
-            (seq, recorded[seq // 3], {"seq": seq, "text": f"item {seq}"}) for seq in range(6)]
+            (seq, recorded[seq // 3], {"seq": seq, "text": f"item {seq}"}) for seq in range(6)
+        ]
         # Appending through the server continues the imported conversation.
         ack = await call(client, "append_memory", conversation_id=conv, items=[{"after": "import"}])
         assert ack["first_seq"] == 6
@@ -438,8 +550,9 @@ async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, l
             while not stop.is_set():
                 cid = conversations[rng.randrange(len(conversations))]
                 size = rng.randint(1, 8)
-                ack = await call(client, "append_memory", conversation_id=cid,
-                                 items=batch_payloads(writer, batch, size))
+                ack = await call(
+                    client, "append_memory", conversation_id=cid, items=batch_payloads(writer, batch, size)
+                )
                 conv_of[(writer, batch)] = cid
                 await acks.add((writer, batch), ack)
                 batch += 1
@@ -463,8 +576,11 @@ async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, l
     assert header["counts"]["log_items"] == len(items)
     assert header["counts"]["conversations"] == len({r["conversation_id"] for r in items})
     for cid in conversations:
-        exported = [{"seq": r["seq"], "recorded_at": r["recorded_at"], "payload": r["payload"]}
-                    for r in items if r["conversation_id"] == cid]
+        exported = [
+            {"seq": r["seq"], "recorded_at": r["recorded_at"], "payload": r["payload"]}
+            for r in items
+            if r["conversation_id"] == cid
+        ]
         expected = {key: ack for key, ack in acked_before.items() if conv_of[key] == cid}
         check_log(exported, expected)  # gapless, whole batches, every batch acknowledged before it there
     total = db_counts(live.settings.data_dir)["log_items"]
@@ -475,8 +591,7 @@ async def test_export_while_appending_is_a_consistent_snapshot(tmp_path: Path, l
 
 
 @pytest.mark.sqlite_only
-async def test_backup_while_appending_holds_everything_acknowledged_before_it(tmp_path: Path,
-                                                                              live: LiveServer) -> None:
+async def test_backup_while_appending_holds_everything_acknowledged_before_it(tmp_path: Path, live: LiveServer) -> None:
     conv = "conv-backup-000001"
     acks = Acks()
     stop = asyncio.Event()
@@ -487,8 +602,12 @@ async def test_backup_while_appending_holds_everything_acknowledged_before_it(tm
             batch = 0
             while not stop.is_set():
                 size = rng.randint(1, 10)
-                await acks.add((writer, batch), await call(client, "append_memory", conversation_id=conv,
-                                                           items=batch_payloads(writer, batch, size)))
+                await acks.add(
+                    (writer, batch),
+                    await call(
+                        client, "append_memory", conversation_id=conv, items=batch_payloads(writer, batch, size)
+                    ),
+                )
                 batch += 1
 
     async with live.client() as client:

@@ -32,8 +32,17 @@ HARNESS = REPO_ROOT / "tests" / "ts"
 SDKS = {"sdk1": "1.", "client2": "2."}  # harness key -> major version it must be
 CONV = "conv-ts-clients-01"
 CONTENT_LIMIT, PAYLOAD_LIMIT = 1024, 2048  # small, so payload_too_large is cheap to reach
-TOOLS = {"append_memory", "recall_memory", "replay_memory", "list_conversations", "remember", "recall",
-         "search_memory", "recall_context", "forget"}
+TOOLS = {
+    "append_memory",
+    "recall_memory",
+    "replay_memory",
+    "list_conversations",
+    "remember",
+    "recall",
+    "search_memory",
+    "recall_context",
+    "forget",
+}
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
@@ -45,15 +54,22 @@ def ensure_harness() -> None:
         return
     npm = shutil.which("npm")
     assert npm is not None, "node is installed but npm is not: cannot set up tests/ts"
-    done = subprocess.run([npm, "ci", "--prefix", str(HARNESS), "--no-audit", "--no-fund"], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [npm, "ci", "--prefix", str(HARNESS), "--no-audit", "--no-fund"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def run_harness(url: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
     assert NODE is not None
-    done = subprocess.run([NODE, str(HARNESS / "clients.mjs")], input=json.dumps({"url": url, "sessions": sessions}),
-                          capture_output=True, text=True, timeout=180, cwd=HARNESS)
+    done = subprocess.run(
+        [NODE, str(HARNESS / "clients.mjs")],
+        input=json.dumps({"url": url, "sessions": sessions}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=HARNESS,
+    )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     for key, major in SDKS.items():
@@ -82,13 +98,23 @@ def start(data_dir: Path, started: list[ServerProcess], **env: str) -> tuple[Ser
 
 
 SUCCESSES = [  # (tool, arguments): on the full profile, with the Basic credential
-    ("append_memory", {"conversation_id": CONV, "items": [{"role": "user", "text": "hi"}, {"n": 1.5}],
-                       "idempotency_key": "turn-1"}),
+    (
+        "append_memory",
+        {"conversation_id": CONV, "items": [{"role": "user", "text": "hi"}, {"n": 1.5}], "idempotency_key": "turn-1"},
+    ),
     ("recall_memory", {"conversation_id": CONV, "count": 5}),
     ("replay_memory", {"conversation_id": CONV, "limit": 1, "offset": 1}),
     ("list_conversations", {"limit": 10}),
-    ("remember", {"content": "The TypeScript clients test decided that deploys wait for a green build.",
-                  "type": "decision", "project": "memory-os", "tags": ["docs"], "metadata": {"k": 1}}),
+    (
+        "remember",
+        {
+            "content": "The TypeScript clients test decided that deploys wait for a green build.",
+            "type": "decision",
+            "project": "memory-os",
+            "tags": ["docs"],
+            "metadata": {"k": 1},
+        },
+    ),
     ("recall", {"query": "what do deploys wait for?", "limit": 3, "tags": ["docs"]}),
     ("search_memory", {"query": "deploys wait for a green build", "min_score": 0.2, "project": "memory-os"}),
     ("recall_context", {"query": "deploy decisions", "max_items": 2, "max_tokens": 200}),
@@ -111,8 +137,9 @@ ERRORS = [  # (session, tool, arguments, code)
     ("basic", "append_memory", {"conversation_id": CONV, "items": [{"big": "x" * PAYLOAD_LIMIT}]}, "payload_too_large"),
 ]
 
-UNAVAILABLE = [(tool, args) for tool, args in SUCCESSES if tool in
-               {"remember", "recall", "search_memory", "recall_context"}] + [("forget", {"reference": "mem_x"})]
+UNAVAILABLE = [
+    (tool, args) for tool, args in SUCCESSES if tool in {"remember", "recall", "search_memory", "recall_context"}
+] + [("forget", {"reference": "mem_x"})]
 
 
 @pytest.fixture(scope="module")
@@ -124,29 +151,61 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
     started: list[ServerProcess] = []
     try:
         (full, full_basic, full_bearer), (public, public_basic, _), (broken, broken_basic, _) = (
-            start(root / name, started, **env) for name, env in (
-                ("full", limits), ("public", {"MEMORY_TOOL_PROFILE": "public"}),
-                ("broken", {"MEMORY_EMBEDDING_MODEL": str(root / "no-such-model")})))
+            start(root / name, started, **env)
+            for name, env in (
+                ("full", limits),
+                ("public", {"MEMORY_TOOL_PROFILE": "public"}),
+                ("broken", {"MEMORY_EMBEDDING_MODEL": str(root / "no-such-model")}),
+            )
+        )
         wait_ready(full.base)
         wait_ready(public.base)
-        calls = {"basic": [{"tool": t, "arguments": a} for t, a in SUCCESSES],
-                 "bearer": [{"tool": "recall", "arguments": {"query": "deploys"}}]}
+        calls = {
+            "basic": [{"tool": t, "arguments": a} for t, a in SUCCESSES],
+            "bearer": [{"tool": "recall", "arguments": {"query": "deploys"}}],
+        }
         for session, tool, arguments, _ in ERRORS:
             calls[session].append({"tool": tool, "arguments": arguments})
         yield {
-            "full": run_harness(full.url, [{"name": name, "authorization": {"basic": full_basic,
-                                                                             "bearer": full_bearer}[name],
-                                            "calls": made} for name, made in calls.items()]),
-            "public": run_harness(public.url, [{"name": "basic", "authorization": public_basic, "calls": [
-                {"tool": "remember", "arguments": {"content": "Public packs are plain text for the prompt."}},
-                {"tool": "recall", "arguments": {"query": "what are public packs?", "limit": 2}},
-                {"tool": "recall_context", "arguments": {"query": "public packs", "max_items": 2,
-                                                         "max_tokens": 300}},
-                {"tool": "recall_context", "arguments": {"query": "public packs", "max_items": 0}},
-            ]}]),
-            "broken": run_harness(broken.url, [{"name": "basic", "authorization": broken_basic, "calls": [
-                {"tool": tool, "arguments": arguments} for tool, arguments in UNAVAILABLE
-            ] + [{"tool": "recall_memory", "arguments": {"conversation_id": CONV}}]}]),
+            "full": run_harness(
+                full.url,
+                [
+                    {"name": name, "authorization": {"basic": full_basic, "bearer": full_bearer}[name], "calls": made}
+                    for name, made in calls.items()
+                ],
+            ),
+            "public": run_harness(
+                public.url,
+                [
+                    {
+                        "name": "basic",
+                        "authorization": public_basic,
+                        "calls": [
+                            {
+                                "tool": "remember",
+                                "arguments": {"content": "Public packs are plain text for the prompt."},
+                            },
+                            {"tool": "recall", "arguments": {"query": "what are public packs?", "limit": 2}},
+                            {
+                                "tool": "recall_context",
+                                "arguments": {"query": "public packs", "max_items": 2, "max_tokens": 300},
+                            },
+                            {"tool": "recall_context", "arguments": {"query": "public packs", "max_items": 0}},
+                        ],
+                    }
+                ],
+            ),
+            "broken": run_harness(
+                broken.url,
+                [
+                    {
+                        "name": "basic",
+                        "authorization": broken_basic,
+                        "calls": [{"tool": tool, "arguments": arguments} for tool, arguments in UNAVAILABLE]
+                        + [{"tool": "recall_memory", "arguments": {"conversation_id": CONV}}],
+                    }
+                ],
+            ),
         }
     finally:
         for server in started:
@@ -192,8 +251,10 @@ def test_a_success_of_every_tool_parses(answers: dict[str, dict[str, Any]]) -> N
             assert_parses(call, (sdk, tool))
         results = {tool: call["structuredContent"] for (tool, _), call in zip(SUCCESSES, calls, strict=False)}
         assert results["append_memory"]["count"] == 2
-        assert [item["payload"] for item in results["recall_memory"]["items"]] == [{"role": "user", "text": "hi"},
-                                                                                 {"n": 1.5}]
+        assert [item["payload"] for item in results["recall_memory"]["items"]] == [
+            {"role": "user", "text": "hi"},
+            {"n": 1.5},
+        ]
         assert results["replay_memory"]["items"][0]["seq"] == 1
         assert results["recall"]["results"][0]["content"].startswith("The TypeScript clients test")
         assert results["search_memory"]["results"], "a close match passes min_score 0.2"

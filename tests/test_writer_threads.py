@@ -28,15 +28,19 @@ def test_jobs_returning_cursors_never_misuse_the_writer_connection(tmp_path: Pat
     failures: list[str] = []
     try:
         writer.run_sync(lambda conn: conn.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, version TEXT, done INT)"))
-        writer.run_sync(lambda conn: conn.executemany("INSERT INTO rows VALUES (?, 'v1', 0)",
-                                                      [(i,) for i in range(THREADS * 10)]))
+        writer.run_sync(
+            lambda conn: conn.executemany("INSERT INTO rows VALUES (?, 'v1', 0)", [(i,) for i in range(THREADS * 10)])
+        )
 
         def mark(worker: int) -> None:
             rows = [(worker * 10 + n, "v1") for n in range(10)]
             for _ in range(CALLS):
                 try:
-                    writer.run_sync(lambda conn: conn.executemany(
-                        "UPDATE rows SET done = done + 1 WHERE id = ? AND version = ?", rows))
+                    writer.run_sync(
+                        lambda conn: conn.executemany(
+                            "UPDATE rows SET done = done + 1 WHERE id = ? AND version = ?", rows
+                        )
+                    )
                 except Exception as exc:
                     failures.append(repr(exc))
 

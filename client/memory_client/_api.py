@@ -86,8 +86,9 @@ def read(response: httpx.Response, call: Call[T]) -> T:
         return call.parse(response.json())
     except (ValueError, ValidationError, KeyError, TypeError) as exc:
         # A 2xx whose body is not what the route returns: a proxy or a broken deployment; it may pass.
-        raise Unavailable(f"the response to {call.method} {call.path} could not be read: {exc}",
-                          status=response.status_code) from None
+        raise Unavailable(
+            f"the response to {call.method} {call.path} could not be read: {exc}", status=response.status_code
+        ) from None
 
 
 def error_from(response: httpx.Response) -> MemoryServerError:
@@ -112,8 +113,14 @@ def error_from(response: httpx.Response) -> MemoryServerError:
         # Whatever the body says, a server-side failure or a rate limit is safe to retry.
         return Unavailable(message, code=code, status=status, retryable=True, retry_after=retry_after, body=body)
     cls = BY_CODE.get(code or "") or BY_STATUS.get(status) or MemoryServerError
-    return cls(message, code=code if cls is MemoryServerError else None, status=status, retryable=retryable,
-               retry_after=retry_after, body=body)
+    return cls(
+        message,
+        code=code if cls is MemoryServerError else None,
+        status=status,
+        retryable=retryable,
+        retry_after=retry_after,
+        body=body,
+    )
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -173,24 +180,59 @@ def _items(data: Any) -> list[LogItem]:
 # --- saved memories -----------------------------------------------------------------------------------
 
 
-def remember(content: str, *, type: str | None, location: str | None, project: str | None, team: str | None,
-             bucket: str | None, tags: Sequence[str] | None, metadata: Mapping[str, Any] | None,
-             provenance: Mapping[str, Any] | None, occurred_at: Timestamp | None, supersedes: str | None,
-             expires_at: Timestamp | None) -> Call[Remembered]:
-    body = given(content=content, type=type, location=location, project=project, team=team, bucket=bucket,
-                 tags=list(tags) if tags is not None else None,
-                 metadata=dict(metadata) if metadata is not None else None,
-                 provenance=dict(provenance) if provenance is not None else None,
-                 occurred_at=occurred_at, supersedes=supersedes, expires_at=expires_at)
+def remember(
+    content: str,
+    *,
+    type: str | None,
+    location: str | None,
+    project: str | None,
+    team: str | None,
+    bucket: str | None,
+    tags: Sequence[str] | None,
+    metadata: Mapping[str, Any] | None,
+    provenance: Mapping[str, Any] | None,
+    occurred_at: Timestamp | None,
+    supersedes: str | None,
+    expires_at: Timestamp | None,
+) -> Call[Remembered]:
+    body = given(
+        content=content,
+        type=type,
+        location=location,
+        project=project,
+        team=team,
+        bucket=bucket,
+        tags=list(tags) if tags is not None else None,
+        metadata=dict(metadata) if metadata is not None else None,
+        provenance=dict(provenance) if provenance is not None else None,
+        occurred_at=occurred_at,
+        supersedes=supersedes,
+        expires_at=expires_at,
+    )
     return Call("POST", "/v1/memories", model(Remembered), json=body)
 
 
-def filters(*, project: str | None, team: str | None, bucket: str | None, type: str | None,
-            tags: Sequence[str] | None, occurred_after: Timestamp | None, occurred_before: Timestamp | None,
-            include_superseded: bool | None) -> dict[str, Any]:
-    return given(project=project, team=team, bucket=bucket, type=type,
-                 tags=list(tags) if tags is not None else None, occurred_after=occurred_after,
-                 occurred_before=occurred_before, include_superseded=include_superseded)
+def filters(
+    *,
+    project: str | None,
+    team: str | None,
+    bucket: str | None,
+    type: str | None,
+    tags: Sequence[str] | None,
+    occurred_after: Timestamp | None,
+    occurred_before: Timestamp | None,
+    include_superseded: bool | None,
+) -> dict[str, Any]:
+    return given(
+        project=project,
+        team=team,
+        bucket=bucket,
+        type=type,
+        tags=list(tags) if tags is not None else None,
+        occurred_after=occurred_after,
+        occurred_before=occurred_before,
+        include_superseded=include_superseded,
+    )
 
 
 def recall(query_text: str, *, limit: int, found: dict[str, Any]) -> Call[list[Hit]]:
@@ -230,8 +272,7 @@ def list_memories(**fields: Any) -> Call[MemoryPage]:
 # --- conversation logs --------------------------------------------------------------------------------
 
 
-def append(conversation_id: str, items: Sequence[Mapping[str, Any]], idempotency_key: str | None
-           ) -> Call[AppendAck]:
+def append(conversation_id: str, items: Sequence[Mapping[str, Any]], idempotency_key: str | None) -> Call[AppendAck]:
     body: dict[str, Any] = {"items": [dict(item) for item in items]}
     if idempotency_key is not None:
         body["idempotency_key"] = idempotency_key
@@ -245,8 +286,9 @@ def append_encoded(conversation_id: str, body: bytes) -> Call[AppendAck]:
 
 def encode_batch(payloads: Sequence[str], idempotency_key: str) -> bytes:
     """`{"items": [...], "idempotency_key": ...}` from items that are JSON text already."""
-    return ('{"items":[' + ",".join(payloads) + '],"idempotency_key":' + json.dumps(idempotency_key) + "}"
-            ).encode("utf-8")
+    return ('{"items":[' + ",".join(payloads) + '],"idempotency_key":' + json.dumps(idempotency_key) + "}").encode(
+        "utf-8"
+    )
 
 
 def tail(conversation_id: str, count: int) -> Call[list[LogItem]]:
@@ -254,8 +296,7 @@ def tail(conversation_id: str, count: int) -> Call[list[LogItem]]:
 
 
 def replay(conversation_id: str, offset: int, limit: int) -> Call[list[LogItem]]:
-    return Call("GET", f"{conversation(conversation_id)}/items", _items,
-                params=[("offset", offset), ("limit", limit)])
+    return Call("GET", f"{conversation(conversation_id)}/items", _items, params=[("offset", offset), ("limit", limit)])
 
 
 def list_conversations(limit: int, cursor: str | None) -> Call[ConversationPage]:
@@ -270,5 +311,6 @@ def serialize(item: Any) -> str:
     """A log item as the server stores it: compact JSON, keys in order, non-ASCII kept, no NaN."""
     if not isinstance(item, Mapping):
         raise TypeError(f"a log item must be a JSON object (a dict), not {type(item).__name__}")
-    return json.dumps(item if isinstance(item, dict) else dict(item), ensure_ascii=False,
-                      separators=(",", ":"), allow_nan=False)
+    return json.dumps(
+        item if isinstance(item, dict) else dict(item), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )

@@ -164,17 +164,24 @@ class SpoolBuffer:
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            db.execute("CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, payload TEXT NOT NULL,"
-                       " size INTEGER NOT NULL)")
-            db.execute("CREATE TABLE IF NOT EXISTS batches (first_id INTEGER PRIMARY KEY,"
-                       " last_id INTEGER NOT NULL, key TEXT NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, payload TEXT NOT NULL,"
+                " size INTEGER NOT NULL)"
+            )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS batches (first_id INTEGER PRIMARY KEY,"
+                " last_id INTEGER NOT NULL, key TEXT NOT NULL)"
+            )
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             if not meta:
-                db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
-                               [("conversation_id", conversation_id), ("format", FORMAT)])
+                db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("conversation_id", conversation_id), ("format", FORMAT)],
+                )
             elif meta.get("conversation_id") != conversation_id:
-                raise ValueError(f"{self.path} spools conversation {meta.get('conversation_id')!r}, "
-                                 f"not {conversation_id!r}")
+                raise ValueError(
+                    f"{self.path} spools conversation {meta.get('conversation_id')!r}, not {conversation_id!r}"
+                )
             elif meta.get("format") != FORMAT:
                 raise ValueError(f"{self.path} has spool format {meta.get('format')!r}; expected {FORMAT}")
             db.execute("COMMIT")
@@ -186,16 +193,19 @@ class SpoolBuffer:
         """Batches formed before a crash (sent again first, with their keys), and the unassigned backlog."""
         batches: list[Batch] = []
         for first, last, key in self._db.execute(
-                "SELECT first_id, last_id, key FROM batches ORDER BY first_id").fetchall():
-            rows = self._db.execute("SELECT id, payload, size FROM items WHERE id BETWEEN ? AND ? ORDER BY id",
-                                    (first, last)).fetchall()
+            "SELECT first_id, last_id, key FROM batches ORDER BY first_id"
+        ).fetchall():
+            rows = self._db.execute(
+                "SELECT id, payload, size FROM items WHERE id BETWEEN ? AND ? ORDER BY id", (first, last)
+            ).fetchall()
             if rows:
                 batches.append(Batch(key, [r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows]))
                 self._open[first] = last
             else:
                 self._db.execute("DELETE FROM batches WHERE first_id = ?", (first,))
-        rows = self._db.execute("SELECT id, payload, size FROM items WHERE id > ? ORDER BY id",
-                                (self._assigned_through(),)).fetchall()
+        rows = self._db.execute(
+            "SELECT id, payload, size FROM items WHERE id > ? ORDER BY id", (self._assigned_through(),)
+        ).fetchall()
         self._queue.extend(rows)
         return batches, len(rows), sum(r[2] for r in rows)
 
@@ -224,20 +234,29 @@ class SpoolBuffer:
             if not ids:
                 return None
             batch = Batch(new_key(), payloads, sizes, ids)
-            self._db.execute("INSERT INTO batches (first_id, last_id, key) VALUES (?, ?, ?)",
-                             (ids[0], ids[-1], batch.key))
+            self._db.execute(
+                "INSERT INTO batches (first_id, last_id, key) VALUES (?, ?, ?)", (ids[0], ids[-1], batch.key)
+            )
             self._open[ids[0]] = ids[-1]
             return batch
 
     def settle(self, batch: Batch) -> None:
-        self._transaction([("DELETE FROM items WHERE id BETWEEN ? AND ?", (batch.ids[0], batch.ids[-1])),
-                           ("DELETE FROM batches WHERE first_id = ?", (batch.ids[0],))])
+        self._transaction(
+            [
+                ("DELETE FROM items WHERE id BETWEEN ? AND ?", (batch.ids[0], batch.ids[-1])),
+                ("DELETE FROM batches WHERE first_id = ?", (batch.ids[0],)),
+            ]
+        )
         self._open.pop(batch.ids[0], None)
 
     def replace(self, batch: Batch, pieces: list[Batch]) -> None:
-        self._transaction([("DELETE FROM batches WHERE first_id = ?", (batch.ids[0],))]
-                          + [("INSERT INTO batches (first_id, last_id, key) VALUES (?, ?, ?)",
-                              (p.ids[0], p.ids[-1], p.key)) for p in pieces])
+        self._transaction(
+            [("DELETE FROM batches WHERE first_id = ?", (batch.ids[0],))]
+            + [
+                ("INSERT INTO batches (first_id, last_id, key) VALUES (?, ?, ?)", (p.ids[0], p.ids[-1], p.key))
+                for p in pieces
+            ]
+        )
         self._open.pop(batch.ids[0], None)
         self._open.update((p.ids[0], p.ids[-1]) for p in pieces)
 
@@ -258,8 +277,9 @@ class SpoolBuffer:
         if now - self._checkpointed >= CHECKPOINT_INTERVAL:
             self._checkpointed = now
             if self._checkpointer is None:
-                self._checkpointer = sqlite3.connect(self.path, isolation_level=None, timeout=30,
-                                                     check_same_thread=False)
+                self._checkpointer = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=30, check_same_thread=False
+                )
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def close(self) -> None:

@@ -62,14 +62,16 @@ class AsyncClient:
         self._token = token
         self._extra_headers = dict(headers or {})
         self._timeout = timeout
-        self._http = httpx.AsyncClient(base_url=self.url, headers=connection_headers(auth, token, headers),
-                                       timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=connection_headers(auth, token, headers), timeout=timeout, transport=transport
+        )
         self._recorders: set[AsyncRecorder] = set()
 
     async def _call(self, call: Call[T]) -> T:
         try:
-            response = await self._http.request(call.method, call.path, params=call.params, json=call.json,
-                                                content=call.content, headers=call.headers)
+            response = await self._http.request(
+                call.method, call.path, params=call.params, json=call.json, content=call.content, headers=call.headers
+            )
         except httpx.TimeoutException as exc:
             raise TransportError(f"{call.method} {call.path} timed out: {exc}") from exc
         except httpx.TransportError as exc:
@@ -85,45 +87,119 @@ class AsyncClient:
 
     # --- saved memories -------------------------------------------------------------------------------
 
-    async def remember(self, content: str, *, type: str | None = None, location: str | None = None,
-                 project: str | None = None, team: str | None = None, bucket: str | None = None,
-                 tags: Sequence[str] | None = None, metadata: Mapping[str, Any] | None = None,
-                 provenance: Mapping[str, Any] | None = None, occurred_at: Timestamp | None = None,
-                 supersedes: str | None = None, expires_at: Timestamp | None = None) -> Remembered:
+    async def remember(
+        self,
+        content: str,
+        *,
+        type: str | None = None,
+        location: str | None = None,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        occurred_at: Timestamp | None = None,
+        supersedes: str | None = None,
+        expires_at: Timestamp | None = None,
+    ) -> Remembered:
         """Save a memory (`POST /v1/memories`). `created` is False when it was already there."""
-        return await self._call(_api.remember(
-            content, type=type, location=location, project=project, team=team, bucket=bucket, tags=tags,
-            metadata=metadata, provenance=provenance, occurred_at=occurred_at, supersedes=supersedes,
-            expires_at=expires_at))
+        return await self._call(
+            _api.remember(
+                content,
+                type=type,
+                location=location,
+                project=project,
+                team=team,
+                bucket=bucket,
+                tags=tags,
+                metadata=metadata,
+                provenance=provenance,
+                occurred_at=occurred_at,
+                supersedes=supersedes,
+                expires_at=expires_at,
+            )
+        )
 
-    async def recall(self, query: str, *, limit: int = 5, project: str | None = None, team: str | None = None,
-               bucket: str | None = None, type: str | None = None, tags: Sequence[str] | None = None,
-               occurred_after: Timestamp | None = None, occurred_before: Timestamp | None = None,
-               include_superseded: bool | None = None) -> list[Hit]:
+    async def recall(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+        include_superseded: bool | None = None,
+    ) -> list[Hit]:
         """Best-effort ranked lookup (`POST /v1/recall`), best first."""
-        found = _api.filters(project=project, team=team, bucket=bucket, type=type, tags=tags,
-                             occurred_after=occurred_after, occurred_before=occurred_before,
-                             include_superseded=include_superseded)
+        found = _api.filters(
+            project=project,
+            team=team,
+            bucket=bucket,
+            type=type,
+            tags=tags,
+            occurred_after=occurred_after,
+            occurred_before=occurred_before,
+            include_superseded=include_superseded,
+        )
         return await self._call(_api.recall(query, limit=limit, found=found))
 
-    async def search(self, query: str, *, limit: int = 10, min_score: float | None = None, project: str | None = None,
-               team: str | None = None, bucket: str | None = None, type: str | None = None,
-               tags: Sequence[str] | None = None, occurred_after: Timestamp | None = None,
-               occurred_before: Timestamp | None = None) -> list[Hit]:
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        min_score: float | None = None,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+    ) -> list[Hit]:
         """Strict search (`POST /v1/search`): only exact filter matches scoring at least `min_score`."""
-        found = _api.filters(project=project, team=team, bucket=bucket, type=type, tags=tags,
-                             occurred_after=occurred_after, occurred_before=occurred_before,
-                             include_superseded=None)
+        found = _api.filters(
+            project=project,
+            team=team,
+            bucket=bucket,
+            type=type,
+            tags=tags,
+            occurred_after=occurred_after,
+            occurred_before=occurred_before,
+            include_superseded=None,
+        )
         return await self._call(_api.search(query, limit=limit, min_score=min_score, found=found))
 
-    async def context(self, query: str, *, max_items: int = 8, max_tokens: int = 1500, project: str | None = None,
-                team: str | None = None, bucket: str | None = None, type: str | None = None,
-                tags: Sequence[str] | None = None, occurred_after: Timestamp | None = None,
-                occurred_before: Timestamp | None = None) -> ContextPack:
+    async def context(
+        self,
+        query: str,
+        *,
+        max_items: int = 8,
+        max_tokens: int = 1500,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+    ) -> ContextPack:
         """A context pack within `max_items` and `max_tokens` (`POST /v1/context`)."""
-        found = _api.filters(project=project, team=team, bucket=bucket, type=type, tags=tags,
-                             occurred_after=occurred_after, occurred_before=occurred_before,
-                             include_superseded=None)
+        found = _api.filters(
+            project=project,
+            team=team,
+            bucket=bucket,
+            type=type,
+            tags=tags,
+            occurred_after=occurred_after,
+            occurred_before=occurred_before,
+            include_superseded=None,
+        )
         return await self._call(_api.context(query, max_items=max_items, max_tokens=max_tokens, found=found))
 
     async def forget(self, reference: str) -> Forgotten:
@@ -134,31 +210,76 @@ class AsyncClient:
         """One memory (`GET /v1/memories/{reference}`); NotFound if there is none."""
         return await self._call(_api.get(reference))
 
-    async def update(self, reference: str, *, content: str | Unset = UNSET, type: str | None | Unset = UNSET,
-               location: str | None | Unset = UNSET, project: str | None | Unset = UNSET,
-               team: str | None | Unset = UNSET, bucket: str | None | Unset = UNSET,
-               tags: Sequence[str] | None | Unset = UNSET, metadata: Mapping[str, Any] | None | Unset = UNSET,
-               provenance: Mapping[str, Any] | None | Unset = UNSET, occurred_at: Timestamp | Unset = UNSET,
-               supersedes: str | None | Unset = UNSET, expires_at: Timestamp | None | Unset = UNSET) -> Memory:
+    async def update(
+        self,
+        reference: str,
+        *,
+        content: str | Unset = UNSET,
+        type: str | None | Unset = UNSET,
+        location: str | None | Unset = UNSET,
+        project: str | None | Unset = UNSET,
+        team: str | None | Unset = UNSET,
+        bucket: str | None | Unset = UNSET,
+        tags: Sequence[str] | None | Unset = UNSET,
+        metadata: Mapping[str, Any] | None | Unset = UNSET,
+        provenance: Mapping[str, Any] | None | Unset = UNSET,
+        occurred_at: Timestamp | Unset = UNSET,
+        supersedes: str | None | Unset = UNSET,
+        expires_at: Timestamp | None | Unset = UNSET,
+    ) -> Memory:
         """Change some fields (`PATCH /v1/memories/{reference}`): only the ones passed; None resets one to
         its `remember` default. Returns the updated memory."""
-        changes = dict(content=content, type=type, location=location, project=project, team=team,
-                       bucket=bucket, tags=tags, metadata=metadata, provenance=provenance,
-                       occurred_at=occurred_at, supersedes=supersedes, expires_at=expires_at)
+        changes = dict(
+            content=content,
+            type=type,
+            location=location,
+            project=project,
+            team=team,
+            bucket=bucket,
+            tags=tags,
+            metadata=metadata,
+            provenance=provenance,
+            occurred_at=occurred_at,
+            supersedes=supersedes,
+            expires_at=expires_at,
+        )
         return await self._call(_api.update(reference, changes))
 
-    async def list_memories(self, *, project: str | None = None, team: str | None = None, bucket: str | None = None,
-                      type: str | None = None, tags: Sequence[str] | None = None, location: str | None = None,
-                      provenance_source: str | None = None, provenance_agent: str | None = None,
-                      provenance_conversation_id: str | None = None, occurred_after: Timestamp | None = None,
-                      occurred_before: Timestamp | None = None, limit: int = 20,
-                      cursor: str | None = None) -> MemoryPage:
+    async def list_memories(
+        self,
+        *,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        location: str | None = None,
+        provenance_source: str | None = None,
+        provenance_agent: str | None = None,
+        provenance_conversation_id: str | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> MemoryPage:
         """One page of memories, newest first (`GET /v1/memories`); follow `next_cursor`."""
-        return await self._call(_api.list_memories(
-            project=project, team=team, bucket=bucket, type=type, tags=tags, location=location,
-            provenance_source=provenance_source, provenance_agent=provenance_agent,
-            provenance_conversation_id=provenance_conversation_id, occurred_after=occurred_after,
-            occurred_before=occurred_before, limit=limit, cursor=cursor))
+        return await self._call(
+            _api.list_memories(
+                project=project,
+                team=team,
+                bucket=bucket,
+                type=type,
+                tags=tags,
+                location=location,
+                provenance_source=provenance_source,
+                provenance_agent=provenance_agent,
+                provenance_conversation_id=provenance_conversation_id,
+                occurred_after=occurred_after,
+                occurred_before=occurred_before,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
 
     async def iter_memories(self, *, page_size: int = 100, **filters: Any) -> AsyncIterator[Memory]:
         """Every memory `list_memories(**filters)` would page through, newest first."""
@@ -173,8 +294,9 @@ class AsyncClient:
 
     # --- conversation logs (Basic credential) ---------------------------------------------------------
 
-    async def append(self, conversation_id: str, items: Sequence[Mapping[str, Any]], *,
-               idempotency_key: str | None = None) -> AppendAck:
+    async def append(
+        self, conversation_id: str, items: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> AppendAck:
         """Append 1-1000 items as one durable batch and wait for the acknowledgement. In a conversation,
         prefer `recorder()`, which never waits."""
         return await self._call(_api.append(conversation_id, items, idempotency_key))
@@ -235,8 +357,9 @@ class AsyncClient:
         """A background recorder for one conversation, as `Client.recorder`. Its worker is a thread with
         its own sync connection to the same server, so `record()` is a plain call that never awaits and
         delivery does not depend on this event loop; `await recorder.flush(t)` / `await recorder.close()`."""
-        sender = Client(self.url, auth=self._auth, token=self._token, timeout=self._timeout,
-                        headers=self._extra_headers)
+        sender = Client(
+            self.url, auth=self._auth, token=self._token, timeout=self._timeout, headers=self._extra_headers
+        )
         wrapper: AsyncRecorder | None = None
 
         def closed() -> None:
@@ -245,11 +368,21 @@ class AsyncClient:
 
         try:
             inner = Recorder(
-                sender, conversation_id, spool=spool, max_batch_items=max_batch_items,
-                max_batch_bytes=max_batch_bytes, max_delay=max_delay, max_buffer_items=max_buffer_items,
-                max_buffer_bytes=max_buffer_bytes, backoff_initial=backoff_initial, backoff_max=backoff_max,
-                on_dead_letter=on_dead_letter, spool_fsync=spool_fsync, close_timeout=close_timeout,
-                on_close=closed)
+                sender,
+                conversation_id,
+                spool=spool,
+                max_batch_items=max_batch_items,
+                max_batch_bytes=max_batch_bytes,
+                max_delay=max_delay,
+                max_buffer_items=max_buffer_items,
+                max_buffer_bytes=max_buffer_bytes,
+                backoff_initial=backoff_initial,
+                backoff_max=backoff_max,
+                on_dead_letter=on_dead_letter,
+                spool_fsync=spool_fsync,
+                close_timeout=close_timeout,
+                on_close=closed,
+            )
         except BaseException:
             sender.close()
             raise
@@ -266,6 +399,7 @@ class AsyncClient:
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()

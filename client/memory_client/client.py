@@ -46,8 +46,9 @@ DEFAULT_TIMEOUT = 30.0
 PAGE = 1000  # replay page size: the server's maximum
 
 
-def connection_headers(auth: tuple[str, str] | None, token: str | None,
-                       headers: Mapping[str, str] | None) -> dict[str, str]:
+def connection_headers(
+    auth: tuple[str, str] | None, token: str | None, headers: Mapping[str, str] | None
+) -> dict[str, str]:
     if auth is not None and token is not None:
         raise ValueError("give either auth=(site, secret) or token=..., not both")
     out = {"user-agent": f"memory-client/{__version__}", "accept": "application/json"}
@@ -80,8 +81,7 @@ class Client:
         self.url = url.rstrip("/")
         self._headers = connection_headers(auth, token, headers)
         self._timeout = timeout
-        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout,
-                                  transport=transport)
+        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout, transport=transport)
         self._recorders: set[Recorder] = set()
         self._recorders_lock = threading.Lock()
 
@@ -89,8 +89,9 @@ class Client:
 
     def _call(self, call: Call[T]) -> T:
         try:
-            response = self._http.request(call.method, call.path, params=call.params, json=call.json,
-                                          content=call.content, headers=call.headers)
+            response = self._http.request(
+                call.method, call.path, params=call.params, json=call.json, content=call.content, headers=call.headers
+            )
         except httpx.TimeoutException as exc:
             raise TransportError(f"{call.method} {call.path} timed out: {exc}") from exc
         except httpx.TransportError as exc:
@@ -109,45 +110,119 @@ class Client:
 
     # --- saved memories -------------------------------------------------------------------------------
 
-    def remember(self, content: str, *, type: str | None = None, location: str | None = None,
-                 project: str | None = None, team: str | None = None, bucket: str | None = None,
-                 tags: Sequence[str] | None = None, metadata: Mapping[str, Any] | None = None,
-                 provenance: Mapping[str, Any] | None = None, occurred_at: Timestamp | None = None,
-                 supersedes: str | None = None, expires_at: Timestamp | None = None) -> Remembered:
+    def remember(
+        self,
+        content: str,
+        *,
+        type: str | None = None,
+        location: str | None = None,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        occurred_at: Timestamp | None = None,
+        supersedes: str | None = None,
+        expires_at: Timestamp | None = None,
+    ) -> Remembered:
         """Save a memory (`POST /v1/memories`). `created` is False when it was already there."""
-        return self._call(_api.remember(
-            content, type=type, location=location, project=project, team=team, bucket=bucket, tags=tags,
-            metadata=metadata, provenance=provenance, occurred_at=occurred_at, supersedes=supersedes,
-            expires_at=expires_at))
+        return self._call(
+            _api.remember(
+                content,
+                type=type,
+                location=location,
+                project=project,
+                team=team,
+                bucket=bucket,
+                tags=tags,
+                metadata=metadata,
+                provenance=provenance,
+                occurred_at=occurred_at,
+                supersedes=supersedes,
+                expires_at=expires_at,
+            )
+        )
 
-    def recall(self, query: str, *, limit: int = 5, project: str | None = None, team: str | None = None,
-               bucket: str | None = None, type: str | None = None, tags: Sequence[str] | None = None,
-               occurred_after: Timestamp | None = None, occurred_before: Timestamp | None = None,
-               include_superseded: bool | None = None) -> list[Hit]:
+    def recall(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+        include_superseded: bool | None = None,
+    ) -> list[Hit]:
         """Best-effort ranked lookup (`POST /v1/recall`), best first."""
-        found = _api.filters(project=project, team=team, bucket=bucket, type=type, tags=tags,
-                             occurred_after=occurred_after, occurred_before=occurred_before,
-                             include_superseded=include_superseded)
+        found = _api.filters(
+            project=project,
+            team=team,
+            bucket=bucket,
+            type=type,
+            tags=tags,
+            occurred_after=occurred_after,
+            occurred_before=occurred_before,
+            include_superseded=include_superseded,
+        )
         return self._call(_api.recall(query, limit=limit, found=found))
 
-    def search(self, query: str, *, limit: int = 10, min_score: float | None = None, project: str | None = None,
-               team: str | None = None, bucket: str | None = None, type: str | None = None,
-               tags: Sequence[str] | None = None, occurred_after: Timestamp | None = None,
-               occurred_before: Timestamp | None = None) -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        min_score: float | None = None,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+    ) -> list[Hit]:
         """Strict search (`POST /v1/search`): only exact filter matches scoring at least `min_score`."""
-        found = _api.filters(project=project, team=team, bucket=bucket, type=type, tags=tags,
-                             occurred_after=occurred_after, occurred_before=occurred_before,
-                             include_superseded=None)
+        found = _api.filters(
+            project=project,
+            team=team,
+            bucket=bucket,
+            type=type,
+            tags=tags,
+            occurred_after=occurred_after,
+            occurred_before=occurred_before,
+            include_superseded=None,
+        )
         return self._call(_api.search(query, limit=limit, min_score=min_score, found=found))
 
-    def context(self, query: str, *, max_items: int = 8, max_tokens: int = 1500, project: str | None = None,
-                team: str | None = None, bucket: str | None = None, type: str | None = None,
-                tags: Sequence[str] | None = None, occurred_after: Timestamp | None = None,
-                occurred_before: Timestamp | None = None) -> ContextPack:
+    def context(
+        self,
+        query: str,
+        *,
+        max_items: int = 8,
+        max_tokens: int = 1500,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+    ) -> ContextPack:
         """A context pack within `max_items` and `max_tokens` (`POST /v1/context`)."""
-        found = _api.filters(project=project, team=team, bucket=bucket, type=type, tags=tags,
-                             occurred_after=occurred_after, occurred_before=occurred_before,
-                             include_superseded=None)
+        found = _api.filters(
+            project=project,
+            team=team,
+            bucket=bucket,
+            type=type,
+            tags=tags,
+            occurred_after=occurred_after,
+            occurred_before=occurred_before,
+            include_superseded=None,
+        )
         return self._call(_api.context(query, max_items=max_items, max_tokens=max_tokens, found=found))
 
     def forget(self, reference: str) -> Forgotten:
@@ -158,31 +233,76 @@ class Client:
         """One memory (`GET /v1/memories/{reference}`); NotFound if there is none."""
         return self._call(_api.get(reference))
 
-    def update(self, reference: str, *, content: str | Unset = UNSET, type: str | None | Unset = UNSET,
-               location: str | None | Unset = UNSET, project: str | None | Unset = UNSET,
-               team: str | None | Unset = UNSET, bucket: str | None | Unset = UNSET,
-               tags: Sequence[str] | None | Unset = UNSET, metadata: Mapping[str, Any] | None | Unset = UNSET,
-               provenance: Mapping[str, Any] | None | Unset = UNSET, occurred_at: Timestamp | Unset = UNSET,
-               supersedes: str | None | Unset = UNSET, expires_at: Timestamp | None | Unset = UNSET) -> Memory:
+    def update(
+        self,
+        reference: str,
+        *,
+        content: str | Unset = UNSET,
+        type: str | None | Unset = UNSET,
+        location: str | None | Unset = UNSET,
+        project: str | None | Unset = UNSET,
+        team: str | None | Unset = UNSET,
+        bucket: str | None | Unset = UNSET,
+        tags: Sequence[str] | None | Unset = UNSET,
+        metadata: Mapping[str, Any] | None | Unset = UNSET,
+        provenance: Mapping[str, Any] | None | Unset = UNSET,
+        occurred_at: Timestamp | Unset = UNSET,
+        supersedes: str | None | Unset = UNSET,
+        expires_at: Timestamp | None | Unset = UNSET,
+    ) -> Memory:
         """Change some fields (`PATCH /v1/memories/{reference}`): only the ones passed; None resets one to
         its `remember` default. Returns the updated memory."""
-        changes = dict(content=content, type=type, location=location, project=project, team=team,
-                       bucket=bucket, tags=tags, metadata=metadata, provenance=provenance,
-                       occurred_at=occurred_at, supersedes=supersedes, expires_at=expires_at)
+        changes = dict(
+            content=content,
+            type=type,
+            location=location,
+            project=project,
+            team=team,
+            bucket=bucket,
+            tags=tags,
+            metadata=metadata,
+            provenance=provenance,
+            occurred_at=occurred_at,
+            supersedes=supersedes,
+            expires_at=expires_at,
+        )
         return self._call(_api.update(reference, changes))
 
-    def list_memories(self, *, project: str | None = None, team: str | None = None, bucket: str | None = None,
-                      type: str | None = None, tags: Sequence[str] | None = None, location: str | None = None,
-                      provenance_source: str | None = None, provenance_agent: str | None = None,
-                      provenance_conversation_id: str | None = None, occurred_after: Timestamp | None = None,
-                      occurred_before: Timestamp | None = None, limit: int = 20,
-                      cursor: str | None = None) -> MemoryPage:
+    def list_memories(
+        self,
+        *,
+        project: str | None = None,
+        team: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Sequence[str] | None = None,
+        location: str | None = None,
+        provenance_source: str | None = None,
+        provenance_agent: str | None = None,
+        provenance_conversation_id: str | None = None,
+        occurred_after: Timestamp | None = None,
+        occurred_before: Timestamp | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> MemoryPage:
         """One page of memories, newest first (`GET /v1/memories`); follow `next_cursor`."""
-        return self._call(_api.list_memories(
-            project=project, team=team, bucket=bucket, type=type, tags=tags, location=location,
-            provenance_source=provenance_source, provenance_agent=provenance_agent,
-            provenance_conversation_id=provenance_conversation_id, occurred_after=occurred_after,
-            occurred_before=occurred_before, limit=limit, cursor=cursor))
+        return self._call(
+            _api.list_memories(
+                project=project,
+                team=team,
+                bucket=bucket,
+                type=type,
+                tags=tags,
+                location=location,
+                provenance_source=provenance_source,
+                provenance_agent=provenance_agent,
+                provenance_conversation_id=provenance_conversation_id,
+                occurred_after=occurred_after,
+                occurred_before=occurred_before,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
 
     def iter_memories(self, *, page_size: int = 100, **filters: Any) -> Iterator[Memory]:
         """Every memory `list_memories(**filters)` would page through, newest first."""
@@ -196,8 +316,9 @@ class Client:
 
     # --- conversation logs (Basic credential) ---------------------------------------------------------
 
-    def append(self, conversation_id: str, items: Sequence[Mapping[str, Any]], *,
-               idempotency_key: str | None = None) -> AppendAck:
+    def append(
+        self, conversation_id: str, items: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> AppendAck:
         """Append 1-1000 items as one durable batch and wait for the acknowledgement. In a conversation,
         prefer `recorder()`, which never waits."""
         return self._call(_api.append(conversation_id, items, idempotency_key))
@@ -262,11 +383,21 @@ class Client:
                 self._recorders.discard(recorder)
 
         recorder = Recorder(
-            self, conversation_id, spool=spool, max_batch_items=max_batch_items,
-            max_batch_bytes=max_batch_bytes, max_delay=max_delay, max_buffer_items=max_buffer_items,
-            max_buffer_bytes=max_buffer_bytes, backoff_initial=backoff_initial, backoff_max=backoff_max,
-            on_dead_letter=on_dead_letter, spool_fsync=spool_fsync, close_timeout=close_timeout,
-            on_close=forget_recorder)
+            self,
+            conversation_id,
+            spool=spool,
+            max_batch_items=max_batch_items,
+            max_batch_bytes=max_batch_bytes,
+            max_delay=max_delay,
+            max_buffer_items=max_buffer_items,
+            max_buffer_bytes=max_buffer_bytes,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            on_dead_letter=on_dead_letter,
+            spool_fsync=spool_fsync,
+            close_timeout=close_timeout,
+            on_close=forget_recorder,
+        )
         with self._recorders_lock:
             self._recorders.add(recorder)
         return recorder
@@ -284,6 +415,7 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -88,8 +88,15 @@ class TransportError(Unavailable):
 
 BY_CODE: dict[str, type[MemoryServerError]] = {
     cls.code: cls
-    for cls in (InvalidParameters, UnprocessableParameters, Unauthorized, Forbidden, NotFound, PayloadTooLarge,
-                Unavailable)
+    for cls in (
+        InvalidParameters,
+        UnprocessableParameters,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        PayloadTooLarge,
+        Unavailable,
+    )
 }
 
 # When a response carries no error body of the server's (a proxy's page, say), its status decides.

@@ -146,7 +146,8 @@ class Recorder:
         self._stop = threading.Event()
 
         self._buffer: MemoryBuffer | SpoolBuffer = (
-            MemoryBuffer() if spool is None else SpoolBuffer(spool, conversation_id, fsync=spool_fsync))
+            MemoryBuffer() if spool is None else SpoolBuffer(spool, conversation_id, fsync=spool_fsync)
+        )
         ready, unassigned, unassigned_bytes = self._buffer.recover()
         self._ready: deque[Batch] = deque(ready)  # batches with a key, oldest first; ready[0] is in flight
         self._unassigned = unassigned  # items not yet in a batch
@@ -175,8 +176,7 @@ class Recorder:
 
         if self._recovered:
             log.info("recorder for %s: %d items recovered from %s", conversation_id, self._recovered, spool)
-        self._thread = threading.Thread(target=self._run, name=f"memory-recorder-{conversation_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"memory-recorder-{conversation_id}", daemon=True)
         self._thread.start()
         _live.add(self)
 
@@ -207,8 +207,10 @@ class Recorder:
                 self._dropped += 1
                 self._dropping += 1
                 if self._dropping == 1:
-                    message = (f"recorder buffer full ({self._pending} items, {self._pending_bytes} bytes): "
-                               "dropping new items until it drains")
+                    message = (
+                        f"recorder buffer full ({self._pending} items, {self._pending_bytes} bytes): "
+                        "dropping new items until it drains"
+                    )
             else:
                 message = self._add(payload, size)
         if message is not None:
@@ -254,8 +256,17 @@ class Recorder:
 
     def stats(self) -> RecorderStats:
         with self._lock:
-            return RecorderStats(self._pending, self._acked, self._duplicates, self._dead, self._dropped,
-                                 self._recovered, self._batches, self._retries, self._last_error)
+            return RecorderStats(
+                self._pending,
+                self._acked,
+                self._duplicates,
+                self._dead,
+                self._dropped,
+                self._recovered,
+                self._batches,
+                self._retries,
+                self._last_error,
+            )
 
     # --- waiting and closing --------------------------------------------------------------------------
 
@@ -299,8 +310,7 @@ class Recorder:
         _live.discard(self)
         if left:
             where = f"kept in {self._buffer.path}" if isinstance(self._buffer, SpoolBuffer) else "lost"
-            log.warning("recorder for %s closed with %d items undelivered (%s)", self.conversation_id, left,
-                        where)
+            log.warning("recorder for %s closed with %d items undelivered (%s)", self.conversation_id, left, where)
         if self._on_close is not None:
             self._on_close()
         return delivered and not left
@@ -308,8 +318,9 @@ class Recorder:
     def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # --- the worker -----------------------------------------------------------------------------------
@@ -344,8 +355,12 @@ class Recorder:
                         self._work.wait()
                         continue
                     wait = self._unassigned_since + self._max_delay - time.monotonic()
-                    urgent = (self._unassigned >= self._max_items or self._unassigned_bytes >= self._max_bytes
-                              or self._flushing or self._closing)
+                    urgent = (
+                        self._unassigned >= self._max_items
+                        or self._unassigned_bytes >= self._max_bytes
+                        or self._flushing
+                        or self._closing
+                    )
                     if wait > 0 and not urgent:
                         self._work.wait(wait)
                         continue
@@ -409,13 +424,25 @@ class Recorder:
             level = logging.ERROR if attempt == 1 or attempt % 20 == 0 else logging.DEBUG
         else:
             level = logging.WARNING if attempt == 1 else logging.DEBUG
-        log.log(level, "append of %d items to %s failed (%s); retrying the same batch in %.2fs (attempt %d)",
-                size, self.conversation_id, error, delay, attempt)
+        log.log(
+            level,
+            "append of %d items to %s failed (%s); retrying the same batch in %.2fs (attempt %d)",
+            size,
+            self.conversation_id,
+            error,
+            delay,
+            attempt,
+        )
 
     def _accept(self, batch: Batch, ack: AppendAck, attempts: int) -> None:
         if ack.count != len(batch):
-            log.error("acknowledgement for %d items covers %d (conversation %s, key %s)", len(batch),
-                      ack.count, self.conversation_id, batch.key)
+            log.error(
+                "acknowledgement for %d items covers %d (conversation %s, key %s)",
+                len(batch),
+                ack.count,
+                self.conversation_id,
+                batch.key,
+            )
         with self._lock:
             if self._closed:
                 return
@@ -430,8 +457,7 @@ class Recorder:
             self._batches += 1
             self._progress.notify_all()
         if attempts:
-            log.info("append of %d items to %s delivered after %d retries", len(batch), self.conversation_id,
-                     attempts)
+            log.info("append of %d items to %s delivered after %d retries", len(batch), self.conversation_id, attempts)
 
     def _reject(self, batch: Batch, error: MemoryServerError) -> None:
         """A permanent error: alone, the item is dead; in company, split the batch to find it."""
@@ -523,8 +549,9 @@ class AsyncRecorder:
     async def __aenter__(self) -> AsyncRecorder:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
 

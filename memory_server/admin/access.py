@@ -82,8 +82,7 @@ def indexing_text(site: SiteRecord) -> str:
 
 def progress_text(progress: IndexingProgress) -> str:
     """How far a site's log indexing is, for `site show` and `site set`."""
-    return (f"{progress.waiting} items waiting, {progress.indexed} done ({progress.skipped} without text, "
-            "skipped)")
+    return f"{progress.waiting} items waiting, {progress.indexed} done ({progress.skipped} without text, skipped)"
 
 
 @site_app.command("list")
@@ -96,28 +95,46 @@ def site_list(data_dir: DataDir = None) -> None:
 @site_app.command("show")
 def site_show(name: str, data_dir: DataDir = None) -> None:
     """Show a site: when it was created, its log retention, whether its log items are indexed and how far."""
+
     def show(_: Settings, storage: Storage) -> tuple[SiteRecord, IndexingProgress]:
         site = admin.show_site(storage.sites, name)
         return site, storage.logs.index_progress(site.id)
 
     site, progress = with_storage(data_dir, show)
     retention = "none" if site.log_retention_days is None else f"{site.log_retention_days} days"
-    typer.echo(f"name: {site.name}\ncreated: {site.created_at}\nlog retention: {retention}\n"
-               f"log indexing: {'on' if site.index_logs else 'off'}\nlog items indexed: {progress_text(progress)}")
+    typer.echo(
+        f"name: {site.name}\ncreated: {site.created_at}\nlog retention: {retention}\n"
+        f"log indexing: {'on' if site.index_logs else 'off'}\nlog items indexed: {progress_text(progress)}"
+    )
 
 
 @site_app.command("set")
 def site_set(
     name: str,
-    log_retention_days: Annotated[int | None, typer.Option(
-        "--log-retention-days", metavar="N", help="Delete conversation logs N days after their last activity "
-        "(in the background, while the server runs).")] = None,
-    no_log_retention: Annotated[bool, typer.Option(
-        "--no-log-retention", help="Keep conversation logs until they are deleted (clears the retention).")] = False,
-    index_logs: Annotated[bool | None, typer.Option(
-        "--index-logs/--no-index-logs", help="Make the site's conversation log items recallable entries (kind "
-        "turn) that recall finds beside saved memories: those logged already are indexed in the background; "
-        "or stop indexing new ones.")] = None,
+    log_retention_days: Annotated[
+        int | None,
+        typer.Option(
+            "--log-retention-days",
+            metavar="N",
+            help="Delete conversation logs N days after their last activity "
+            "(in the background, while the server runs).",
+        ),
+    ] = None,
+    no_log_retention: Annotated[
+        bool,
+        typer.Option(
+            "--no-log-retention", help="Keep conversation logs until they are deleted (clears the retention)."
+        ),
+    ] = False,
+    index_logs: Annotated[
+        bool | None,
+        typer.Option(
+            "--index-logs/--no-index-logs",
+            help="Make the site's conversation log items recallable entries (kind "
+            "turn) that recall finds beside saved memories: those logged already are indexed in the background; "
+            "or stop indexing new ones.",
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Change a site's settings: its log retention, whether its log items are indexed."""
@@ -139,8 +156,10 @@ def site_set(
     changed += [indexing_text(site)] if index_logs is not None else []
     typer.echo(f"site {name}: {', '.join(changed)}")
     if index_logs:
-        typer.echo(f"log items indexed: {progress_text(progress)}; a running server indexes those waiting in the "
-                   "background (see `site show`, /readyz)")
+        typer.echo(
+            f"log items indexed: {progress_text(progress)}; a running server indexes those waiting in the "
+            "background (see `site show`, /readyz)"
+        )
 
 
 @site_app.command("delete")
@@ -164,14 +183,22 @@ def token_create(
     team: Annotated[list[str] | None, typer.Option("--team", help="Bound to these teams.")] = None,
     project: Annotated[list[str] | None, typer.Option("--project", help="Bound to these projects.")] = None,
     bucket: Annotated[list[str] | None, typer.Option("--bucket", help="Bound to these buckets.")] = None,
-    label: Annotated[str | None, typer.Option(
-        "--label", help="What the token is for (e.g. 'laptop: Claude Code'), shown wherever tokens are listed.",
-    )] = None,
+    label: Annotated[
+        str | None,
+        typer.Option(
+            "--label",
+            help="What the token is for (e.g. 'laptop: Claude Code'), shown wherever tokens are listed.",
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Mint a Bearer token; prints it once."""
-    token_id, token = with_sites(data_dir, lambda sites: admin.create_token(
-        sites, site, scopes=scope, teams=team, projects=project, buckets=bucket, label=label))
+    token_id, token = with_sites(
+        data_dir,
+        lambda sites: admin.create_token(
+            sites, site, scopes=scope, teams=team, projects=project, buckets=bucket, label=label
+        ),
+    )
     typer.echo(f"id: {token_id}\ntoken: {token}")
 
 
@@ -184,6 +211,7 @@ def token_list(
 ) -> None:
     """List a site's tokens (with their labels and last use), then the OAuth grants of its connectors with their
     client's name and last use (never a secret)."""
+
     def listed(_: Settings, storage: Storage) -> tuple[list[str], list[OAuthGrant]]:
         tokens = admin.list_tokens(storage.sites, site)
         return _lines(tokens), oauth.list_grants(storage.oauth, admin.require_site(storage.sites, site))
@@ -197,20 +225,28 @@ def token_list(
     for g in grants:
         state = f"revoked {g.revoked_at}" if g.revoked_at else "active" if g.expires_at > now else "expired"
         b = g.bounds
-        typer.echo(f"{g.id}\t{','.join(b.scopes)}\t{_bounds(b.teams, b.projects, b.buckets)}\t{state}"
-                   f"\toauth client: {_printable(g.client_name or g.client_id)}"
-                   f"\tlast used: {g.last_used_at or 'never'}")
+        typer.echo(
+            f"{g.id}\t{','.join(b.scopes)}\t{_bounds(b.teams, b.projects, b.buckets)}\t{state}"
+            f"\toauth client: {_printable(g.client_name or g.client_id)}"
+            f"\tlast used: {g.last_used_at or 'never'}"
+        )
 
 
 def _lines(tokens: list[TokenRecord]) -> list[str]:
-    return [f"{t.id}\t{','.join(t.scopes)}\t{_bounds(t.teams, t.projects, t.buckets)}\t"
-            f"{f'revoked {t.revoked_at}' if t.revoked_at else 'active'}\tlabel: {t.label or '-'}"
-            f"\tlast used: {t.last_used_at or 'never'}" for t in tokens]
+    return [
+        f"{t.id}\t{','.join(t.scopes)}\t{_bounds(t.teams, t.projects, t.buckets)}\t"
+        f"{f'revoked {t.revoked_at}' if t.revoked_at else 'active'}\tlabel: {t.label or '-'}"
+        f"\tlast used: {t.last_used_at or 'never'}"
+        for t in tokens
+    ]
 
 
 def _bounds(teams: tuple[str, ...] | None, projects: tuple[str, ...] | None, buckets: tuple[str, ...] | None) -> str:
-    named = " ".join(f"{name}={','.join(values)}" for name, values in
-                     (("teams", teams), ("projects", projects), ("buckets", buckets)) if values)
+    named = " ".join(
+        f"{name}={','.join(values)}"
+        for name, values in (("teams", teams), ("projects", projects), ("buckets", buckets))
+        if values
+    )
     return named or "unbounded"
 
 
@@ -250,6 +286,7 @@ def conversation_delete(
 
     deleted = with_services(data_dir, delete)
     turns = f", {deleted['turns_deleted']} indexed turns" if deleted["turns_deleted"] else ""
-    typer.echo(f"deleted conversation {conversation_id}: {deleted['item_count']} items{turns}, "
-               f"{deleted['memories_unlinked']} memories unlinked")
-
+    typer.echo(
+        f"deleted conversation {conversation_id}: {deleted['item_count']} items{turns}, "
+        f"{deleted['memories_unlinked']} memories unlinked"
+    )

@@ -1,8 +1,8 @@
-"""The `memory-server` command line (the one place, with `server.__main__`, that reads settings).
+"""The `memory-server` command line (the one place, with `memory_server.__main__`, that reads settings).
 
-Commands: serve (memory_server.admin.serve); site and token (memory_server.admin.access); export, import, backup, reindex,
-doctor (memory_server.admin.data); client-config (memory_server.admin.client_config). Every failure a user can cause prints
-one line, `error: ...`, and exits 1.
+Commands: serve (memory_server.admin.serve); site and token (memory_server.admin.access); export, import,
+backup, reindex, doctor (memory_server.admin.data); client-config (memory_server.admin.client_config). Every
+failure a user can cause prints one line, `error: ...`, and exits 1.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ def main() -> None:
     except Exception as exc:  # a bug: one line for the user; the traceback only when asked for
         if os.environ.get("MEMORY_LOG_LEVEL", "").upper() == "DEBUG":
             raise
-        typer.echo(f"error: unexpected failure ({type(exc).__name__}: {exc}); run with MEMORY_LOG_LEVEL=DEBUG "
-                   "to see where", err=True)
+        typer.echo(
+            f"error: unexpected failure ({type(exc).__name__}: {exc}); run with MEMORY_LOG_LEVEL=DEBUG to see where",
+            err=True,
+        )
         sys.exit(1)

@@ -13,8 +13,12 @@ from memory_server.settings import Settings
 if TYPE_CHECKING:
     from rich.progress import Progress  # imported when used: rich is slow to import
 
-app = typer.Typer(help="memory-server: durable conversation logs and saved memories for AI agents.",
-                  pretty_exceptions_enable=False, no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="memory-server: durable conversation logs and saved memories for AI agents.",
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+)
 site_app = typer.Typer(help="Manage sites (tenants) and their Basic credentials.", no_args_is_help=True)
 token_app = typer.Typer(help="Manage Bearer tokens and OAuth grants.", no_args_is_help=True)
 conversation_app = typer.Typer(help="Manage conversation logs.", no_args_is_help=True)
@@ -35,8 +39,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     pass
 
@@ -66,8 +71,12 @@ def load_settings(**overrides: object) -> Settings:
 
         problem = url_problem(settings.database_url.get_secret_value())
         if problem is not None:
-            fail(RuntimeError(f"MEMORY_DATABASE_URL is not a PostgreSQL URL psycopg can use ({problem}); correct it, "
-                              "or unset it to use SQLite in the data directory"))
+            fail(
+                RuntimeError(
+                    f"MEMORY_DATABASE_URL is not a PostgreSQL URL psycopg can use ({problem}); correct it, "
+                    "or unset it to use SQLite in the data directory"
+                )
+            )
     return settings
 
 

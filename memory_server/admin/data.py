@@ -56,8 +56,7 @@ def export_command(
             task = progress.add_task("exporting", total=total(snapshot))
 
             def write(out: IO[str]) -> int:
-                return write_export(snapshot, out, site=site, model=model,
-                                    progress=lambda n: progress.advance(task, n))
+                return write_export(snapshot, out, site=site, model=model, progress=lambda n: progress.advance(task, n))
 
             if target is None:
                 written = write(sys.stdout)
@@ -80,8 +79,11 @@ def export_command(
         if tmp_name is not None:
             Path(tmp_name).unlink(missing_ok=True)
     counts = snapshot.counts
-    typer.echo(f"exported {counts['memories']} memories and {counts['log_items']} log items "
-               f"({counts['conversations']} conversations) to {file}", err=target is None)
+    typer.echo(
+        f"exported {counts['memories']} memories and {counts['log_items']} log items "
+        f"({counts['conversations']} conversations) to {file}",
+        err=target is None,
+    )
     if written != total(snapshot):  # cannot happen inside one snapshot; say so loudly if it ever does
         fail(RuntimeError(f"wrote {written} records but the snapshot counted {total(snapshot)}"))
 
@@ -106,22 +108,34 @@ def _index_for_import(settings: Settings, file: str) -> VectorIndex:
     try:
         return open_configured_index(settings)
     except IndexLocked as exc:
-        fail(RuntimeError(
-            f"{file} holds memories, and importing them needs the vector index, which a running server holds: "
-            "stop the server first, or use the REST/MCP API to add memories while it runs. (A file of log items "
-            f"alone imports while the server runs.) Details: {exc}"))
+        fail(
+            RuntimeError(
+                f"{file} holds memories, and importing them needs the vector index, which a running server holds: "
+                "stop the server first, or use the REST/MCP API to add memories while it runs. (A file of log items "
+                f"alone imports while the server runs.) Details: {exc}"
+            )
+        )
     except Exception as exc:
         fail(exc)
 
 
 @app.command("import")
 def import_command(
-    file: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `export`; - for stdin. With --from: "
-                                        "another tool's file or folder.")],
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE", help="JSON Lines from `export`; - for stdin. With --from: another tool's file or folder."
+        ),
+    ],
     site: Annotated[str | None, typer.Option("--site", help="Import everything into this site.")] = None,
-    from_: Annotated[str | None, typer.Option("--from", metavar="FORMAT", help="Another memory tool's format: "
-                                              "mcp-memory, mem0 or markdown (into --site, default `default`).")
-                     ] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="FORMAT",
+            help="Another memory tool's format: mcp-memory, mem0 or markdown (into --site, default `default`).",
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Import JSON Lines written by `export` (idempotent: running it again adds nothing).
@@ -174,9 +188,14 @@ def import_command(
                     writes = services.load_memories(index=index).writes
                 except Exception as exc:
                     fail(exc)
-            importer = Importer(sites=services.storage.sites, logs=services.storage.logs,
-                                limits=LogLimits(settings.max_payload_bytes, settings.max_batch_bytes),
-                                max_content_bytes=settings.max_content_bytes, writes=writes, target_site=site)
+            importer = Importer(
+                sites=services.storage.sites,
+                logs=services.storage.logs,
+                limits=LogLimits(settings.max_payload_bytes, settings.max_batch_bytes),
+                max_content_bytes=settings.max_content_bytes,
+                writes=writes,
+                target_site=site,
+            )
             with stderr_progress() as progress:
                 task = progress.add_task("importing", total=size)
                 try:
@@ -192,9 +211,11 @@ def _print_report(importer: Importer, aborted: Exception | None) -> None:
     report = importer.report
     for name, secret in report.sites_created:
         typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
-    typer.echo(f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
-               f"memories duplicate: {report.memories_duplicate}\nlog items appended: {report.items_appended}\n"
-               f"log items already present: {report.items_present}\nrejected lines: {len(report.errors)}")
+    typer.echo(
+        f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
+        f"memories duplicate: {report.memories_duplicate}\nlog items appended: {report.items_appended}\n"
+        f"log items already present: {report.items_present}\nrejected lines: {len(report.errors)}"
+    )
     if report.sites_indexing:
         typer.echo(f"log items to index: {report.items_to_index} (a running server indexes them in the background)")
     shown = 50
@@ -224,8 +245,12 @@ def reindex(data_dir: DataDir = None) -> None:
     try:
         index = open_configured_index(settings)
     except IndexLocked as exc:
-        fail(RuntimeError(f"a server is running on this data directory: stop the server (pid {exc.holder}), "
-                          "then run reindex again"))
+        fail(
+            RuntimeError(
+                f"a server is running on this data directory: stop the server (pid {exc.holder}), "
+                "then run reindex again"
+            )
+        )
     except Exception as exc:
         fail(exc)
     services = open_services(settings)
@@ -287,17 +312,23 @@ def backup(
 
     settings = load_settings(data_dir=data_dir)
     if settings.database_url is not None:
-        fail(RuntimeError(
-            "the authority is PostgreSQL (MEMORY_DATABASE_URL): back it up with PostgreSQL's own tools, e.g. "
-            "`pg_dump --format=custom --file memory.dump \"$MEMORY_DATABASE_URL\"` (restore with pg_restore), or "
-            "write a consistent export of every site with `memory-server export FILE`"))
+        fail(
+            RuntimeError(
+                "the authority is PostgreSQL (MEMORY_DATABASE_URL): back it up with PostgreSQL's own tools, e.g. "
+                '`pg_dump --format=custom --file memory.dump "$MEMORY_DATABASE_URL"` (restore with pg_restore), or '
+                "write a consistent export of every site with `memory-server export FILE`"
+            )
+        )
     try:
         result = backup_database(settings.db_path, path, force=force, live=live_paths(settings))
     except (AppError, FileExistsError, RuntimeError, OSError) as exc:
         fail(exc)
-    typer.echo(f"backup: {result.path}\nsize: {result.size} bytes\nquick_check: ok\n"
-               f"schema version: {result.schema_version}")
+    typer.echo(
+        f"backup: {result.path}\nsize: {result.size} bytes\nquick_check: ok\nschema version: {result.schema_version}"
+    )
     for name, count in result.counts.items():
         typer.echo(f"{name}: {count}")
-    typer.echo("note: the vector index is not in the backup; after restoring this file as memory.db, rebuild it "
-               "with `memory-server reindex` (server backend: snapshot the Qdrant collection instead)")
+    typer.echo(
+        "note: the vector index is not in the backup; after restoring this file as memory.db, rebuild it "
+        "with `memory-server reindex` (server backend: snapshot the Qdrant collection instead)"
+    )

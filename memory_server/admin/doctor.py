@@ -42,8 +42,9 @@ class _State:
         return self.storage.counts[0] if self.storage.counts is not None else None
 
 
-def run_checks(settings: Settings, *, project_root: Path,
-               load_embedder: Callable[[ModelChoice], Any] | None = None) -> Iterator[Check]:
+def run_checks(
+    settings: Settings, *, project_root: Path, load_embedder: Callable[[ModelChoice], Any] | None = None
+) -> Iterator[Check]:
     """Yield the checks one by one (the slow model load comes first, then the fast ones)."""
     state = _State(follows=_follows(settings), index_path=settings.index_path)
     try:
@@ -53,8 +54,12 @@ def run_checks(settings: Settings, *, project_root: Path,
         else:
             data_dir = settings.data_dir
             if not data_dir.is_dir():
-                yield Check("data directory", FAIL, f"{data_dir.resolve()} does not exist",
-                            "start the server once (it creates it), or pass the right --data-dir")
+                yield Check(
+                    "data directory",
+                    FAIL,
+                    f"{data_dir.resolve()} does not exist",
+                    "start the server once (it creates it), or pass the right --data-dir",
+                )
                 return
             yield from _guarded("permissions", lambda: _check_permissions(settings))
             sqlite = state.storage = SqliteState()
@@ -88,8 +93,12 @@ def _guarded(name: str, checks: Callable[[], Iterator[Check]]) -> Iterator[Check
     try:
         yield from checks()
     except Exception as exc:
-        yield Check(name, FAIL, f"could not be checked: {type(exc).__name__}: {exc}",
-                    "restore the latest `memory-server backup` into the data directory, then `memory-server reindex`")
+        yield Check(
+            name,
+            FAIL,
+            f"could not be checked: {type(exc).__name__}: {exc}",
+            "restore the latest `memory-server backup` into the data directory, then `memory-server reindex`",
+        )
 
 
 def _check_permissions(settings: Settings) -> Iterator[Check]:
@@ -102,25 +111,29 @@ def _check_permissions(settings: Settings) -> Iterator[Check]:
     fix = f"chmod 700 {data_dir}"
     if any(p != data_dir for p in readable):
         fix += f" && chmod 600 {data_dir}/memory.db*"
-    yield Check("permissions", WARN, f"other users of this machine can read {', '.join(str(p) for p in readable)}",
-                fix)
+    yield Check("permissions", WARN, f"other users of this machine can read {', '.join(str(p) for p in readable)}", fix)
 
 
-def _check_model(settings: Settings, state: _State, project_root: Path,
-                 load_embedder: Callable[[ModelChoice], Any] | None) -> Check:
+def _check_model(
+    settings: Settings, state: _State, project_root: Path, load_embedder: Callable[[ModelChoice], Any] | None
+) -> Check:
     from memory_server.embeddings.factory import NAMED_MODELS, resolve_model
     from memory_server.embeddings.factory import load_embedder as default_loader
 
     choice = resolve_model(settings.embedding_model, project_root=project_root)
     try:
-        state.embedder = (load_embedder or (lambda choice: default_loader(
-            choice, threads=1, engine=settings.embedding_engine)))(choice)
+        state.embedder = (
+            load_embedder or (lambda choice: default_loader(choice, threads=1, engine=settings.embedding_engine))
+        )(choice)
     except Exception as exc:
-        return Check("model", FAIL, f"cannot load {choice.describe()}: {exc}",
-                     f"set MEMORY_EMBEDDING_MODEL to one of {', '.join(NAMED_MODELS)} or to a local "
-                     "sentence-transformers model directory")
-    return Check("model", OK, f"{state.embedder.name} ({state.embedder.dimension} dimensions), "
-                              f"{choice.describe()}")
+        return Check(
+            "model",
+            FAIL,
+            f"cannot load {choice.describe()}: {exc}",
+            f"set MEMORY_EMBEDDING_MODEL to one of {', '.join(NAMED_MODELS)} or to a local "
+            "sentence-transformers model directory",
+        )
+    return Check("model", OK, f"{state.embedder.name} ({state.embedder.dimension} dimensions), {choice.describe()}")
 
 
 def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
@@ -129,11 +142,16 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
     reindex = "run `memory-server reindex` (with the server stopped)"
     if settings.index_backend == "embedded" and not settings.index_path.is_dir():
         if state.memories and state.follows:
-            yield Check("index", OK, f"not created yet at {settings.index_path} (the server builds it from the "
-                                     f"database's {state.memories} memories at start-up)")
+            yield Check(
+                "index",
+                OK,
+                f"not created yet at {settings.index_path} (the server builds it from the "
+                f"database's {state.memories} memories at start-up)",
+            )
         elif state.memories:
-            yield Check("index", FAIL, f"no index at {settings.index_path} but {state.memories} memories in SQLite",
-                        reindex)
+            yield Check(
+                "index", FAIL, f"no index at {settings.index_path} but {state.memories} memories in SQLite", reindex
+            )
         else:
             yield Check("index", OK, f"not created yet at {settings.index_path} (the server builds it at start-up)")
         return
@@ -147,8 +165,11 @@ def _check_index(settings: Settings, state: _State) -> Iterator[Check]:
         return
     except Exception as exc:
         where = settings.qdrant_url if settings.index_backend == "server" else settings.index_path
-        fix = ("start Qdrant or correct MEMORY_QDRANT_URL" if settings.index_backend == "server"
-               else f"delete {settings.index_path} and {reindex}")
+        fix = (
+            "start Qdrant or correct MEMORY_QDRANT_URL"
+            if settings.index_backend == "server"
+            else f"delete {settings.index_path} and {reindex}"
+        )
         yield Check("index", FAIL, f"cannot open the index at {where}: {exc}", fix)
         return
     state.index = index
@@ -170,30 +191,43 @@ def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | N
     """The open index was built with the configured model and holds one point per indexed memory."""
     if info is None:
         if state.memories:
-            yield Check("index model", FAIL, f"the index is not initialised but SQLite holds {state.memories} memories",
-                        reindex)
+            yield Check(
+                "index model", FAIL, f"the index is not initialised but SQLite holds {state.memories} memories", reindex
+            )
         else:
             yield Check("index model", OK, "the index is not initialised yet (the server does it at start-up)")
         return
     embedder = state.embedder
     if embedder is None:
-        yield Check("index model", SKIP, f"built with {info.model} ({info.dimension} dimensions); the model "
-                                         "did not load, so it cannot be compared")
+        yield Check(
+            "index model",
+            SKIP,
+            f"built with {info.model} ({info.dimension} dimensions); the model did not load, so it cannot be compared",
+        )
         return
     if (info.model, info.dimension) != (embedder.name, embedder.dimension):
-        yield Check("index model", WARN,
-                    f"the index was built with {info.model} ({info.dimension} dimensions) but the configured model "
-                    f"is {embedder.name} ({embedder.dimension} dimensions): the next start embeds every memory "
-                    "again in the background, recall ranking by words alone meanwhile",
-                    f"to do it now instead, {reindex}")
+        yield Check(
+            "index model",
+            WARN,
+            f"the index was built with {info.model} ({info.dimension} dimensions) but the configured model "
+            f"is {embedder.name} ({embedder.dimension} dimensions): the next start embeds every memory "
+            "again in the background, recall ranking by words alone meanwhile",
+            f"to do it now instead, {reindex}",
+        )
         return
     marker = read_marker(state.index_path / MARKER_FILE) if state.index_path is not None else None
     if marker is not None:
         left = state.storage.counts[2] if state.storage.counts is not None and not state.follows else None
-        yield Check("index model", WARN, f"memories are being embedded again with {marker.target} (from "
-                                         f"{marker.source}, {marker.total} in all"
-                    + (f", {left} not in the index yet" if left is not None else "") + "): recall ranks by words "
-                    "alone until it is done", "let the server run; it carries on after a restart")
+        yield Check(
+            "index model",
+            WARN,
+            f"memories are being embedded again with {marker.target} (from "
+            f"{marker.source}, {marker.total} in all"
+            + (f", {left} not in the index yet" if left is not None else "")
+            + "): recall ranks by words "
+            "alone until it is done",
+            "let the server run; it carries on after a restart",
+        )
     else:
         yield Check("index model", OK, f"built with {info.model} ({info.dimension} dimensions), as configured")
 
@@ -208,15 +242,23 @@ def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | N
         if points == state.memories:
             yield Check("index points", OK, f"{points} points, one per memory")
         else:
-            yield Check("index points", WARN, f"the index holds {points} points for {state.memories} memories: "
-                                              "the server catches up at start-up", reindex)
+            yield Check(
+                "index points",
+                WARN,
+                f"the index holds {points} points for {state.memories} memories: the server catches up at start-up",
+                reindex,
+            )
         return
     indexed = state.storage.counts[1]
     if points == indexed:
         yield Check("index points", OK, f"{points} points, one per indexed memory")
     else:
-        yield Check("index points", FAIL, f"the index holds {points} points but SQLite marks {indexed} memories "
-                                          "indexed", reindex)
+        yield Check(
+            "index points",
+            FAIL,
+            f"the index holds {points} points but SQLite marks {indexed} memories indexed",
+            reindex,
+        )
 
 
 def _follows(settings: Settings) -> bool:
@@ -236,22 +278,30 @@ def _check_following(settings: Settings, state: _State) -> Iterator[Check]:
     if identity is None or newest is None:
         return
     if followed is None or followed.authority != identity[0]:
-        yield Check("index follows", WARN, "the index has not followed this database yet: the server rebuilds it "
-                                           "from the stored vectors at start-up")
+        yield Check(
+            "index follows",
+            WARN,
+            "the index has not followed this database yet: the server rebuilds it from the stored vectors at start-up",
+        )
     elif followed.mark >= int(newest[0]):
         yield Check("index follows", OK, f"up to date with the database's change feed (change {followed.mark})")
     else:
-        yield Check("index follows", OK, f"{int(newest[0]) - followed.mark} changes behind the database: the "
-                                         "server applies them at start-up")
+        yield Check(
+            "index follows",
+            OK,
+            f"{int(newest[0]) - followed.mark} changes behind the database: the server applies them at start-up",
+        )
 
 
 def _check_outbox(state: _State) -> Iterator[Check]:
     if state.storage.counts is None:
         return
     _, _, pending, deletions = state.storage.counts
-    fix = ("start the server (it indexes the backlog at start-up) or run `memory-server reindex`")
-    running = ("; the running server retries them every few seconds - if the number does not fall, "
-               "read its log for index errors")
+    fix = "start the server (it indexes the backlog at start-up) or run `memory-server reindex`"
+    running = (
+        "; the running server retries them every few seconds - if the number does not fall, "
+        "read its log for index errors"
+    )
     if not pending:
         yield Check("index backlog", OK, "every memory is indexed")
     elif state.index_held:
@@ -263,5 +313,9 @@ def _check_outbox(state: _State) -> Iterator[Check]:
     elif state.index_held:
         yield Check("index deletions", OK, f"{deletions} forgotten memories still queued for removal{running}")
     else:
-        yield Check("index deletions", FAIL,
-                    f"{deletions} forgotten memories are still queued for removal from the vector index", fix)
+        yield Check(
+            "index deletions",
+            FAIL,
+            f"{deletions} forgotten memories are still queued for removal from the vector index",
+            fix,
+        )

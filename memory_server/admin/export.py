@@ -39,8 +39,14 @@ def dumps(value: object) -> str:
 
 
 def header(snapshot: Snapshot, *, site: str | None, model: str | None) -> dict[str, Any]:
-    return {"kind": "header", "version": FORMAT_VERSION, "exported_at": now_rfc3339(), "model": model,
-            "site": site, "counts": snapshot.counts}
+    return {
+        "kind": "header",
+        "version": FORMAT_VERSION,
+        "exported_at": now_rfc3339(),
+        "model": model,
+        "site": site,
+        "counts": snapshot.counts,
+    }
 
 
 def total(snapshot: Snapshot) -> int:
@@ -53,8 +59,9 @@ def settings_lines(snapshot: Snapshot) -> Iterator[str]:
     for site in snapshot.indexing_sites():
         yield dumps({"kind": "site", "site": site, "index_logs": True})
     for site, conversation_id, index, bucket in snapshot.conversation_choices():
-        yield dumps({"kind": "conversation", "site": site, "conversation_id": conversation_id, "index": index,
-                     "bucket": bucket})
+        yield dumps(
+            {"kind": "conversation", "site": site, "conversation_id": conversation_id, "index": index, "bucket": bucket}
+        )
 
 
 def lines(snapshot: Snapshot) -> Iterator[str]:
@@ -62,14 +69,27 @@ def lines(snapshot: Snapshot) -> Iterator[str]:
     for record in snapshot.memories():
         yield dumps({"kind": "memory", **record}).translate(_LINE_SAFE)
     for site, conversation_id, (seq, recorded_at, payload) in snapshot.log_items():
-        head = dumps({"kind": "log_item", "site": site, "conversation_id": conversation_id, "seq": seq,
-                      "recorded_at": recorded_at})
+        head = dumps(
+            {
+                "kind": "log_item",
+                "site": site,
+                "conversation_id": conversation_id,
+                "seq": seq,
+                "recorded_at": recorded_at,
+            }
+        )
         # The stored text is already compact JSON (keys in their appended order): spliced in as is.
         yield f'{head[:-1]},"payload":{payload}}}'.translate(_LINE_SAFE)
 
 
-def write_export(snapshot: Snapshot, out: IO[str], *, site: str | None, model: str | None,
-                 progress: Callable[[int], None] | None = None) -> int:
+def write_export(
+    snapshot: Snapshot,
+    out: IO[str],
+    *,
+    site: str | None,
+    model: str | None,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Write the header, the site records and every memory and log item to `out`; return the number of
     memories and log items."""
     out.write(dumps(header(snapshot, site=site, model=model)) + "\n")

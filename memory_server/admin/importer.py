@@ -30,9 +30,27 @@ from memory_server.storage.records import APPENDED, CREATED, DUPLICATE, PRESENT,
 
 T = TypeVar("T")
 
-MEMORY_FIELDS = frozenset({"reference", "content", "type", "location", "project", "team", "bucket", "tags",
-                           "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes",
-                           "superseded_by", "valid_to", "expires_at"})
+MEMORY_FIELDS = frozenset(
+    {
+        "reference",
+        "content",
+        "type",
+        "location",
+        "project",
+        "team",
+        "bucket",
+        "tags",
+        "metadata",
+        "provenance",
+        "occurred_at",
+        "created_at",
+        "updated_at",
+        "supersedes",
+        "superseded_by",
+        "valid_to",
+        "expires_at",
+    }
+)
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
 SITE_FIELDS = frozenset({"index_logs"})
 CONVERSATION_FIELDS = frozenset({"conversation_id", "index", "bucket"})
@@ -128,8 +146,9 @@ def _check_site(record: dict[str, Any], mapped: bool) -> str | None:
 def _reference(record: dict[str, Any], name: str) -> str | None:
     value = record.get(name)
     if value is not None and (not isinstance(value, str) or not REFERENCE.fullmatch(value)):
-        raise InvalidParameters(f"{name} must be 1-128 characters of [A-Za-z0-9_.~:-], starting alphanumeric "
-                                "(it has to fit in a URL path)")
+        raise InvalidParameters(
+            f"{name} must be 1-128 characters of [A-Za-z0-9_.~:-], starting alphanumeric (it has to fit in a URL path)"
+        )
     return value
 
 
@@ -164,9 +183,24 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
         reference, superseded_by = (_reference(record, name) for name in ("reference", "superseded_by"))
         created_at, updated_at = record.get("created_at"), record.get("updated_at")
         memory = validate_new(
-            **{name: record.get(name) for name in ("content", "type", "location", "project", "team", "bucket",
-                                                   "tags", "metadata", "provenance", "occurred_at", "expires_at")},
-            supersedes=_reference(record, "supersedes"), max_content_bytes=max_content_bytes,
+            **{
+                name: record.get(name)
+                for name in (
+                    "content",
+                    "type",
+                    "location",
+                    "project",
+                    "team",
+                    "bucket",
+                    "tags",
+                    "metadata",
+                    "provenance",
+                    "occurred_at",
+                    "expires_at",
+                )
+            },
+            supersedes=_reference(record, "supersedes"),
+            max_content_bytes=max_content_bytes,
         )
         valid_to = record.get("valid_to")
         return MemoryRecord(
@@ -190,9 +224,13 @@ def parse_line(raw: bytes, line: int, *, limits: LogLimits, max_content_bytes: i
         index = record.get("index")
         if index is not None and not isinstance(index, bool):
             raise InvalidParameters("index must be true, false or null")
-        return ConversationSettings(line=line, site=_check_site(record, mapped),
-                                    conversation_id=check_conversation_id(record["conversation_id"]), index=index,
-                                    bucket=check_word("bucket", record.get("bucket")))
+        return ConversationSettings(
+            line=line,
+            site=_check_site(record, mapped),
+            conversation_id=check_conversation_id(record["conversation_id"]),
+            index=index,
+            bucket=check_word("bucket", record.get("bucket")),
+        )
     if kind == "header":  # other header fields are informative: a reader ignores them
         if "version" not in record:
             raise InvalidParameters("missing field(s) version in a header record")
@@ -236,7 +274,6 @@ def has_memory_records(stream: IO[bytes]) -> bool:
         stream.seek(start)
 
 
-
 # --- the whole stream ---------------------------------------------------------------------------------
 
 
@@ -263,8 +300,16 @@ class Importer:
     conversation's lines, memories through the bulk write path (`writes`, needed only if the file holds
     memories: the model and the vector index)."""
 
-    def __init__(self, *, sites: SiteStore, logs: LogStore, limits: LogLimits, max_content_bytes: int,
-                 writes: MemoryWrites | None = None, target_site: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        sites: SiteStore,
+        logs: LogStore,
+        limits: LogLimits,
+        max_content_bytes: int,
+        writes: MemoryWrites | None = None,
+        target_site: str | None = None,
+    ) -> None:
         self._sites_store = sites
         self._log_store = logs
         self.limits = limits
@@ -332,8 +377,11 @@ class Importer:
     def _add_log(self, record: LogRecord) -> None:
         key = (self.site_id(record.site), record.conversation_id)
         size = len(record.text.encode("utf-8"))
-        if self._logs and (key != self._logs_key or len(self._logs) >= MAX_ITEMS
-                           or self._logs_bytes + size > self.limits.max_batch_bytes):
+        if self._logs and (
+            key != self._logs_key
+            or len(self._logs) >= MAX_ITEMS
+            or self._logs_bytes + size > self.limits.max_batch_bytes
+        ):
             self._flush_logs()
         self._logs.append(record)
         self._logs_key = key
@@ -349,8 +397,9 @@ class Importer:
         site_id, conversation_id = key
         items = [(r.seq, r.recorded_at, r.text) for r in batch]
         index, bucket = self._choices.get(key, (None, None))
-        outcomes = self._run(lambda: self._log_store.import_items(site_id, conversation_id, items, index=index,
-                                                                  bucket=bucket))
+        outcomes = self._run(
+            lambda: self._log_store.import_items(site_id, conversation_id, items, index=index, bucket=bucket)
+        )
         for record, outcome in zip(batch, outcomes, strict=True):
             if outcome == APPENDED:
                 self.report.items_appended += 1
@@ -393,8 +442,10 @@ class Importer:
         elif outcome.outcome == DUPLICATE:
             self.report.memories_duplicate += 1
             self.report.duplicates.append(
-                (record.line, f"duplicate of {outcome.reference} (same content, type, location, project, team and "
-                              "bucket)")
+                (
+                    record.line,
+                    f"duplicate of {outcome.reference} (same content, type, location, project, team and bucket)",
+                )
             )
         else:
             self._error(record.line, outcome.detail)
@@ -410,14 +461,16 @@ class Importer:
             raise
 
 
-def import_stream(stream: IO[bytes], importer: Importer, *,
-                  progress: Callable[[int], None] | None = None) -> ImportReport:
+def import_stream(
+    stream: IO[bytes], importer: Importer, *, progress: Callable[[int], None] | None = None
+) -> ImportReport:
     """Parse and import every line; bad lines go to the report. Raises ImportAborted on a fatal error."""
     mapped = importer.target_site is not None
     for number, raw, size in numbered_lines(stream):
         try:
-            record = parse_line(raw, number, limits=importer.limits, max_content_bytes=importer.max_content_bytes,
-                                mapped=mapped)
+            record = parse_line(
+                raw, number, limits=importer.limits, max_content_bytes=importer.max_content_bytes, mapped=mapped
+            )
         except AppError as exc:
             importer.report.errors.append((number, str(exc)))
         except Exception as exc:  # a line must never stop the import: whatever is wrong with it, report it

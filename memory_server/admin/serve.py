@@ -43,7 +43,8 @@ def serve(
             logging.getLogger("memory_server.serve").warning(
                 "stdin is a pipe and stdout is not a terminal, as when an MCP client starts this process to speak "
                 "stdio, but the transport is HTTP; for stdio set MEMORY_TRANSPORT=stdio in the server's environment "
-                "(a --transport stdio argument can be taken by a launcher such as the MCP Inspector)")
+                "(a --transport stdio argument can be taken by a launcher such as the MCP Inspector)"
+            )
         _serve_http(settings)
 
 
@@ -75,16 +76,28 @@ def _serve_http(settings: Settings) -> None:
     bootstrap_or_exit(services.storage.sites)  # MEMORY_BOOTSTRAP_*: a pre-set credential, before the first-start one
     secret = ensure_site(services.storage.sites, DEFAULT_SITE)[1] if not services.storage.sites.sites() else None
     base = settings.public_url or settings.model_copy(update={"port": sock.getsockname()[1]}).public_base
-    announce(settings, f"memory-server: MCP over streamable HTTP at {base}/mcp", console=f"{base}/ui/",
-             data_directory=str(settings.data_dir.resolve()))
+    announce(
+        settings,
+        f"memory-server: MCP over streamable HTTP at {base}/mcp",
+        console=f"{base}/ui/",
+        data_directory=str(settings.data_dir.resolve()),
+    )
     if secret is not None:
-        announce(settings, f"first start: created site '{DEFAULT_SITE}' with a Basic credential (shown once); "
-                           f"connect with the header  Authorization: Basic base64('{DEFAULT_SITE}:<secret>')",
-                 username=DEFAULT_SITE, secret=secret)
+        announce(
+            settings,
+            f"first start: created site '{DEFAULT_SITE}' with a Basic credential (shown once); "
+            f"connect with the header  Authorization: Basic base64('{DEFAULT_SITE}:<secret>')",
+            username=DEFAULT_SITE,
+            secret=secret,
+        )
     for name, new in issued:
-        announce(settings, f"first HTTP start: site '{name}' was created by a stdio server and had no secret; "
-                           "its Basic credential (shown once), for the console and HTTP clients:",
-                 username=name, secret=new)
+        announce(
+            settings,
+            f"first HTTP start: site '{name}' was created by a stdio server and had no secret; "
+            "its Basic credential (shown once), for the console and HTTP clients:",
+            username=name,
+            secret=new,
+        )
     serving.run(create_app(settings, services=services, index=index), settings, sock)
 
 
@@ -144,7 +157,9 @@ def _open_services_for_serving(settings: Settings, index: VectorIndex | None) ->
     if settings.data_dir.is_dir() and exposed(settings.data_dir):
         logging.getLogger("memory_server").warning(
             "the data directory %s can be read by other users of this machine; run: chmod 700 %s",
-            settings.data_dir, settings.data_dir)
+            settings.data_dir,
+            settings.data_dir,
+        )
     return services
 
 

@@ -38,8 +38,13 @@ from memory_server.services import Services, open_services
 from memory_server.settings import Settings
 
 
-def create_app(settings: Settings, *, services: Services | None = None, embedder: Embedder | None = None,
-               index: VectorIndex | None = None) -> Starlette:
+def create_app(
+    settings: Settings,
+    *,
+    services: Services | None = None,
+    embedder: Embedder | None = None,
+    index: VectorIndex | None = None,
+) -> Starlette:
     """The whole HTTP surface. The model loads in the background after start-up; until it is ready,
     /readyz answers 503 and the saved-memory operations answer `unavailable`."""
     services = services or open_services(settings)
@@ -76,17 +81,33 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
     public_host = urlsplit(settings.public_url).hostname if settings.public_url else None
     console = console_app(services, sign_in=sign_in)  # its own sessions: AuthMiddleware guards only /mcp, /v1
     app = Starlette(
-        routes=[Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_endpoint(metrics)),
-                Route("/openapi.json", rest.openapi_endpoint), *oauth(settings, services, sign_in), rest.route,
-                Route("/", lambda request: RedirectResponse("/ui/"), methods=["GET", "HEAD"]),  # a person's first look
-                Route("/ui", lambda request: RedirectResponse("/ui/", status_code=308)), Mount("/ui", app=console),
-                Mount("/", app=fast_path)],
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics_endpoint(metrics)),
+            Route("/openapi.json", rest.openapi_endpoint),
+            *oauth(settings, services, sign_in),
+            rest.route,
+            Route("/", lambda request: RedirectResponse("/ui/"), methods=["GET", "HEAD"]),  # a person's first look
+            Route("/ui", lambda request: RedirectResponse("/ui/", status_code=308)),
+            Mount("/ui", app=console),
+            Mount("/", app=fast_path),
+        ],
         middleware=[
             Middleware(RequestObservabilityMiddleware, metrics=metrics),  # outermost: sees every response
-            Middleware(BrowserGuard, allowed_origins=settings.origins, loopback_only=is_loopback(settings.host),
-                       public_host=public_host),
-            Middleware(AuthMiddleware, authenticator=services.authenticator, max_body=settings.max_request_bytes,
-                       sign_in=sign_in, resource_metadata=resource_metadata_url(settings.public_base)),
+            Middleware(
+                BrowserGuard,
+                allowed_origins=settings.origins,
+                loopback_only=is_loopback(settings.host),
+                public_host=public_host,
+            ),
+            Middleware(
+                AuthMiddleware,
+                authenticator=services.authenticator,
+                max_body=settings.max_request_bytes,
+                sign_in=sign_in,
+                resource_metadata=resource_metadata_url(settings.public_base),
+            ),
         ],
         lifespan=lifespan,
     )
@@ -99,15 +120,31 @@ def create_app(settings: Settings, *, services: Services | None = None, embedder
 def oauth(settings: Settings, services: Services, sign_in: SignInGuard) -> list[BaseRoute]:
     """The authorization server: issuer MEMORY_PUBLIC_URL, tokens bound to its /mcp; failed sign-ins on
     the consent page count with those on /mcp and /v1 (one SignInGuard)."""
-    lifetimes = Lifetimes(access_s=settings.oauth_access_token_s, refresh_s=settings.oauth_refresh_token_s,
-                          code_s=settings.oauth_code_s, unused_client_s=settings.oauth_unused_client_s)
+    lifetimes = Lifetimes(
+        access_s=settings.oauth_access_token_s,
+        refresh_s=settings.oauth_refresh_token_s,
+        code_s=settings.oauth_code_s,
+        unused_client_s=settings.oauth_unused_client_s,
+    )
     capacity = Capacity(max_unused_clients=settings.oauth_max_unused_clients, max_pending=settings.oauth_max_pending)
-    provider = SiteAuthorizationServer(services.storage.oauth, issuer=settings.public_base,
-                                       resource=settings.mcp_resource, lifetimes=lifetimes, capacity=capacity)
-    consent = ConsentPage(provider, authenticator=services.authenticator, sign_in=sign_in,
-                          secure_cookie=settings.public_base.startswith("https://"))
-    return list(oauth_routes(provider, consent, health=services.storage.health,
-                             requests_per_minute=settings.oauth_requests_per_minute))
+    provider = SiteAuthorizationServer(
+        services.storage.oauth,
+        issuer=settings.public_base,
+        resource=settings.mcp_resource,
+        lifetimes=lifetimes,
+        capacity=capacity,
+    )
+    consent = ConsentPage(
+        provider,
+        authenticator=services.authenticator,
+        sign_in=sign_in,
+        secure_cookie=settings.public_base.startswith("https://"),
+    )
+    return list(
+        oauth_routes(
+            provider, consent, health=services.storage.health, requests_per_minute=settings.oauth_requests_per_minute
+        )
+    )
 
 
 def lift_sdk_body_limit(mcp_app: Any, limit: int) -> None:

@@ -69,8 +69,12 @@ def connection_budget(wanted: int) -> int:
     open_now = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 32
     budget = max(8, soft - open_now - RESERVED_DESCRIPTORS)
     if budget < wanted:
-        log.warning("serving at most %d connections (MEMORY_MAX_CONNECTIONS is %d): the descriptor limit is %d",
-                    budget, wanted, soft)
+        log.warning(
+            "serving at most %d connections (MEMORY_MAX_CONNECTIONS is %d): the descriptor limit is %d",
+            budget,
+            wanted,
+            soft,
+        )
     return min(wanted, budget)
 
 
@@ -124,8 +128,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._excused += RATE_CHECK_S
         owed = self.limits.body_min_rate * (time.monotonic() - self._body_since - self._excused - BODY_GRACE_S)
         if self._body_bytes < owed:
-            log.debug("closing a connection whose request body arrives at under %d bytes/s",
-                      self.limits.body_min_rate)
+            log.debug("closing a connection whose request body arrives at under %d bytes/s", self.limits.body_min_rate)
             self._close()
             return
         self._rate_check = self.loop.call_later(RATE_CHECK_S, self._check_rate)
@@ -147,8 +150,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if len(self.connections) <= self.limits.max_connections:
             return
         now = time.monotonic()
-        ranked = [(rank, c) for c in self.connections if c is not self and isinstance(c, GuardedHttpProtocol)
-                  and (rank := c._shed_rank(now)) is not None]
+        ranked = [
+            (rank, c)
+            for c in self.connections
+            if c is not self and isinstance(c, GuardedHttpProtocol) and (rank := c._shed_rank(now)) is not None
+        ]
         if ranked:
             victim = min(ranked, key=lambda pair: pair[0])[1]
             victim._close()

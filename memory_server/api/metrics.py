@@ -59,31 +59,58 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.tool_calls = Counter(
-            f"{PREFIX}_tool_calls", "MCP tool calls by tool and outcome (ok or the error code).",
-            ["tool", "outcome"], registry=r)
+            f"{PREFIX}_tool_calls",
+            "MCP tool calls by tool and outcome (ok or the error code).",
+            ["tool", "outcome"],
+            registry=r,
+        )
         self.tool_seconds = Histogram(
-            f"{PREFIX}_tool_call_duration_seconds", "MCP tool call latency by tool and outcome.",
-            ["tool", "outcome"], buckets=LATENCY_BUCKETS, registry=r)
+            f"{PREFIX}_tool_call_duration_seconds",
+            "MCP tool call latency by tool and outcome.",
+            ["tool", "outcome"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.http_requests = Counter(
-            f"{PREFIX}_http_requests", "HTTP requests by method, route template and status.",
-            ["method", "route", "status"], registry=r)
+            f"{PREFIX}_http_requests",
+            "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+            registry=r,
+        )
         self.http_seconds = Histogram(
-            f"{PREFIX}_http_request_duration_seconds", "HTTP request latency by method, route template and status.",
-            ["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=r)
+            f"{PREFIX}_http_request_duration_seconds",
+            "HTTP request latency by method, route template and status.",
+            ["method", "route", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.log_items = Counter(
-            f"{PREFIX}_log_items_appended", "Conversation log items appended (an idempotent retry appends none).",
-            registry=r)
+            f"{PREFIX}_log_items_appended",
+            "Conversation log items appended (an idempotent retry appends none).",
+            registry=r,
+        )
         self.log_appends = Counter(
-            f"{PREFIX}_log_appends", "Append batches by result: appended, or duplicate (an idempotent retry).",
-            ["result"], registry=r)
+            f"{PREFIX}_log_appends",
+            "Append batches by result: appended, or duplicate (an idempotent retry).",
+            ["result"],
+            registry=r,
+        )
         self.memories = Counter(
-            f"{PREFIX}_memories_remembered", "remember calls by result: created, or duplicate (existing reference).",
-            ["result"], registry=r)
+            f"{PREFIX}_memories_remembered",
+            "remember calls by result: created, or duplicate (existing reference).",
+            ["result"],
+            registry=r,
+        )
         self.embed_seconds = Histogram(
-            f"{PREFIX}_embedding_duration_seconds", "Time to embed one call's texts, by kind (document or query).",
-            ["kind"], buckets=EMBED_BUCKETS, registry=r)
+            f"{PREFIX}_embedding_duration_seconds",
+            "Time to embed one call's texts, by kind (document or query).",
+            ["kind"],
+            buckets=EMBED_BUCKETS,
+            registry=r,
+        )
         self.embedded_texts = Counter(
-            f"{PREFIX}_embedded_texts", "Texts embedded, by kind (document or query).", ["kind"], registry=r)
+            f"{PREFIX}_embedded_texts", "Texts embedded, by kind (document or query).", ["kind"], registry=r
+        )
         for kind in ("document", "query"):  # export zeros from the start: rate() needs a first sample
             self.embed_seconds.labels(kind)
             self.embedded_texts.labels(kind)
@@ -145,13 +172,18 @@ class _ServicesCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         services = self._services
         memories = services.memories
-        info = GaugeMetricFamily(f"{PREFIX}_build_info", "Version and configuration; the value is always 1.",
-                                 labels=["version", "index_backend"])
+        info = GaugeMetricFamily(
+            f"{PREFIX}_build_info",
+            "Version and configuration; the value is always 1.",
+            labels=["version", "index_backend"],
+        )
         info.add_metric([self._version, str(services.settings.index_backend)], 1)
         yield info
-        yield GaugeMetricFamily(f"{PREFIX}_model_loaded",
-                                "1 once the embedding model and the vector index are loaded, else 0.",
-                                value=0 if memories is None else 1)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_model_loaded",
+            "1 once the embedding model and the vector index are loaded, else 0.",
+            value=0 if memories is None else 1,
+        )
         if memories is None:
             return
         try:
@@ -159,10 +191,12 @@ class _ServicesCollector(Collector):
             backlog = follower.lag() if follower is not None else memories.outbox.backlog()
         except Exception:  # storage trouble shows on /readyz; a scrape must still succeed
             return
-        yield GaugeMetricFamily(f"{PREFIX}_index_backlog",
-                                "Memories waiting to be written to or deleted from the vector index (an index "
-                                "following a shared authority: changes of it not applied yet).",
-                                value=backlog)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_index_backlog",
+            "Memories waiting to be written to or deleted from the vector index (an index "
+            "following a shared authority: changes of it not applied yet).",
+            value=backlog,
+        )
 
 
 # --- MCP --------------------------------------------------------------------------------------------
@@ -177,8 +211,11 @@ class ToolMetricsMiddleware(Middleware):
         self._mcp = mcp  # the FastMCP server, asked once for its tool names
         self._names: frozenset[str] | None = None
 
-    async def on_call_tool(self, context: MiddlewareContext[mt.CallToolRequestParams],
-                           call_next: CallNext[mt.CallToolRequestParams, ToolResult]) -> ToolResult:
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mt.CallToolRequestParams],
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
         tool = await self._label(context.message.name)
         start = time.perf_counter()
         outcome = "unavailable"  # what the client gets for anything that escapes

@@ -98,8 +98,9 @@ def _host_name(host_header: str) -> str:
 class BrowserGuard:
     """403 for a foreign `Origin` on /mcp and /v1, and for a non-loopback `Host` on a loopback server."""
 
-    def __init__(self, app: ASGIApp, *, allowed_origins: frozenset[str], loopback_only: bool,
-                 public_host: str | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, *, allowed_origins: frozenset[str], loopback_only: bool, public_host: str | None = None
+    ) -> None:
         self.app = app
         self._allowed_origins = allowed_origins
         self._loopback_only = loopback_only
@@ -118,13 +119,17 @@ class BrowserGuard:
         if self._loopback_only:
             host = _header(scope, b"host")
             if host is None or _host_name(host) not in self._hosts:
-                return ("this server listens on a loopback address and answers only requests for localhost, "
-                        "127.0.0.1, [::1] or the host of MEMORY_PUBLIC_URL (Host header)")
+                return (
+                    "this server listens on a loopback address and answers only requests for localhost, "
+                    "127.0.0.1, [::1] or the host of MEMORY_PUBLIC_URL (Host header)"
+                )
         origin = _header(scope, b"origin")
         if origin is not None and scope["path"].startswith(PROTECTED_PREFIXES):
             if origin.strip().lower().rstrip("/") not in self._allowed_origins:
-                return (f"requests from the web origin {origin[:200]!r} are not allowed; add it to "
-                        "MEMORY_ALLOWED_ORIGINS to let pages of that origin call this server")
+                return (
+                    f"requests from the web origin {origin[:200]!r} are not allowed; add it to "
+                    "MEMORY_ALLOWED_ORIGINS to let pages of that origin call this server"
+                )
         return None
 
 
@@ -192,8 +197,14 @@ class SignInGuard:
         self._pending: dict[str, asyncio.Future[Principal]] = {}
         self._verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sign-in")
 
-    async def check(self, address: str, header: str, authenticate: Callable[[str], Principal], *,
-                    known: Callable[[str], Principal | None] | None = None) -> Principal:
+    async def check(
+        self,
+        address: str,
+        header: str,
+        authenticate: Callable[[str], Principal],
+        *,
+        known: Callable[[str], Principal | None] | None = None,
+    ) -> Principal:
         """The Principal of `header` (`authenticate` on the sign-in thread), or AppError. From an address over
         the limit: RateLimited, unless `known` (blocking, no scrypt, on a worker thread) recognises a
         credential verified before: the owner of a secret is not locked out by someone guessing it."""
@@ -225,8 +236,15 @@ class SignInGuard:
 
 
 class AuthMiddleware:
-    def __init__(self, app: ASGIApp, *, authenticator: Authenticator, max_body: int, sign_in: SignInGuard,
-                 resource_metadata: str | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authenticator: Authenticator,
+        max_body: int,
+        sign_in: SignInGuard,
+        resource_metadata: str | None = None,
+    ) -> None:
         self.app = app
         self._authenticator = authenticator
         self._max_body = max_body
@@ -264,8 +282,9 @@ class AuthMiddleware:
         try:
             body = await read_body(receive, self._max_body)
         except ClientGone:
-            log.debug("%s %s: the client went away before its request body was complete", scope.get("method"),
-                      scope["path"])
+            log.debug(
+                "%s %s: the client went away before its request body was complete", scope.get("method"), scope["path"]
+            )
             return
         if body is None:
             await send_error(send, PayloadTooLarge(f"request body over {self._max_body} bytes"))
@@ -276,8 +295,12 @@ class AuthMiddleware:
         if not header:  # nothing was tried: not a failed sign-in (clients probe before sending credentials)
             raise Unauthorized("credentials required (Basic or Bearer)")
         client = scope.get("client")
-        return await self._sign_in.check(client[0] if client else "unknown", header, authenticator.authenticate,
-                                         known=authenticator.authenticate_known)
+        return await self._sign_in.check(
+            client[0] if client else "unknown",
+            header,
+            authenticator.authenticate,
+            known=authenticator.authenticate_known,
+        )
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

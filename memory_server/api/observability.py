@@ -109,8 +109,16 @@ class RequestObservabilityMiddleware:
         else:
             level = logging.INFO
         access_log.log(
-            level, "%s %s %s %.1fms id=%s site=%s auth=%s", method, path, status, fields["duration_ms"],
-            request_id, fields["site"] or "-", fields["auth"], extra=fields,
+            level,
+            "%s %s %s %.1fms id=%s site=%s auth=%s",
+            method,
+            path,
+            status,
+            fields["duration_ms"],
+            request_id,
+            fields["site"] or "-",
+            fields["auth"],
+            extra=fields,
         )
 
 
@@ -181,9 +189,11 @@ def _match(routes: list[Any], scope: Scope, prefix: str) -> str | None:
             below = prefix + (path if isinstance(path, str) else "")
             inner = _routes_of(app)
             # None from all three: that app took the request and answers 404 itself.
-            return (_match(inner, {**scope, **child}, below)
-                    or _match(inner, scope, prefix)  # apps that route on the full path
-                    or _openapi_match(app, scope, below))
+            return (
+                _match(inner, {**scope, **child}, below)
+                or _match(inner, scope, prefix)  # apps that route on the full path
+                or _openapi_match(app, scope, below)
+            )
         if match == Match.FULL:
             return prefix + str(path)
         partial = partial or prefix + str(path)  # the path matched but not the method: a 405
@@ -208,7 +218,7 @@ def _openapi_match(app: Any, scope: Scope, mount_prefix: str) -> str | None:
             compiled.append((compile_path(template)[0], template, frozenset(allowed)))
         cached = _openapi_cache[id(app)] = (document, compiled)
     path = scope.get("path", "")
-    below = path[len(mount_prefix):] if path.startswith(mount_prefix) else None
+    below = path[len(mount_prefix) :] if path.startswith(mount_prefix) else None
     partial: str | None = None
     for regex, template, methods in cached[1]:
         # Paths in the document may be full (the REST app routes on /v1/...) or relative to the mount.

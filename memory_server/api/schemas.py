@@ -12,12 +12,16 @@ ERROR_CODES = tuple(sorted(cls.code for cls in AppError.__subclasses__()))
 
 
 class McpMemoryItem(BaseModel):
-    seq: int = Field(ge=0, description="Sequence number of the item: per conversation, 0-based, gapless, in "
-                     "append order.")
-    recorded_at: str = Field(description="Server-side commit time of the item's batch, as an RFC3339 "
-                             "timestamp; all items appended in one batch share it.")
-    payload: dict[str, Any] = Field(description="The JSON object exactly as it was appended: stored verbatim, "
-                                    "never interpreted.")
+    seq: int = Field(
+        ge=0, description="Sequence number of the item: per conversation, 0-based, gapless, in append order."
+    )
+    recorded_at: str = Field(
+        description="Server-side commit time of the item's batch, as an RFC3339 "
+        "timestamp; all items appended in one batch share it."
+    )
+    payload: dict[str, Any] = Field(
+        description="The JSON object exactly as it was appended: stored verbatim, never interpreted."
+    )
 
 
 class AppendResult(BaseModel):
@@ -50,8 +54,10 @@ class ConversationDeleted(BaseModel):
     deleted: Literal[True]
     item_count: int = Field(description="How many items the log held when it was deleted.")
     turns_deleted: int = Field(0, description="Its indexed turns (entries recall found), deleted with it.")
-    memories_unlinked: int = Field(description="Saved memories whose provenance named the conversation: they "
-                                   "are kept, without provenance.conversation_id and provenance.seq.")
+    memories_unlinked: int = Field(
+        description="Saved memories whose provenance named the conversation: they "
+        "are kept, without provenance.conversation_id and provenance.seq."
+    )
 
 
 class MemoryFields(BaseModel):
@@ -75,13 +81,18 @@ class Lifecycle(BaseModel):
     """How a memory stands among the ones that replaced each other, and when it expires."""
 
     supersedes: str | None = Field(None, description="The reference of the memory this one replaced.")
-    superseded_by: str | None = Field(None, description="The reference of the memory that replaced this one: "
-                                      "null while it is current.")
+    superseded_by: str | None = Field(
+        None, description="The reference of the memory that replaced this one: null while it is current."
+    )
     valid_to: str | None = Field(None, description="When it was replaced (its successor's occurred_at).")
     expires_at: str | None = Field(None, description="When it expires: never returned from then on, then deleted.")
-    kind: Literal["memory", "turn"] = Field("memory", description=(
-        "memory: saved with remember; turn: a conversation log item, indexed (its provenance names the "
-        "conversation_id and seq, to read around it with replay_memory)."))
+    kind: Literal["memory", "turn"] = Field(
+        "memory",
+        description=(
+            "memory: saved with remember; turn: a conversation log item, indexed (its provenance names the "
+            "conversation_id and seq, to read around it with replay_memory)."
+        ),
+    )
 
 
 class PublicHit(MemoryFields):
@@ -100,9 +111,13 @@ class Hit(MemoryFields, Lifecycle):
 
 class Results(BaseModel):
     results: list[Hit]
-    notice: str | None = Field(None, description=(
-        "Present only while the answer is made differently from usual: while the memories are embedded again "
-        "with a new model, recall ranks by words alone and search_memory sees only the memories done so far."))
+    notice: str | None = Field(
+        None,
+        description=(
+            "Present only while the answer is made differently from usual: while the memories are embedded again "
+            "with a new model, recall ranks by words alone and search_memory sees only the memories done so far."
+        ),
+    )
 
 
 class Memory(MemoryFields, Lifecycle):
@@ -152,8 +167,16 @@ class ContextPack(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    code: Literal["invalid_parameters", "unprocessable_parameters", "unauthorized", "forbidden", "not_found",
-                  "payload_too_large", "rate_limited", "unavailable"]
+    code: Literal[
+        "invalid_parameters",
+        "unprocessable_parameters",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "payload_too_large",
+        "rate_limited",
+        "unavailable",
+    ]
     message: str = Field(description="`code: human explanation` without the code; never a stack trace.")
     retryable: bool = Field(description="True only for `unavailable` and `rate_limited`: safe to retry later.")
 

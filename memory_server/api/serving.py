@@ -72,16 +72,23 @@ def port_holder(port: int) -> str | None:
 
 def run(app: Any, settings: Settings, sock: socket.socket) -> None:
     """Serve `app` on the bound socket until stopped, with the connection guards of memory_server.api.connections."""
-    limits = ConnectionLimits(max_connections=connection_budget(settings.max_connections),
-                              header_timeout=settings.header_timeout_s, body_timeout=settings.body_timeout_s,
-                              body_min_rate=settings.body_min_rate)
+    limits = ConnectionLimits(
+        max_connections=connection_budget(settings.max_connections),
+        header_timeout=settings.header_timeout_s,
+        body_timeout=settings.body_timeout_s,
+        body_min_rate=settings.body_min_rate,
+    )
     proxies = settings.proxies
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", http=guarded_protocol(limits),
+        app,
+        log_level="warning",
+        lifespan="on",
+        http=guarded_protocol(limits),
         timeout_keep_alive=settings.keep_alive_s,
         # X-Forwarded-For/-Proto only from MEMORY_TRUSTED_PROXIES: uvicorn's own default believes any
         # loopback peer (and FORWARDED_ALLOW_IPS), so a local client could claim any address it liked.
-        proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
         # uvicorn answers 503 once open connections or running requests reach this. The protocol keeps
         # connections at max_connections; a request whose connection was just shed runs a moment longer (until
         # it sees the disconnect), so requests get room for as many again: only requests in flight beyond

@@ -92,9 +92,16 @@ def check_label(label: str | None) -> str | None:
     return label
 
 
-def create_token(sites: SiteStore, site: str, *, scopes: Sequence[str], teams: Sequence[str] | None = None,
-                 projects: Sequence[str] | None = None, buckets: Sequence[str] | None = None,
-                 label: str | None = None) -> tuple[str, str]:
+def create_token(
+    sites: SiteStore,
+    site: str,
+    *,
+    scopes: Sequence[str],
+    teams: Sequence[str] | None = None,
+    projects: Sequence[str] | None = None,
+    buckets: Sequence[str] | None = None,
+    label: str | None = None,
+) -> tuple[str, str]:
     """Mint a Bearer token; return (id, token). The token is shown once and stored hashed; `label` says what
     it is for (shown beside it wherever tokens are listed)."""
     label = check_label(label)
@@ -105,9 +112,21 @@ def create_token(sites: SiteStore, site: str, *, scopes: Sequence[str], teams: S
             raise InvalidParameters(f"unknown scope {scope!r}; known: {', '.join(SCOPES)}")
     site_id = require_site(sites, site)
     token_id, token = new_token()
-    sites.add_token(TokenRecord(id=token_id, site_id=site_id, site=site, scopes=tuple(sorted(set(scopes))),
-                                teams=_bound(teams), projects=_bound(projects), buckets=_bound(buckets),
-                                created_at=now_rfc3339(), revoked_at=None, label=label), token_hash(token))
+    sites.add_token(
+        TokenRecord(
+            id=token_id,
+            site_id=site_id,
+            site=site,
+            scopes=tuple(sorted(set(scopes))),
+            teams=_bound(teams),
+            projects=_bound(projects),
+            buckets=_bound(buckets),
+            created_at=now_rfc3339(),
+            revoked_at=None,
+            label=label,
+        ),
+        token_hash(token),
+    )
     return token_id, token
 
 

@@ -38,8 +38,16 @@ class Authenticator:
     """Who a request is: a site's Basic credential, a scoped token or an OAuth access token, checked against
     the stores on every request."""
 
-    def __init__(self, sites: SiteStore, *, nowait: bool = False, oauth: OAuthStore | None = None,
-                 resource: str = "", clock: Callable[[], float] = time.time, usage: UsageLog | None = None) -> None:
+    def __init__(
+        self,
+        sites: SiteStore,
+        *,
+        nowait: bool = False,
+        oauth: OAuthStore | None = None,
+        resource: str = "",
+        clock: Callable[[], float] = time.time,
+        usage: UsageLog | None = None,
+    ) -> None:
         self._sites = sites
         self._usage = usage  # records when each token and grant was last used (None: not recorded)
         self._oauth = oauth  # None: OAuth access tokens are not accepted (e.g. a CLI's authenticator)
@@ -167,8 +175,11 @@ class Authenticator:
         site's secret not rotated (nor the site deleted), the token not revoked. Blocking."""
         if kind == "basic":
             credential = self._sites.credential(site)
-            if (credential is None or credential.site_id != site_id
-                    or not hmac.compare_digest(secret_digest(credential.secret_hash), bound_to)):
+            if (
+                credential is None
+                or credential.site_id != site_id
+                or not hmac.compare_digest(secret_digest(credential.secret_hash), bound_to)
+            ):
                 return None
             return site_principal(credential.site_id, credential.name)
         if kind == "bearer":
@@ -187,8 +198,15 @@ def secret_digest(secret_hash: str) -> str:
 
 
 def token_principal(token: TokenRecord) -> Principal:
-    return Principal(site_id=token.site_id, site=token.site, kind="bearer", scopes=frozenset(token.scopes),
-                     teams=_bound(token.teams), projects=_bound(token.projects), buckets=_bound(token.buckets))
+    return Principal(
+        site_id=token.site_id,
+        site=token.site,
+        kind="bearer",
+        scopes=frozenset(token.scopes),
+        teams=_bound(token.teams),
+        projects=_bound(token.projects),
+        buckets=_bound(token.buckets),
+    )
 
 
 def _bound(values: tuple[str, ...] | None) -> frozenset[str] | None:

@@ -85,7 +85,9 @@ def ensure_bootstrap_site(sites: SiteStore, site: str, secret: str) -> Outcome:
         if not verify_secret(secret, credential.secret_hash):
             log.warning(
                 "site '%s' exists with a different secret than the bootstrap one; keeping the stored secret "
-                "(rotate it with `memory-server site rotate %s`)", site, site,
+                "(rotate it with `memory-server site rotate %s`)",
+                site,
+                site,
             )
         return Outcome(site, created=False)
     try:

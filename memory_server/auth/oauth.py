@@ -61,9 +61,15 @@ def access_principal(record: OAuthTokenRecord, *, resource: str, now: float) -> 
     if canonical_resource(grant.resource) != canonical_resource(resource):
         raise StaleCredential(f"this token was issued for another resource, not {resource}")
     bounds = grant.bounds
-    return Principal(site_id=grant.site_id, site=grant.site, kind="oauth",
-                     scopes=frozenset(record.scopes) & frozenset(bounds.scopes), teams=_bound(bounds.teams),
-                     projects=_bound(bounds.projects), buckets=_bound(bounds.buckets))
+    return Principal(
+        site_id=grant.site_id,
+        site=grant.site,
+        kind="oauth",
+        scopes=frozenset(record.scopes) & frozenset(bounds.scopes),
+        teams=_bound(bounds.teams),
+        projects=_bound(bounds.projects),
+        buckets=_bound(bounds.buckets),
+    )
 
 
 def _bound(values: tuple[str, ...] | None) -> frozenset[str] | None:

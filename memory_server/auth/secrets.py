@@ -36,8 +36,7 @@ def hash_secret(secret: str) -> str:
 def verify_secret(secret: str, stored: str) -> bool:
     try:
         _, n, r, p, salt, digest = stored.split("$")
-        candidate = hashlib.scrypt(secret.encode(), salt=bytes.fromhex(salt), dklen=32, n=int(n), r=int(r),
-                                   p=int(p))
+        candidate = hashlib.scrypt(secret.encode(), salt=bytes.fromhex(salt), dklen=32, n=int(n), r=int(r), p=int(p))
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(candidate.hex(), digest)

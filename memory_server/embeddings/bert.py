@@ -30,8 +30,11 @@ def bert_parts(model_dir: Path) -> ModelParts:
     pipeline = read_pipeline(model_dir)
     source = pipeline.transformer_dir
     config = _json(model_dir, source / "config.json")
-    if config.get("model_type") != "bert" or config.get("hidden_act", "gelu") != "gelu" \
-            or config.get("position_embedding_type", "absolute") != "absolute":
+    if (
+        config.get("model_type") != "bert"
+        or config.get("hidden_act", "gelu") != "gelu"
+        or config.get("position_embedding_type", "absolute") != "absolute"
+    ):
         raise UnsupportedPipelineError(model_dir, "only BERT checkpoints (absolute positions, GELU) run without torch")
     if not (source / _WEIGHTS).is_file() or not (source / "tokenizer.json").is_file():
         raise UnsupportedPipelineError(model_dir, f"no {_WEIGHTS} and tokenizer.json to run without torch")
@@ -52,9 +55,15 @@ def bert_parts(model_dir: Path) -> ModelParts:
         return int(found)
 
     return ModelParts(
-        name=model_name(model_dir), dimension=pipeline.dimension, max_tokens=pipeline.max_seq_length,
-        first=special("[CLS]"), last=special("[SEP]"), pad=int(config.get("pad_token_id", 0)),
-        tokenize=tokenize, word_vectors=lambda ids: table[ids], graph=build_graph(_encoder(tensors, config)),
+        name=model_name(model_dir),
+        dimension=pipeline.dimension,
+        max_tokens=pipeline.max_seq_length,
+        first=special("[CLS]"),
+        last=special("[SEP]"),
+        pad=int(config.get("pad_token_id", 0)),
+        tokenize=tokenize,
+        word_vectors=lambda ids: table[ids],
+        graph=build_graph(_encoder(tensors, config)),
         windows=False,
     )
 
@@ -68,18 +77,26 @@ def _encoder(tensors: dict[str, np.ndarray], config: dict[str, Any]) -> Encoder:
 
     def layer(n: int) -> Layer:
         at = f"encoder.layer.{n}"
-        return Layer(query=linear(f"{at}.attention.self.query"), key=linear(f"{at}.attention.self.key"),
-                     value=linear(f"{at}.attention.self.value"), attention_out=linear(f"{at}.attention.output.dense"),
-                     attention_norm=norm(f"{at}.attention.output.LayerNorm"),
-                     intermediate=linear(f"{at}.intermediate.dense"), output=linear(f"{at}.output.dense"),
-                     output_norm=norm(f"{at}.output.LayerNorm"))
+        return Layer(
+            query=linear(f"{at}.attention.self.query"),
+            key=linear(f"{at}.attention.self.key"),
+            value=linear(f"{at}.attention.self.value"),
+            attention_out=linear(f"{at}.attention.output.dense"),
+            attention_norm=norm(f"{at}.attention.output.LayerNorm"),
+            intermediate=linear(f"{at}.intermediate.dense"),
+            output=linear(f"{at}.output.dense"),
+            output_norm=norm(f"{at}.output.LayerNorm"),
+        )
 
     layers = int(config["num_hidden_layers"])
-    return Encoder(heads=int(config["num_attention_heads"]),
-                   eps=float(config.get("layer_norm_eps", 1e-12)),
-                   positions=tensors["embeddings.position_embeddings.weight"],
-                   token_type=tensors["embeddings.token_type_embeddings.weight"][0],
-                   embedding_norm=norm("embeddings.LayerNorm"), layers=[layer(n) for n in range(layers)])
+    return Encoder(
+        heads=int(config["num_attention_heads"]),
+        eps=float(config.get("layer_norm_eps", 1e-12)),
+        positions=tensors["embeddings.position_embeddings.weight"],
+        token_type=tensors["embeddings.token_type_embeddings.weight"][0],
+        embedding_norm=norm("embeddings.LayerNorm"),
+        layers=[layer(n) for n in range(layers)],
+    )
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -87,8 +104,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     header of names, dtypes, shapes and byte ranges, then the data."""
     raw = path.read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + length])
-    data = memoryview(raw)[8 + length:]
+    header = json.loads(raw[8 : 8 + length])
+    data = memoryview(raw)[8 + length :]
     tensors: dict[str, np.ndarray] = {}
     for name, entry in header.items():
         if name == "__metadata__" or entry["dtype"] not in _DTYPES:

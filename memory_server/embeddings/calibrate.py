@@ -42,13 +42,13 @@ def measure(model_file: Path) -> dict[str, np.ndarray]:
     rows = [[tokenizer.bos, *ids[:width], tokenizer.eos] for ids in tokenizer.ids_batch(calibration_texts())]
     maxima: dict[str, np.ndarray] = {}
     for start in range(0, len(rows), _BATCH):
-        batch = rows[start:start + _BATCH]
+        batch = rows[start : start + _BATCH]
         length = max(map(len, batch))
         ids = np.full((len(batch), length), tokenizer.pad, dtype=np.int64)
         mask = np.zeros((len(batch), length), dtype=np.float32)
         for row, tokens in enumerate(batch):
-            ids[row, :len(tokens)] = tokens
-            mask[row, :len(tokens)] = 1.0
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1.0
         outputs = session.run(list(taps.values()), {"word_vectors": image.word_vectors(ids), "mask": mask})
         for tap, values in zip(taps, outputs, strict=True):
             peak = (np.abs(values) * mask[..., None]).reshape(-1, values.shape[-1]).max(axis=0)

@@ -2,8 +2,8 @@
 
 The package's own C engine embeds about 35 short passages a second on two busy cores; the same weights in an
 onnxruntime graph give the same vectors several times faster: as they are (its MatMulNBits kernel reads the
-4-bit blocks), or, by default, turned into int8 (memory_server/embeddings/int8.py), twice as fast again and within cosine
-0.999. The model wants "query: " before a question and "passage: " before a stored text.
+4-bit blocks), or, by default, turned into int8 (memory_server/embeddings/int8.py), faster again and within
+cosine 0.999. The model wants "query: " before a question and "passage: " before a stored text.
 """
 
 from __future__ import annotations
@@ -43,14 +43,24 @@ def e5_parts(path: Path, *, name: str, int8: bool = True) -> ModelParts:
     maxima = read_maxima(name) if int8 else None
     encoder = to_int8(image.encoder, maxima) if maxima is not None else image.encoder
     return ModelParts(
-        name=name, dimension=image.encoder.hidden, max_tokens=image.encoder.max_positions,
-        first=tokenizer.bos, last=tokenizer.eos, pad=tokenizer.pad,
-        tokenize=tokenizer.ids_batch, word_vectors=image.word_vectors, graph=build_graph(encoder),
-        windows=True, query_prefix="query: ", document_prefix="passage: ", similarity=E5_SMALL,
+        name=name,
+        dimension=image.encoder.hidden,
+        max_tokens=image.encoder.max_positions,
+        first=tokenizer.bos,
+        last=tokenizer.eos,
+        pad=tokenizer.pad,
+        tokenize=tokenizer.ids_batch,
+        word_vectors=image.word_vectors,
+        graph=build_graph(encoder),
+        windows=True,
+        query_prefix="query: ",
+        document_prefix="passage: ",
+        similarity=E5_SMALL,
     )
 
 
-def load_e5(name: str, *, threads: int, batch_size: int = 64, query_cache_size: int = 1024,
-            int8: bool = True) -> GraphEmbedder:
+def load_e5(
+    name: str, *, threads: int, batch_size: int = 64, query_cache_size: int = 1024, int8: bool = True
+) -> GraphEmbedder:
     parts = e5_parts(package_file(name), name=name, int8=int8)
     return GraphEmbedder(parts, threads=threads, batch_size=batch_size, query_cache_size=query_cache_size)

@@ -78,15 +78,24 @@ def read_image(path: Path) -> ModelImage:
         return Norm(floats(f"{name}.w", hidden), floats(f"{name}.b", hidden))
 
     encoder = Encoder(
-        heads=heads, eps=float(eps),
+        heads=heads,
+        eps=float(eps),
         positions=floats("emb.pos", max_positions, hidden),
         token_type=floats("emb.type", type_rows, hidden)[0],
         embedding_norm=norm("emb.ln"),
-        layers=[Layer(query=linear(f"l{n}.q", hidden, hidden), key=linear(f"l{n}.k", hidden, hidden),
-                      value=linear(f"l{n}.v", hidden, hidden), attention_out=linear(f"l{n}.ao", hidden, hidden),
-                      attention_norm=norm(f"l{n}.aln"), intermediate=linear(f"l{n}.fi", ffn, hidden),
-                      output=linear(f"l{n}.fo", hidden, ffn), output_norm=norm(f"l{n}.oln"))
-                for n in range(layers)],
+        layers=[
+            Layer(
+                query=linear(f"l{n}.q", hidden, hidden),
+                key=linear(f"l{n}.k", hidden, hidden),
+                value=linear(f"l{n}.v", hidden, hidden),
+                attention_out=linear(f"l{n}.ao", hidden, hidden),
+                attention_norm=norm(f"l{n}.aln"),
+                intermediate=linear(f"l{n}.fi", ffn, hidden),
+                output=linear(f"l{n}.fo", hidden, ffn),
+                output_norm=norm(f"l{n}.oln"),
+            )
+            for n in range(layers)
+        ],
     )
     word_blocks = tensors["emb.word"].reshape(vocab_rows, hidden // Q4_BLOCK, _Q4_BYTES)
     return ModelImage(encoder=encoder, vocabulary=vocabulary, word_blocks=word_blocks)
@@ -129,9 +138,9 @@ def _read_directory(reader: _Reader, data: np.ndarray) -> dict[str, np.ndarray]:
         dtype, count, offset = reader.integer("<B"), reader.integer("<I"), reader.integer("<Q")
         reader.skip(8)  # the tensor's size in bytes, implied by its type and count
         if dtype == _FLOAT32:
-            tensors[name] = data[offset:offset + 4 * count].view(np.float32)
+            tensors[name] = data[offset : offset + 4 * count].view(np.float32)
         elif dtype == _Q4:
-            tensors[name] = data[offset:offset + count // Q4_BLOCK * _Q4_BYTES]
+            tensors[name] = data[offset : offset + count // Q4_BLOCK * _Q4_BYTES]
         else:
             raise ModelImageError(f"tensor {name} has unknown type {dtype}")
     return tensors
@@ -147,7 +156,7 @@ class _Reader:
 
     def unpack(self, fmt: str) -> tuple[int | float, ...]:
         size = struct.calcsize(fmt)
-        values = struct.unpack(fmt, self._data[self._at:self._at + size].tobytes())
+        values = struct.unpack(fmt, self._data[self._at : self._at + size].tobytes())
         self._at += size
         return values
 
@@ -160,11 +169,11 @@ class _Reader:
 
     def array(self, dtype: type[np.generic], count: int) -> np.ndarray:
         size = np.dtype(dtype).itemsize * count
-        values = self._data[self._at:self._at + size].view(dtype)
+        values = self._data[self._at : self._at + size].view(dtype)
         self._at += size
         return values
 
     def bytes(self, count: int) -> bytes:
-        value = self._data[self._at:self._at + count].tobytes()
+        value = self._data[self._at : self._at + count].tobytes()
         self._at += count
         return value

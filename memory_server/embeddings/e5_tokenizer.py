@@ -45,8 +45,10 @@ class E5Tokenizer:
     def ids_batch(self, texts: list[str]) -> list[list[int]]:
         normalized = [self.normalize(t) for t in texts]
         encoded: list[list[int]] = self._processor.encode(normalized)
-        return [self._one_unknown_a_character(text, ids) if self.unk in ids else ids
-                for text, ids in zip(normalized, encoded, strict=True)]
+        return [
+            self._one_unknown_a_character(text, ids) if self.unk in ids else ids
+            for text, ids in zip(normalized, encoded, strict=True)
+        ]
 
     def _one_unknown_a_character(self, text: str, ids: list[int]) -> list[int]:
         # sentencepiece fuses a run of unknown characters into one token; the model saw one per character.
@@ -66,7 +68,13 @@ def _model_proto(vocabulary: Vocabulary) -> bytes:
         pieces.append(bytes_field(1, string_field(1, piece) + float_field(2, float(score)) + varint_field(3, kind)))
     # <s>, </s> and <pad> are ordinary pieces, as the engine has them (text spelling "<s>" is that token):
     # sentencepiece is told of no bos, eos or pad (-1), and this tokenizer adds none.
-    trainer = (varint_field(3, _UNIGRAM) + varint_field(4, len(vocabulary.pieces)) + varint_field(40, vocabulary.unk)
-               + varint_field(41, -1) + varint_field(42, -1) + varint_field(43, -1))
+    trainer = (
+        varint_field(3, _UNIGRAM)
+        + varint_field(4, len(vocabulary.pieces))
+        + varint_field(40, vocabulary.unk)
+        + varint_field(41, -1)
+        + varint_field(42, -1)
+        + varint_field(43, -1)
+    )
     normalizer = string_field(1, "identity") + varint_field(3, 0) + varint_field(4, 0) + varint_field(5, 0)
     return b"".join(pieces) + bytes_field(2, trainer) + bytes_field(3, normalizer)

@@ -70,8 +70,11 @@ class Int8Columns:
             weights = weights * smooth[None, :]
         scales = np.maximum(np.abs(weights).max(axis=1), 1e-12) / 127.0
         values = np.clip(np.rint(weights / scales[:, None]), -127, 127).astype(np.int8)
-        return cls(values=np.ascontiguousarray(values.T), scales=scales.astype(np.float32),
-                   smooth=None if smooth is None else smooth.astype(np.float32))
+        return cls(
+            values=np.ascontiguousarray(values.T),
+            scales=scales.astype(np.float32),
+            smooth=None if smooth is None else smooth.astype(np.float32),
+        )
 
 
 # A linear layer's weight: float32 [out, in] (torch's Linear layout), or the same in 4-bit blocks or int8.
@@ -137,12 +140,17 @@ def build_tapped_graph(encoder: Encoder, *, taps: bool = True) -> tuple[bytes, d
     hidden = encoder.hidden
     tapped = builder.linear_inputs if taps else {}
     return onnx_proto.model(
-        nodes=builder.nodes, initializers=builder.initializers,
-        inputs=[onnx_proto.value_info("word_vectors", onnx_proto.FLOAT, ["batch", "length", hidden]),
-                onnx_proto.value_info("mask", onnx_proto.FLOAT, ["batch", "length"])],
+        nodes=builder.nodes,
+        initializers=builder.initializers,
+        inputs=[
+            onnx_proto.value_info("word_vectors", onnx_proto.FLOAT, ["batch", "length", hidden]),
+            onnx_proto.value_info("mask", onnx_proto.FLOAT, ["batch", "length"]),
+        ],
         outputs=[onnx_proto.value_info(pooled, onnx_proto.FLOAT, ["batch", hidden])]
-        + [onnx_proto.value_info(name, onnx_proto.FLOAT, ["batch", "length", builder.encoder_width(name)])
-           for name in tapped.values()],
+        + [
+            onnx_proto.value_info(name, onnx_proto.FLOAT, ["batch", "length", builder.encoder_width(name)])
+            for name in tapped.values()
+        ],
         opsets={"": _OPSET, _MS_DOMAIN: 1},
     ), tapped
 
@@ -155,13 +163,21 @@ def _joined(*linears: Linear) -> Linear:
         int8 = [w for w in weights if isinstance(w, Int8Columns)]
         smooth = int8[0].smooth
         if all(w.smooth is None for w in int8) or all(
-                w.smooth is not None and smooth is not None and np.array_equal(w.smooth, smooth) for w in int8):
-            return Linear(Int8Columns(values=np.concatenate([w.values for w in int8], axis=1),
-                                      scales=np.concatenate([w.scales for w in int8]), smooth=smooth), bias)
+            w.smooth is not None and smooth is not None and np.array_equal(w.smooth, smooth) for w in int8
+        ):
+            return Linear(
+                Int8Columns(
+                    values=np.concatenate([w.values for w in int8], axis=1),
+                    scales=np.concatenate([w.scales for w in int8]),
+                    smooth=smooth,
+                ),
+                bias,
+            )
     if all(isinstance(w, Q4Blocks) for w in weights):
         q4 = [w for w in weights if isinstance(w, Q4Blocks)]
-        return Linear(Q4Blocks(packed=np.concatenate([w.packed for w in q4]),
-                               scales=np.concatenate([w.scales for w in q4])), bias)
+        return Linear(
+            Q4Blocks(packed=np.concatenate([w.packed for w in q4]), scales=np.concatenate([w.scales for w in q4])), bias
+        )
     if all(isinstance(w, np.ndarray) for w in weights):
         return Linear(np.concatenate([np.asarray(w) for w in weights]), bias)
     raise ValueError("the projections of one attention layer must share a weight format")
@@ -182,8 +198,14 @@ class _GraphBuilder:
     def encode(self) -> str:
         e = self.encoder
         length = self._node("Gather", [self._node("Shape", ["word_vectors"]), self._const("one", np.int64(1))])
-        positions = self._node("Slice", [self._const("positions", e.positions), self._const("zero", np.array([0])),
-                                         self._node("Unsqueeze", [length, self._const("axis0", np.array([0]))])])
+        positions = self._node(
+            "Slice",
+            [
+                self._const("positions", e.positions),
+                self._const("zero", np.array([0])),
+                self._node("Unsqueeze", [length, self._const("axis0", np.array([0]))]),
+            ],
+        )
         x = self._node("Add", [self._node("Add", ["word_vectors", positions]), self._const("type", e.token_type)])
         x = self._norm(x, e.embedding_norm, "emb")
         padding = self._node("Cast", ["mask"], to=onnx_proto.INT32)  # the key padding mask: 1 a token, 0 padding
@@ -192,10 +214,12 @@ class _GraphBuilder:
         return self._pool(x)
 
     def _layer(self, x: str, layer: Layer, padding: str, prefix: str) -> str:
-        q, k, v = self._split(self._linear(x, _joined(layer.query, layer.key, layer.value), f"{prefix}.qkv"),
-                              self.encoder.hidden, 3)
-        context = self._node("MultiHeadAttention", [q, k, v, "", padding], domain=_MS_DOMAIN,
-                             num_heads=self.encoder.heads)
+        q, k, v = self._split(
+            self._linear(x, _joined(layer.query, layer.key, layer.value), f"{prefix}.qkv"), self.encoder.hidden, 3
+        )
+        context = self._node(
+            "MultiHeadAttention", [q, k, v, "", padding], domain=_MS_DOMAIN, num_heads=self.encoder.heads
+        )
         attended = self._linear(context, layer.attention_out, f"{prefix}.ao")
         x = self._norm(self._node("Add", [x, attended]), layer.attention_norm, f"{prefix}.aln")
         inner = self._gelu(self._linear(x, layer.intermediate, f"{prefix}.fi"))
@@ -213,11 +237,13 @@ class _GraphBuilder:
 
     def _pool(self, x: str) -> str:
         mask = self._node("Unsqueeze", ["mask", self._const("axis2", np.array([2]))])
-        summed = self._node("ReduceSum", [self._node("Mul", [x, mask]), self._const("axis1", np.array([1]))],
-                            keepdims=0)
+        summed = self._node(
+            "ReduceSum", [self._node("Mul", [x, mask]), self._const("axis1", np.array([1]))], keepdims=0
+        )
         count = self._node("ReduceSum", ["mask", self._const("axis1", np.array([1]))], keepdims=1)
-        return self._node("Div", [summed, self._node("Max", [count, self._const("tiny", np.float32(1e-9))])],
-                          output="pooled")
+        return self._node(
+            "Div", [summed, self._node("Max", [count, self._const("tiny", np.float32(1e-9))])], output="pooled"
+        )
 
     def _linear(self, x: str, linear: Linear, prefix: str) -> str:
         self.linear_inputs[prefix] = x
@@ -228,9 +254,16 @@ class _GraphBuilder:
             rows, cols = linear.weight.shape
             product = self._node(
                 "MatMulNBits",
-                [x, self._const(f"{prefix}.w", linear.weight.packed),
-                 self._const(f"{prefix}.s", linear.weight.scales.reshape(-1))],
-                domain=_MS_DOMAIN, K=cols, N=rows, bits=4, block_size=Q4_BLOCK,
+                [
+                    x,
+                    self._const(f"{prefix}.w", linear.weight.packed),
+                    self._const(f"{prefix}.s", linear.weight.scales.reshape(-1)),
+                ],
+                domain=_MS_DOMAIN,
+                K=cols,
+                N=rows,
+                bits=4,
+                block_size=Q4_BLOCK,
             )
         else:
             product = self._node("MatMul", [x, self._const(f"{prefix}.w", np.ascontiguousarray(linear.weight.T))])
@@ -249,18 +282,27 @@ class _GraphBuilder:
         nought, steps = self._const("f0", np.float32(0.0)), self._const("f255", np.float32(255.0))
         low = self._node("Min", [self._node("ReduceMin", [rows], axes=[1], keepdims=1), nought])
         high = self._node("Max", [self._node("ReduceMax", [rows], axes=[1], keepdims=1), nought])
-        column = self._node("Max", [self._node("Div", [self._node("Sub", [high, low]), steps]),
-                                    self._const("tiny_scale", np.float32(1e-12))])
+        column = self._node(
+            "Max",
+            [self._node("Div", [self._node("Sub", [high, low]), steps]), self._const("tiny_scale", np.float32(1e-12))],
+        )
         zero = self._node("Round", [self._node("Div", [self._node("Neg", [low]), column])])
         shifted = self._node("Add", [self._node("Round", [self._node("Div", [rows, column])]), zero])
         quantized = self._node("Cast", [self._node("Clip", [shifted, nought, steps])], to=2)
         product = self._node("MatMulInteger", [quantized, self._const(f"{prefix}.w", weight.values)])
         column_sums = weight.values.astype(np.float32).sum(axis=0)
-        exact = self._node("Sub", [self._node("Cast", [product], to=onnx_proto.FLOAT),
-                                   self._node("Mul", [zero, self._const(f"{prefix}.cs", column_sums)])])
+        exact = self._node(
+            "Sub",
+            [
+                self._node("Cast", [product], to=onnx_proto.FLOAT),
+                self._node("Mul", [zero, self._const(f"{prefix}.cs", column_sums)]),
+            ],
+        )
         scaled = self._node("Mul", [self._node("Mul", [exact, column]), self._const(f"{prefix}.s", weight.scales)])
-        leading = self._node("Slice", [self._node("Shape", [x]), self._const("zero", np.array([0])),
-                                        self._const("minus1", np.array([-1]))])
+        leading = self._node(
+            "Slice",
+            [self._node("Shape", [x]), self._const("zero", np.array([0])), self._const("minus1", np.array([-1]))],
+        )
         out_shape = self._node("Concat", [leading, self._const(f"{prefix}.n", np.array([len(weight.scales)]))], axis=0)
         return self._node("Add", [self._node("Reshape", [scaled, out_shape]), bias])
 
@@ -268,9 +310,12 @@ class _GraphBuilder:
         return self._widths.get(x, self.encoder.hidden)
 
     def _norm(self, x: str, norm: Norm, prefix: str) -> str:
-        return self._node("LayerNormalization", [x, self._const(f"{prefix}.w", norm.weight),
-                                                 self._const(f"{prefix}.b", norm.bias)],
-                          axis=-1, epsilon=self.encoder.eps)
+        return self._node(
+            "LayerNormalization",
+            [x, self._const(f"{prefix}.w", norm.weight), self._const(f"{prefix}.b", norm.bias)],
+            axis=-1,
+            epsilon=self.encoder.eps,
+        )
 
     def _gelu(self, x: str) -> str:
         # The exact (erf) GELU BERT uses; onnxruntime fuses this pattern into one kernel.
@@ -282,14 +327,23 @@ class _GraphBuilder:
         if name not in self._names:
             self._names.add(name)
             array = np.asarray(value)
-            self.initializers.append(onnx_proto.tensor(name, array.astype(np.float32) if array.dtype == np.float64
-                                                       else array))
+            self.initializers.append(
+                onnx_proto.tensor(name, array.astype(np.float32) if array.dtype == np.float64 else array)
+            )
         return name
 
-    def _node(self, op: str, inputs: list[str], *, output: str | None = None, domain: str = "",
-              **attributes: int | float | list[int]) -> str:
+    def _node(
+        self,
+        op: str,
+        inputs: list[str],
+        *,
+        output: str | None = None,
+        domain: str = "",
+        **attributes: int | float | list[int],
+    ) -> str:
         self._count += 1
         name = output or f"{op.lower()}{self._count}"
-        self.nodes.append(onnx_proto.node(op, inputs, [name], name=f"n{self._count}", domain=domain,
-                                          attributes=attributes))
+        self.nodes.append(
+            onnx_proto.node(op, inputs, [name], name=f"n{self._count}", domain=domain, attributes=attributes)
+        )
         return name

@@ -61,8 +61,9 @@ class GraphEmbedder:
     """`Embedder` over ModelParts: CPU, normalised float32, cached queries. onnxruntime's `run()` is
     thread-safe, so concurrent calls need no lock."""
 
-    def __init__(self, parts: ModelParts, *, threads: int = 1, batch_size: int = 64,
-                 query_cache_size: int = 1024) -> None:
+    def __init__(
+        self, parts: ModelParts, *, threads: int = 1, batch_size: int = 64, query_cache_size: int = 1024
+    ) -> None:
         self._parts = parts
         self.name: str = parts.name
         self.dimension: int = parts.dimension
@@ -84,8 +85,8 @@ class GraphEmbedder:
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
         window = self._batch_size * _SORT_WINDOW_BATCHES
         for start in range(0, len(texts), window):
-            chunk = [self._parts.document_prefix + t for t in texts[start:start + window]]
-            vectors[start:start + len(chunk)] = self._embed(chunk)
+            chunk = [self._parts.document_prefix + t for t in texts[start : start + window]]
+            vectors[start : start + len(chunk)] = self._embed(chunk)
         return vectors
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -103,8 +104,11 @@ class GraphEmbedder:
         batches: list[list[_Window]] = []
         for i in order:
             # The first window of a batch is its longest, so it sets the padded width.
-            if (not batches or len(batches[-1]) == self._batch_size
-                    or (len(batches[-1]) + 1) * len(batches[-1][0].ids) > _BATCH_TOKENS):
+            if (
+                not batches
+                or len(batches[-1]) == self._batch_size
+                or (len(batches[-1]) + 1) * len(batches[-1][0].ids) > _BATCH_TOKENS
+            ):
                 batches.append([])
             batches[-1].append(windows[i])
         sums = np.zeros((len(texts), self.dimension), dtype=np.float64)
@@ -128,7 +132,7 @@ class GraphEmbedder:
             if not self._parts.windows:
                 ids = ids[:width]
             starts = range(0, max(1, len(ids)), width)
-            windows += [_Window(text, [first, *ids[start:start + width], last]) for start in starts]
+            windows += [_Window(text, [first, *ids[start : start + width], last]) for start in starts]
         return windows
 
     def _run_all(self, batches: list[list[_Window]]) -> Iterator[np.ndarray]:
@@ -148,8 +152,8 @@ class GraphEmbedder:
         ids = np.full((len(batch), width), self._parts.pad, dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.float32)
         for row, window in enumerate(batch):
-            ids[row, :len(window.ids)] = window.ids
-            mask[row, :len(window.ids)] = 1.0
+            ids[row, : len(window.ids)] = window.ids
+            mask[row, : len(window.ids)] = 1.0
         (pooled,) = self._session.run(None, {"word_vectors": self._parts.word_vectors(ids), "mask": mask})
         return np.asarray(pooled, dtype=np.float32)
 

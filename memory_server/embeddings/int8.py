@@ -42,15 +42,25 @@ def to_int8(encoder: Encoder, maxima: Mapping[str, np.ndarray]) -> Encoder:
     layers = []
     for number, layer in enumerate(encoder.layers):
         weights = {field: _floats(getattr(layer, field).weight) for field in TAPS}
-        smooth = {tap: _smoothing(maxima[f"l{number}.{tap}"],
-                                  np.concatenate([weights[f] for f in TAPS if TAPS[f] == tap]))
-                  for tap in set(TAPS.values())}
-        converted = {field: Linear(Int8Columns.of(weights[field], smooth[tap]), getattr(layer, field).bias)
-                     for field, tap in TAPS.items()}
-        layers.append(dataclasses.replace(
-            layer, query=converted["query"], key=converted["key"], value=converted["value"],
-            attention_out=converted["attention_out"], intermediate=converted["intermediate"],
-            output=converted["output"]))
+        smooth = {
+            tap: _smoothing(maxima[f"l{number}.{tap}"], np.concatenate([weights[f] for f in TAPS if TAPS[f] == tap]))
+            for tap in set(TAPS.values())
+        }
+        converted = {
+            field: Linear(Int8Columns.of(weights[field], smooth[tap]), getattr(layer, field).bias)
+            for field, tap in TAPS.items()
+        }
+        layers.append(
+            dataclasses.replace(
+                layer,
+                query=converted["query"],
+                key=converted["key"],
+                value=converted["value"],
+                attention_out=converted["attention_out"],
+                intermediate=converted["intermediate"],
+                output=converted["output"],
+            )
+        )
     return dataclasses.replace(encoder, layers=layers)
 
 
@@ -65,7 +75,5 @@ def _floats(weight: np.ndarray | Q4Blocks | Int8Columns) -> np.ndarray:
 def _smoothing(activation_max: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """activation max ^ alpha / weight max ^ (1 - alpha) per input channel."""
     weight_max = np.abs(weights).max(axis=0)
-    factors: np.ndarray = (np.maximum(activation_max, 1e-5) ** _ALPHA
-                           / np.maximum(weight_max, 1e-5) ** (1 - _ALPHA))
+    factors: np.ndarray = np.maximum(activation_max, 1e-5) ** _ALPHA / np.maximum(weight_max, 1e-5) ** (1 - _ALPHA)
     return factors.astype(np.float32)
-

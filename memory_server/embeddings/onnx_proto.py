@@ -17,8 +17,13 @@ from memory_server.embeddings.protobuf import string_field as _str
 from memory_server.embeddings.protobuf import varint_field as _int
 
 # TensorProto.DataType
-_DATA_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.int32): 6,
-               np.dtype(np.int64): 7}
+_DATA_TYPES = {
+    np.dtype(np.float32): 1,
+    np.dtype(np.uint8): 2,
+    np.dtype(np.int8): 3,
+    np.dtype(np.int32): 6,
+    np.dtype(np.int64): 7,
+}
 FLOAT, INT32 = 1, 6
 # AttributeProto.AttributeType
 _ATTR_FLOAT, _ATTR_INT, _ATTR_INTS = 1, 2, 7
@@ -28,8 +33,11 @@ def tensor(name: str, array: np.ndarray) -> bytes:
     """TensorProto: dims (1), data_type (2), name (8), raw_data (9, little-endian)."""
     array = np.asarray(array, order="C")  # not ascontiguousarray, which makes a scalar one-dimensional
     body = b"".join(_int(1, int(d)) for d in array.shape)
-    body += _int(2, _DATA_TYPES[array.dtype]) + _str(8, name) + _bytes(9, array.astype(array.dtype.newbyteorder("<"),
-                                                                                       copy=False).tobytes())
+    body += (
+        _int(2, _DATA_TYPES[array.dtype])
+        + _str(8, name)
+        + _bytes(9, array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+    )
     return body
 
 
@@ -42,8 +50,15 @@ def attribute(name: str, value: int | float | list[int]) -> bytes:
     return _str(1, name) + b"".join(_int(8, v) for v in value) + _int(20, _ATTR_INTS)
 
 
-def node(op_type: str, inputs: Iterable[str], outputs: Iterable[str], *, name: str, domain: str = "",
-         attributes: dict[str, int | float | list[int]] | None = None) -> bytes:
+def node(
+    op_type: str,
+    inputs: Iterable[str],
+    outputs: Iterable[str],
+    *,
+    name: str,
+    domain: str = "",
+    attributes: dict[str, int | float | list[int]] | None = None,
+) -> bytes:
     """NodeProto: input (1), output (2), name (3), op_type (4), attribute (5), domain (7)."""
     body = b"".join(_str(1, i) for i in inputs) + b"".join(_str(2, o) for o in outputs)
     body += _str(3, name) + _str(4, op_type)
@@ -58,13 +73,21 @@ def value_info(name: str, element_type: int, dims: Iterable[int | str]) -> bytes
     return _str(1, name) + _bytes(2, _bytes(1, _int(1, element_type) + _bytes(2, shape)))
 
 
-def model(*, nodes: list[bytes], initializers: list[bytes], inputs: list[bytes], outputs: list[bytes],
-          opsets: dict[str, int], ir_version: int = 8) -> bytes:
+def model(
+    *,
+    nodes: list[bytes],
+    initializers: list[bytes],
+    inputs: list[bytes],
+    outputs: list[bytes],
+    opsets: dict[str, int],
+    ir_version: int = 8,
+) -> bytes:
     """ModelProto: ir_version (1), graph (7), opset_import (8: domain 1, version 2); GraphProto: node (1),
     name (2), initializer (5), input (11), output (12)."""
     graph = b"".join(_bytes(1, n) for n in nodes) + _str(2, "encoder")
     graph += b"".join(_bytes(5, t) for t in initializers)
     graph += b"".join(_bytes(11, i) for i in inputs) + b"".join(_bytes(12, o) for o in outputs)
-    opset_imports = b"".join(_bytes(8, (_str(1, domain) if domain else b"") + _int(2, version))
-                             for domain, version in opsets.items())
+    opset_imports = b"".join(
+        _bytes(8, (_str(1, domain) if domain else b"") + _int(2, version)) for domain, version in opsets.items()
+    )
     return _int(1, ir_version) + _bytes(7, graph) + opset_imports

@@ -49,9 +49,7 @@ class SentenceEmbedder:
         # A "Loading weights" tqdm bar on stderr is noise in a server (and in stdio MCP logs).
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
         try:
-            self._model: SentenceTransformer = SentenceTransformer(
-                str(model_dir), device="cpu", local_files_only=True
-            )
+            self._model: SentenceTransformer = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
         except (OSError, ValueError) as exc:  # missing weights/tokenizer, unrecognised config
             raise ModelNotFoundError(model_dir, f"loading failed ({exc})") from exc
         self._model.eval()

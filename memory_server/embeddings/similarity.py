@@ -52,5 +52,7 @@ class Similarity:
 # all-MiniLM-L6-v2 is the reference; multilingual-e5-small measured on LoCoMo's question -> other-conversation
 # turn pairs and on 4,000 of its memories' words.
 REFERENCE = Similarity()
-E5_SMALL = Similarity(text=Scale(center=0.7605, stretch=3.852, reference_center=0.1520),
-                      word=Scale(center=0.8973, stretch=6.13, reference_center=0.4338))
+E5_SMALL = Similarity(
+    text=Scale(center=0.7605, stretch=3.852, reference_center=0.1520),
+    word=Scale(center=0.8973, stretch=6.13, reference_center=0.4338),
+)

@@ -62,8 +62,16 @@ from .edge_files import (
 )
 from .edge_schema import HELD_KEYWORD_FIELDS, RANGE_INDEX, keyword_index, search_request, shard_config
 
-__all__ = ["HELD_KEYWORD_FIELDS", "INDEXING_THRESHOLD_KB", "MIN_FREE_BYTES", "RANGE_INDEX", "SCROLL_PAGE",
-           "SHARD_PREFIX", "UPSERT_BATCH", "EdgeIndex"]
+__all__ = [
+    "HELD_KEYWORD_FIELDS",
+    "INDEXING_THRESHOLD_KB",
+    "MIN_FREE_BYTES",
+    "RANGE_INDEX",
+    "SCROLL_PAGE",
+    "SHARD_PREFIX",
+    "UPSERT_BATCH",
+    "EdgeIndex",
+]
 
 SCROLL_PAGE = 1_000
 # Points per engine call: each call holds the GIL, so huge batches would stall other threads.
@@ -94,8 +102,13 @@ for root, _, files in os.walk(sys.argv[1]):
 class EdgeIndex:
     shared = False  # in this server's data directory
 
-    def __init__(self, path: Path, *, indexing_threshold_kb: int = INDEXING_THRESHOLD_KB,
-                 optimizer: Sequence[str] = (sys.executable, "-c", _OPTIMIZER)) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        indexing_threshold_kb: int = INDEXING_THRESHOLD_KB,
+        optimizer: Sequence[str] = (sys.executable, "-c", _OPTIMIZER),
+    ) -> None:
         """`optimizer`: the command that builds HNSW over a copy of the shard (its directory is appended)."""
         self._path = Path(path)
         self._threshold_kb = indexing_threshold_kb
@@ -157,9 +170,7 @@ class EdgeIndex:
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         dimension = self._dimension()
         for chunk in batched(points, UPSERT_BATCH):
-            edge_points = [
-                Point(p.id, as_vector(p.vector, dimension), plain_payload(p.payload)) for p in chunk
-            ]
+            edge_points = [Point(p.id, as_vector(p.vector, dimension), plain_payload(p.payload)) for p in chunk]
             self._apply(UpdateOperation.upsert_points(edge_points))
 
     def delete(self, ids: Sequence[int]) -> None:
@@ -207,8 +218,11 @@ class EdgeIndex:
         search is exact and grows with the corpus until optimize() has built the graph)."""
         with self._rw.shared():
             info = self._live().info()
-        return {"points": info.points_count, "indexed_vectors": info.indexed_vectors_count,
-                "segments": info.segments_count}
+        return {
+            "points": info.points_count,
+            "indexed_vectors": info.indexed_vectors_count,
+            "segments": info.segments_count,
+        }
 
     def optimize(self) -> None:
         with self._optimize_mutex:
@@ -286,9 +300,7 @@ class EdgeIndex:
     def _live(self) -> EdgeShard:
         self._check_open()
         if self._shard is None:
-            raise IndexUnavailable(
-                f"the embedded index at {self._path} is not initialised: run `reindex` to build it"
-            )
+            raise IndexUnavailable(f"the embedded index at {self._path} is not initialised: run `reindex` to build it")
         return self._shard
 
     def _dimension(self) -> int:

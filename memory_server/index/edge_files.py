@@ -1,8 +1,8 @@
 """The embedded index's directory: its lock file, its info file, its shard directories.
 
-    index.lock        flock held by the one process that has the index open
-    index_info.json   {"model", "dimension", "shard", "payload"}: replaced atomically
-    shard-<hex>/      an Edge shard (segments + WAL)
+index.lock        flock held by the one process that has the index open
+index_info.json   {"model", "dimension", "shard", "payload"}: replaced atomically
+shard-<hex>/      an Edge shard (segments + WAL)
 """
 
 from __future__ import annotations
@@ -113,8 +113,7 @@ def load_shard(shard_dir: Path) -> EdgeShard:
         if "WouldBlock" in str(exc):  # Edge's own WAL lock: someone bypassed index.lock
             raise IndexLocked(locked_message(shard_dir, "unknown")) from exc
         raise IndexUnavailable(
-            f"cannot load the embedded index at {shard_dir}: {exc}. "
-            "Run `reindex` to rebuild it from SQLite."
+            f"cannot load the embedded index at {shard_dir}: {exc}. Run `reindex` to rebuild it from SQLite."
         ) from exc
     # The write-ahead log was replayed: the closed segment Edge keeps is not read again (mapped_pages.py).
     mapped_pages.release([path.resolve() for path in (shard_dir / "wal").glob("closed-*")])
@@ -133,9 +132,7 @@ def read_info(path: Path) -> tuple[IndexInfo | None, str | None, int]:
         return None, None, 0
     except (ValueError, KeyError, TypeError) as exc:
         # Written atomically, so this is damage from outside: refuse rather than delete shards.
-        raise IndexUnavailable(
-            f"{path / INFO_FILE} is unreadable ({exc!r}): delete {path} and run `reindex`"
-        ) from exc
+        raise IndexUnavailable(f"{path / INFO_FILE} is unreadable ({exc!r}): delete {path} and run `reindex`") from exc
     if not (path / shard).is_dir():
         return None, None, 0  # the shard was removed by hand: no index, the caller reindexes
     return info, shard, payload

@@ -37,8 +37,6 @@ def open_index(
 
         # No compatibility probe at construction: it only warns; an unreachable server surfaces as
         # IndexUnavailable on the first call instead, with the URL in the message.
-        client = QdrantClient(
-            url=url, api_key=api_key, timeout=SERVER_TIMEOUT_S, check_compatibility=False
-        )
+        client = QdrantClient(url=url, api_key=api_key, timeout=SERVER_TIMEOUT_S, check_compatibility=False)
         return QdrantServerIndex(client, collection, url=url)
     raise ValueError(f"unknown index backend {backend!r}: expected one of {BACKENDS}")

@@ -17,15 +17,20 @@ def scope_filter(scope: Scope) -> IndexFilter:
     # rows read back): occurred_at >= after -> floor(occurred) >= floor(after), < before -> <= floor(before).
     ranges = []
     if scope.occurred_after is not None or scope.occurred_before is not None:
-        ranges.append(Range("occurred",
-                            gte=None if scope.occurred_after is None else epoch_seconds(scope.occurred_after),
-                            lte=None if scope.occurred_before is None else epoch_seconds(scope.occurred_before)))
+        ranges.append(
+            Range(
+                "occurred",
+                gte=None if scope.occurred_after is None else epoch_seconds(scope.occurred_after),
+                lte=None if scope.occurred_before is None else epoch_seconds(scope.occurred_before),
+            )
+        )
     # Superseded by the window's end: valid_to < before -> floor(valid_to) <= floor(before) - 1 leaves out
     # only memories that are (the rest is checked exactly); without an end, any valid_to.
     excluded = []
     if scope.current:
-        excluded.append(Range("valid_to", lte=None if scope.occurred_before is None
-                              else epoch_seconds(scope.occurred_before) - 1))
+        excluded.append(
+            Range("valid_to", lte=None if scope.occurred_before is None else epoch_seconds(scope.occurred_before) - 1)
+        )
     # Expired: expires_at <= at. The payload is rounded up, so ceil(expires) <= floor(at) holds only then.
     excluded.append(Range("expires", lte=epoch_seconds(scope.at)))
     # Only a turn's point has `turn` (its seq, never negative).

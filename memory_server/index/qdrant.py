@@ -108,9 +108,7 @@ class QdrantServerIndex:
         dimension = self._dimension()
         for chunk in batched(points, UPSERT_BATCH):
             structs = [
-                models.PointStruct(
-                    id=p.id, vector=as_vector(p.vector, dimension), payload=plain_payload(p.payload)
-                )
+                models.PointStruct(id=p.id, vector=as_vector(p.vector, dimension), payload=plain_payload(p.payload))
                 for p in chunk
             ]
             with self._reachable():
@@ -132,8 +130,7 @@ class QdrantServerIndex:
         if conditions is None or limit <= 0:
             return []
         must: list[models.Condition] = [
-            models.FieldCondition(key=c.field, match=models.MatchAny(any=list(c.values)))
-            for c in conditions
+            models.FieldCondition(key=c.field, match=models.MatchAny(any=list(c.values))) for c in conditions
         ]
         must += [_range(r) for r in where.ranges]
         must_not: list[models.Condition] = [_range(r) for r in where.excluded]
@@ -184,9 +181,7 @@ class QdrantServerIndex:
     def _dimension(self) -> int:
         info = self._info or self.info()
         if info is None:
-            raise IndexUnavailable(
-                f"Qdrant collection {self._collection!r} does not exist: run `reindex` to build it"
-            )
+            raise IndexUnavailable(f"Qdrant collection {self._collection!r} does not exist: run `reindex` to build it")
         return info.dimension
 
     @contextmanager
@@ -202,9 +197,7 @@ class QdrantServerIndex:
         except UnexpectedResponse as exc:
             status = exc.status_code
             if status in (401, 403):
-                raise IndexUnavailable(
-                    f"{self._where} refused access (HTTP {status}): check the API key"
-                ) from exc
+                raise IndexUnavailable(f"{self._where} refused access (HTTP {status}): check the API key") from exc
             if status == 404:
                 raise IndexUnavailable(
                     f"Qdrant collection {self._collection!r} is gone: run `reindex` to rebuild it"

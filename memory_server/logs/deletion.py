@@ -47,8 +47,15 @@ class Deleted:
     turns_deleted: int = 0
 
 
-def purge(store: LogStore, site_id: int, conversation_id: str, *, budget: int = PURGE_BUDGET,
-          stop: threading.Event | None = None, pause_s: float = 0.0) -> Purged:
+def purge(
+    store: LogStore,
+    site_id: int,
+    conversation_id: str,
+    *,
+    budget: int = PURGE_BUDGET,
+    stop: threading.Event | None = None,
+    pause_s: float = 0.0,
+) -> Purged:
     """Purge a conversation marked for deletion, one small transaction at a time, until it is gone (or
     `stop` is set: the next purger finishes it)."""
     items = keys = unlinked = turns = steps = 0
@@ -62,8 +69,9 @@ def purge(store: LogStore, site_id: int, conversation_id: str, *, budget: int = 
             time.sleep(pause_s)
 
 
-def delete_conversation(store: LogStore, site_id: int, conversation_id: str, *,
-                        budget: int = PURGE_BUDGET) -> Deleted | None:
+def delete_conversation(
+    store: LogStore, site_id: int, conversation_id: str, *, budget: int = PURGE_BUDGET
+) -> Deleted | None:
     """Delete a conversation with its items, idempotency keys, indexed turns and memory links; None if there is no such
     conversation. Blocking: returns once nothing of it is left. A conversation already being deleted (by
     another request or the retention task) is finished here too."""
@@ -71,16 +79,27 @@ def delete_conversation(store: LogStore, site_id: int, conversation_id: str, *,
     if marked is None:
         return None
     purged = purge(store, site_id, conversation_id, budget=budget)
-    return Deleted(conversation_id=conversation_id, item_count=marked.item_count,
-                   memories_unlinked=purged.unlinked, turns_deleted=purged.turns)
+    return Deleted(
+        conversation_id=conversation_id,
+        item_count=marked.item_count,
+        memories_unlinked=purged.unlinked,
+        turns_deleted=purged.turns,
+    )
 
 
 class LogRetention:
     """The background task that deletes conversations whose last activity is older than their site's log
     retention, and finishes deletions a crash or a shutdown cut short."""
 
-    def __init__(self, store: LogStore, *, interval_s: float = RETENTION_INTERVAL_S, budget: int = PURGE_BUDGET,
-                 pause_s: float = RETENTION_PAUSE_S, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        *,
+        interval_s: float = RETENTION_INTERVAL_S,
+        budget: int = PURGE_BUDGET,
+        pause_s: float = RETENTION_PAUSE_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.interval_s = interval_s
         self.budget = budget
@@ -97,8 +116,9 @@ class LogRetention:
             for site_id, conversation_id in pending:
                 if stop.is_set():
                     break
-                if purge(self.store, site_id, conversation_id, budget=self.budget, stop=stop,
-                         pause_s=self.pause_s).done:
+                if purge(
+                    self.store, site_id, conversation_id, budget=self.budget, stop=stop, pause_s=self.pause_s
+                ).done:
                     purged += 1
             if marked < EXPIRE_BATCH and len(pending) < EXPIRE_BATCH:
                 break
@@ -114,8 +134,9 @@ class LogRetention:
                         log.info("deleted %d conversations past their site's log retention", purged)
                 except Exception:
                     if not stop.is_set():  # a shutdown closes the store under a running purge
-                        throttle.log(logging.WARNING, "retention", "log retention failed; retrying later",
-                                     exc_info=True)
+                        throttle.log(
+                            logging.WARNING, "retention", "log retention failed; retrying later", exc_info=True
+                        )
                 if stop.wait(self.interval_s):
                     return
 

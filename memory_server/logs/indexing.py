@@ -97,16 +97,34 @@ def turns_of(at: ToIndex, items: list[RawItem], max_bytes: int) -> tuple[list[Ne
         if text is None:
             skipped += 1
             continue
-        turns.append(NewMemory(
-            content=text, type=TURN, location=None, project=None, team=None, bucket=at.bucket or DEFAULT_BUCKET,
-            tags=(), metadata={}, provenance={"conversation_id": at.conversation_id, "seq": seq},
-            occurred_at=occurred_at(payload, recorded_at), kind=TURN))
+        turns.append(
+            NewMemory(
+                content=text,
+                type=TURN,
+                location=None,
+                project=None,
+                team=None,
+                bucket=at.bucket or DEFAULT_BUCKET,
+                tags=(),
+                metadata={},
+                provenance={"conversation_id": at.conversation_id, "seq": seq},
+                occurred_at=occurred_at(payload, recorded_at),
+                kind=TURN,
+            )
+        )
     return turns, skipped
 
 
 class LogIndexer:
-    def __init__(self, logs: LogStore, sites: SiteStore, writes: MemoryWrites, *, batch: int = INDEX_BATCH,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        logs: LogStore,
+        sites: SiteStore,
+        writes: MemoryWrites,
+        *,
+        batch: int = INDEX_BATCH,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.logs = logs
         self.sites = sites
         self.writes = writes
@@ -144,8 +162,9 @@ class LogIndexer:
     def index_batch(self, at: ToIndex) -> int:
         """Index the conversation's next items (up to `batch`); how many were looked at (0: it changed since
         `at` was read, and is left to the next round)."""
-        items = self.logs.replay(at.site_id, at.conversation_id, at.indexed_seq,
-                                 min(self.batch, at.item_count - at.indexed_seq))
+        items = self.logs.replay(
+            at.site_id, at.conversation_id, at.indexed_seq, min(self.batch, at.item_count - at.indexed_seq)
+        )
         items = [item for n, item in enumerate(items) if item[0] == at.indexed_seq + n]  # gapless from there
         if not items:
             return 0
@@ -175,8 +194,9 @@ class LogIndexer:
                 except Exception:
                     if stop.is_set():  # a shutdown closes the store under a running round
                         return
-                    self._throttle.log(logging.WARNING, "log indexing", "indexing log items failed; retrying "
-                                       "later", exc_info=True)
+                    self._throttle.log(
+                        logging.WARNING, "log indexing", "indexing log items failed; retrying later", exc_info=True
+                    )
                 if stop.wait(MIN_PAUSE_S):
                     return
                 self._wake.wait(POLL_S)
@@ -185,4 +205,3 @@ class LogIndexer:
         thread = threading.Thread(target=run, name="log-indexing", daemon=True)
         thread.start()
         return thread
-

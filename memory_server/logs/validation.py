@@ -53,8 +53,9 @@ def serialize_items(items: object, limits: LogLimits) -> list[str]:
         # Stored as this text, where a NUL is the escape \u0000: every backend holds it, so it is kept.
         size = len(check_json_text(f"items[{position}]", text, nul_allowed=True).encode("utf-8"))
         if size > limits.max_payload_bytes:
-            raise PayloadTooLarge(f"items[{position}] is {size} bytes serialized; the limit is "
-                                  f"{limits.max_payload_bytes}")
+            raise PayloadTooLarge(
+                f"items[{position}] is {size} bytes serialized; the limit is {limits.max_payload_bytes}"
+            )
         total += size
         if total > limits.max_batch_bytes:
             raise PayloadTooLarge(f"the batch exceeds {limits.max_batch_bytes} bytes serialized")
@@ -76,7 +77,11 @@ def encode_cursor(after: tuple[int, str]) -> str:
 
 def decode_cursor(cursor: object) -> tuple[int, str]:
     activity_us, conversation_id = cursors.decode(cursor, max_length=200, count=2)
-    if (not isinstance(activity_us, int) or isinstance(activity_us, bool) or not 0 <= activity_us <= MAX_CURSOR_INT
-            or not isinstance(conversation_id, str)):
+    if (
+        not isinstance(activity_us, int)
+        or isinstance(activity_us, bool)
+        or not 0 <= activity_us <= MAX_CURSOR_INT
+        or not isinstance(conversation_id, str)
+    ):
         raise cursors.invalid()
     return activity_us, conversation_id

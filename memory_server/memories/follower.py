@@ -51,8 +51,16 @@ class FollowState:
 
 
 class IndexFollower:
-    def __init__(self, outbox: Outbox, store: OutboxStore, words: WordVectors, word_store: WordStore, *,
-                 authority: str, state_path: Path) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        store: OutboxStore,
+        words: WordVectors,
+        word_store: WordStore,
+        *,
+        authority: str,
+        state_path: Path,
+    ) -> None:
         self.outbox = outbox
         self.store = store
         self.words = words
@@ -69,8 +77,12 @@ class IndexFollower:
     def start(self, *, new_index: bool) -> None:
         """Where to resume: the saved state if it belongs to this index, authority and model."""
         state = read_state(self.state_path)
-        usable = (not new_index and state is not None and state.authority == self.authority
-                  and state.model == self.outbox.embedder.name)
+        usable = (
+            not new_index
+            and state is not None
+            and state.authority == self.authority
+            and state.model == self.outbox.embedder.name
+        )
         self.needs_rebuild = not usable
         self.mark = state.mark if usable and state is not None else 0
         self.mark_at = state.mark_at if usable and state is not None else None
@@ -94,8 +106,13 @@ class IndexFollower:
         try:
             self.catch_up()
         except Exception as exc:
-            self._throttle.log(logging.WARNING, "index follow", "the index could not apply the latest changes "
-                               "(retried in the background): %s", exc, exc_info=not isinstance(exc, IndexUnavailable))
+            self._throttle.log(
+                logging.WARNING,
+                "index follow",
+                "the index could not apply the latest changes (retried in the background): %s",
+                exc,
+                exc_info=not isinstance(exc, IndexUnavailable),
+            )
 
     def catch_up(self) -> int:
         """Apply the changes after the last one applied (or rebuild); returns how many memories changed."""
@@ -109,8 +126,11 @@ class IndexFollower:
                     log.warning("the change feed no longer reaches change %d: rebuilding the index", self.mark)
                     return done + self._rebuild()
                 if self.mark_at is not None and page.after_at is not None and page.after_at != self.mark_at:
-                    log.warning("the authority's change %d is not the one this index applied (a failover lost "
-                                "changes): rebuilding the index", self.mark)
+                    log.warning(
+                        "the authority's change %d is not the one this index applied (a failover lost "
+                        "changes): rebuilding the index",
+                        self.mark,
+                    )
                     return done + self._rebuild()
                 if page.deleted:
                     self.outbox.index.delete(page.deleted)
@@ -174,8 +194,12 @@ def read_state(path: Path) -> FollowState | None:
     try:
         raw = json.loads(path.read_text())
         at = raw.get("mark_at")
-        return FollowState(authority=str(raw["authority"]), model=str(raw["model"]), mark=int(raw["mark"]),
-                           mark_at=None if at is None else float(at))
+        return FollowState(
+            authority=str(raw["authority"]),
+            model=str(raw["model"]),
+            mark=int(raw["mark"]),
+            mark_at=None if at is None else float(at),
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing, or torn by a power cut: a rebuild puts it right
 

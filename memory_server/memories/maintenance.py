@@ -61,13 +61,19 @@ def start_maintenance(storage: Storage, memories: Memories | None, stop: threadi
 def _keep_outbox(memories: Memories, stop: threading.Event) -> None:
     """The index belongs to this authority: index its backlog, drop orphan points, build HNSW."""
     outbox = memories.outbox
-    _once(lambda: outbox.sync() if outbox.backlog() else 0, "indexed %d memories in the background",
-          "indexing the backlog failed; retrying later")
+    _once(
+        lambda: outbox.sync() if outbox.backlog() else 0,
+        "indexed %d memories in the background",
+        "indexing the backlog failed; retrying later",
+    )
     _once(lambda: int(memories.reembedding.check_done()), "", "checking the re-embedding failed")
     _once(outbox.reconcile, "removed %d index points with no stored memory", "index reconciliation failed")
     _once(memories.writes.purge_expired, "deleted %d expired memories", "deleting expired memories failed")
-    _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
-          "embedding the vocabulary of earlier memories failed")
+    _once(
+        memories.backfill_words,
+        "embedded %d words of earlier memories for query expansion",
+        "embedding the vocabulary of earlier memories failed",
+    )
     throttle = Throttle(log)
     while not stop.wait(MAINTENANCE_INTERVAL_S):
         with _reported(throttle):
@@ -86,8 +92,11 @@ def _follow(memories: Memories, follower: IndexFollower, stop: threading.Event) 
     _once(follower.catch_up, "applied %d changes of the authority to the index", "following the authority failed")
     _once(lambda: int(memories.reembedding.check_done()), "", "checking the re-embedding failed")
     _once(memories.writes.purge_expired, "deleted %d expired memories", "deleting expired memories failed")
-    _once(memories.backfill_words, "embedded %d words of earlier memories for query expansion",
-          "embedding the vocabulary of earlier memories failed")
+    _once(
+        memories.backfill_words,
+        "embedded %d words of earlier memories for query expansion",
+        "embedding the vocabulary of earlier memories failed",
+    )
     throttle = Throttle(log)
     ticks_per_upkeep = max(1, round(MAINTENANCE_INTERVAL_S / FOLLOW_INTERVAL_S))
     tick = 0

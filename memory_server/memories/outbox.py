@@ -33,9 +33,15 @@ def index_payload(row: IndexRow) -> dict[str, object]:
     """The payload the index filters by (index/base.py PAYLOAD_VERSION names its fields): the scope, the
     times as epoch seconds and the days the memory is about (its own and those its content names)."""
     payload: dict[str, object] = {
-        "site": str(row.site_id), "team": row.team or "", "project": row.project or "",
-        "bucket": row.bucket, "type": row.type, "tags": list(row.tags),
-        "occurred": epoch_seconds(row.occurred_at), "days": memory_days(row.content, row.occurred_at)}
+        "site": str(row.site_id),
+        "team": row.team or "",
+        "project": row.project or "",
+        "bucket": row.bucket,
+        "type": row.type,
+        "tags": list(row.tags),
+        "occurred": epoch_seconds(row.occurred_at),
+        "days": memory_days(row.content, row.occurred_at),
+    }
     if row.valid_to is not None:  # superseded
         payload["valid_to"] = epoch_seconds(row.valid_to)
     if row.expires_at is not None:  # rounded up: a point is left out only once it has surely expired
@@ -82,15 +88,25 @@ class Outbox:
         try:
             self.index_ids(ids)
         except Exception:
-            self._throttle.log(logging.WARNING, "index after commit", "indexing %d committed memories failed; they "
-                               "stay in the backlog", len(ids), exc_info=True)
+            self._throttle.log(
+                logging.WARNING,
+                "index after commit",
+                "indexing %d committed memories failed; they stay in the backlog",
+                len(ids),
+                exc_info=True,
+            )
 
     def deleted(self, ids: Sequence[int]) -> None:
         try:
             self.apply_deletions(ids)
         except Exception:
-            self._throttle.log(logging.WARNING, "index after commit", "removing %d forgotten memories from the "
-                               "index failed; they stay queued", len(ids), exc_info=True)
+            self._throttle.log(
+                logging.WARNING,
+                "index after commit",
+                "removing %d forgotten memories from the index failed; they stay queued",
+                len(ids),
+                exc_info=True,
+            )
 
     def points(self, rows: Sequence[IndexRow]) -> list[IndexPoint]:
         vectors = self._vectors(rows)
@@ -111,12 +127,22 @@ class Outbox:
                 # mark would never be repaired.
                 self.index.flush()
             except IndexUnavailable as exc:  # a full disk, an unreachable server: expected, said once a minute
-                self._throttle.log(logging.WARNING, "index write", "vector index write failed; %d memories stay "
-                                   "in the backlog: %s", len(points), exc)
+                self._throttle.log(
+                    logging.WARNING,
+                    "index write",
+                    "vector index write failed; %d memories stay in the backlog: %s",
+                    len(points),
+                    exc,
+                )
                 return
             except Exception:
-                self._throttle.log(logging.WARNING, "index write", "vector index write failed; %d memories stay "
-                                   "in the backlog", len(points), exc_info=True)
+                self._throttle.log(
+                    logging.WARNING,
+                    "index write",
+                    "vector index write failed; %d memories stay in the backlog",
+                    len(points),
+                    exc_info=True,
+                )
                 return
         # Only rows still as they were read: one updated meanwhile stays in the backlog for its updater.
         self.store.mark_indexed([(row.id, row.updated_at) for row in rows])
@@ -124,13 +150,15 @@ class Outbox:
     def _vectors(self, rows: Sequence[IndexRow]) -> dict[int, np.ndarray]:
         """Each row's vector: the stored one, or, when stored with another model (the model was changed), its
         text embedded again, in one batch, and stored for the next index (another replica's) to reuse."""
-        vectors = {row.id: row.vector for row in rows if row.vector_model == self.embedder.name
-                   and row.vector is not None}
+        vectors = {
+            row.id: row.vector for row in rows if row.vector_model == self.embedder.name and row.vector is not None
+        }
         stale = [row for row in rows if row.id not in vectors]
         if stale:
             embedded = self.embedder.embed_documents([document_text(r.content, r.occurred_at) for r in stale])
-            self.store.set_vectors([(r.id, r.updated_at, v) for r, v in zip(stale, embedded, strict=True)],
-                                   self.embedder.name)
+            self.store.set_vectors(
+                [(r.id, r.updated_at, v) for r, v in zip(stale, embedded, strict=True)], self.embedder.name
+            )
             vectors |= {row.id: vector for row, vector in zip(stale, embedded, strict=True)}
         return vectors
 
@@ -139,8 +167,14 @@ class Outbox:
             with self._lock:
                 self.index.delete(list(ids))
         except Exception as exc:
-            self._throttle.log(logging.WARNING, "index delete", "vector index delete failed; %d deletions stay "
-                               "queued: %s", len(ids), exc, exc_info=not isinstance(exc, IndexUnavailable))
+            self._throttle.log(
+                logging.WARNING,
+                "index delete",
+                "vector index delete failed; %d deletions stay queued: %s",
+                len(ids),
+                exc,
+                exc_info=not isinstance(exc, IndexUnavailable),
+            )
             return
         self.store.clear_deletions(ids)
 

@@ -44,12 +44,19 @@ class Progress:
 
     def notice(self) -> str:
         done = max(0, self.total - self.remaining)
-        return (f"memories are being embedded again with {self.target} ({done:,} of {self.total:,} done): "
-                "recall ranks by words alone and search_memory sees only the memories done so far")
+        return (
+            f"memories are being embedded again with {self.target} ({done:,} of {self.total:,} done): "
+            "recall ranks by words alone and search_memory sees only the memories done so far"
+        )
 
     def as_dict(self) -> dict[str, object]:
-        return {"from": self.source, "to": self.target, "total": self.total,
-                "done": max(0, self.total - self.remaining), "seconds": round(self.seconds, 1)}
+        return {
+            "from": self.source,
+            "to": self.target,
+            "total": self.total,
+            "done": max(0, self.total - self.remaining),
+            "seconds": round(self.seconds, 1),
+        }
 
 
 class Reembedding:
@@ -73,8 +80,13 @@ class Reembedding:
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text(json.dumps(asdict(self.marker)))
             os.replace(tmp, self.path)
-        log.warning("the vector index was built with %s and the configured model is %s: embedding %d memories "
-                    "again in the background; recall ranks by words alone until it is done", source, target, total)
+        log.warning(
+            "the vector index was built with %s and the configured model is %s: embedding %d memories "
+            "again in the background; recall ranks by words alone until it is done",
+            source,
+            target,
+            total,
+        )
 
     def resume(self, target: str) -> None:
         """At start-up: a marker for another target (the model changed again meanwhile) is begun anew by the
@@ -86,8 +98,9 @@ class Reembedding:
         marker = self.marker
         if marker is None:
             return None
-        return Progress(marker.source, marker.target, marker.total, min(marker.total, self._left()),
-                        time.time() - marker.started)
+        return Progress(
+            marker.source, marker.target, marker.total, min(marker.total, self._left()), time.time() - marker.started
+        )
 
     def notice(self) -> str | None:
         progress = self.progress()
@@ -112,14 +125,19 @@ class Reembedding:
             marker, self.marker = self.marker, None
             self.path.unlink(missing_ok=True)
         if marker is not None and not quiet:
-            log.info("embedded %d memories again with %s in %.0f s", marker.total, marker.target,
-                     time.time() - marker.started)
+            log.info(
+                "embedded %d memories again with %s in %.0f s",
+                marker.total,
+                marker.target,
+                time.time() - marker.started,
+            )
 
 
 def read_marker(path: Path) -> Marker | None:
     try:
         raw = json.loads(path.read_text())
-        return Marker(source=str(raw["source"]), target=str(raw["target"]), total=int(raw["total"]),
-                      started=float(raw["started"]))
+        return Marker(
+            source=str(raw["source"]), target=str(raw["target"]), total=int(raw["total"]), started=float(raw["started"])
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None

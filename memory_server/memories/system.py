@@ -61,27 +61,56 @@ def follows_authority(settings: Settings, index: VectorIndex) -> bool:
     return settings.database_url is not None and not index.shared
 
 
-def build_memories(storage: Storage, settings: Settings, *, embedder: Embedder, tokens: TokenCounter,
-                   index: VectorIndex, follow: bool | None = None) -> Memories:
+def build_memories(
+    storage: Storage,
+    settings: Settings,
+    *,
+    embedder: Embedder,
+    tokens: TokenCounter,
+    index: VectorIndex,
+    follow: bool | None = None,
+) -> Memories:
     """`follow`: whether the index follows the authority's change feed (default: `follows_authority`)."""
     words = WordVectors(embedder)
     outbox = Outbox(storage.outbox, index, embedder)
     follower = None
     if follows_authority(settings, index) if follow is None else follow:
-        follower = IndexFollower(outbox, storage.outbox, words, storage.words, authority=storage.identity,
-                                 state_path=settings.index_path / FOLLOW_FILE)
+        follower = IndexFollower(
+            outbox,
+            storage.outbox,
+            words,
+            storage.words,
+            authority=storage.identity,
+            state_path=settings.index_path / FOLLOW_FILE,
+        )
     source = CandidateSource(storage.candidates, index, model=embedder.name, change_mark=storage.outbox.change_mark)
     reembedding = Reembedding(settings.index_path, _remaining(storage, follower))
     return Memories(
-        storage=storage, index=index, embedder=embedder, tokens=tokens, words=words, outbox=outbox,
-        writes=MemoryWrites(storage.memories, follower or outbox, embedder, words,
-                            max_content_bytes=settings.max_content_bytes),
+        storage=storage,
+        index=index,
+        embedder=embedder,
+        tokens=tokens,
+        words=words,
+        outbox=outbox,
+        writes=MemoryWrites(
+            storage.memories, follower or outbox, embedder, words, max_content_bytes=settings.max_content_bytes
+        ),
         source=source,
-        retrieval=Retrieval(storage.memories, source, index, embedder, words, ranking=settings.recall_ranking,
-                            recency=settings.recall_recency, dates=settings.recall_dates,
-                            speakers=settings.recall_speakers, answers=settings.recall_answers,
-                            reembedding=reembedding),
-        reembedding=reembedding, follower=follower,
+        retrieval=Retrieval(
+            storage.memories,
+            source,
+            index,
+            embedder,
+            words,
+            ranking=settings.recall_ranking,
+            recency=settings.recall_recency,
+            dates=settings.recall_dates,
+            speakers=settings.recall_speakers,
+            answers=settings.recall_answers,
+            reembedding=reembedding,
+        ),
+        reembedding=reembedding,
+        follower=follower,
     )
 
 
@@ -126,8 +155,12 @@ def repair(memories: Memories, *, startup_sync_limit: int = STARTUP_SYNC_LIMIT) 
         memories.reembedding.begin(built_with.model, memories.embedder.name, memories.storage.memories.count())
     outdated = not new_index and memories.index.payload_version() < PAYLOAD_VERSION
     if outdated:
-        log.info("the vector index predates the payload fields this version filters on (version %d < %d): "
-                 "writing every point again from the authority", memories.index.payload_version(), PAYLOAD_VERSION)
+        log.info(
+            "the vector index predates the payload fields this version filters on (version %d < %d): "
+            "writing every point again from the authority",
+            memories.index.payload_version(),
+            PAYLOAD_VERSION,
+        )
         if follower is None:
             # Marked first: a crash before the index records the new version only means marking them again.
             memories.storage.outbox.mark_all_unindexed()

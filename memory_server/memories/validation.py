@@ -48,35 +48,49 @@ class Filters:
 
     def described(self) -> dict[str, Any]:
         """The filters set, for a retrieval plan."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in ("project", "team", "bucket", "type")
-                               if getattr(self, name) is not None}
+        out: dict[str, Any] = {
+            name: getattr(self, name)
+            for name in ("project", "team", "bucket", "type")
+            if getattr(self, name) is not None
+        }
         if self.tags:
             out["tags"] = list(self.tags)
         return out
 
 
-def filters(*, project: object = None, team: object = None, bucket: object = None, type: object = None,
-            tags: object = None) -> Filters:
-    return Filters(project=check_word("project", project), team=check_word("team", team),
-                   bucket=check_word("bucket", bucket), type=check_word("type", type), tags=check_tags(tags))
+def filters(
+    *, project: object = None, team: object = None, bucket: object = None, type: object = None, tags: object = None
+) -> Filters:
+    return Filters(
+        project=check_word("project", project),
+        team=check_word("team", team),
+        bucket=check_word("bucket", bucket),
+        type=check_word("type", type),
+        tags=check_tags(tags),
+    )
 
 
 def scope_for(principal: Principal) -> Scope:
-    return Scope(site_id=principal.site_id, teams=principal.teams, projects=principal.projects,
-                 buckets=principal.buckets)
+    return Scope(
+        site_id=principal.site_id, teams=principal.teams, projects=principal.projects, buckets=principal.buckets
+    )
 
 
 def read_scope(principal: Principal, found: Filters) -> Scope:
     """What a read may see: the caller's bounds narrowed by the request's filters (needs memory:read)."""
     principal.require(READ)
-    return scope_for(principal).narrowed(team=found.team, project=found.project, bucket=found.bucket,
-                                         type=found.type, tags=found.tags)
+    return scope_for(principal).narrowed(
+        team=found.team, project=found.project, bucket=found.bucket, type=found.type, tags=found.tags
+    )
 
 
 def check_write_bounds(principal: Principal, memory: NewMemory) -> None:
     """A bounded token only writes inside its bounds (an unset field is outside a bound on that field)."""
-    for name, bound, value in (("team", principal.teams, memory.team), ("project", principal.projects,
-                               memory.project), ("bucket", principal.buckets, memory.bucket)):
+    for name, bound, value in (
+        ("team", principal.teams, memory.team),
+        ("project", principal.projects, memory.project),
+        ("bucket", principal.buckets, memory.bucket),
+    ):
         if bound is not None and value not in bound:
             raise Forbidden(f"this token may only write memories with {name} in {sorted(bound)}")
 
@@ -175,10 +189,22 @@ def check_reference(name: str, value: object) -> str | None:
     return str(value)
 
 
-def validate_new(*, content: object, type: object = None, location: object = None, project: object = None,
-                 team: object = None, bucket: object = None, tags: object = None, metadata: object = None,
-                 provenance: object = None, occurred_at: object = None, supersedes: object = None,
-                 expires_at: object = None, max_content_bytes: int) -> NewMemory:
+def validate_new(
+    *,
+    content: object,
+    type: object = None,
+    location: object = None,
+    project: object = None,
+    team: object = None,
+    bucket: object = None,
+    tags: object = None,
+    metadata: object = None,
+    provenance: object = None,
+    occurred_at: object = None,
+    supersedes: object = None,
+    expires_at: object = None,
+    max_content_bytes: int,
+) -> NewMemory:
     if not isinstance(content, str) or not content.strip():
         raise InvalidParameters("content must be a non-empty string")
     check_text("content", content)
@@ -211,7 +237,12 @@ def encode_list_cursor(key: tuple[str, int], order: str = BY_CREATED) -> str:
 
 def decode_list_cursor(cursor: object, order: str = BY_CREATED) -> tuple[str, int]:
     tag, at, row_id = cursors.decode(cursor, max_length=300, count=3)
-    if (tag != LIST_CURSOR_TAGS[order] or not isinstance(at, str) or not isinstance(row_id, int)
-            or isinstance(row_id, bool) or not 0 <= row_id < 2**63):
+    if (
+        tag != LIST_CURSOR_TAGS[order]
+        or not isinstance(at, str)
+        or not isinstance(row_id, int)
+        or isinstance(row_id, bool)
+        or not 0 <= row_id < 2**63
+    ):
         raise cursors.invalid()
     return at, row_id

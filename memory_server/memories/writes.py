@@ -44,8 +44,20 @@ from memory_server.timestamps import now_rfc3339
 # onnx engine runs one per core (64 at a time: 156 memories/s on 2 cores; 512: about twice that).
 EMBED_BATCH = 512
 # The attributes a change may set; the rest of a memory follows from them.
-EDITABLE = ("content", "type", "location", "project", "team", "bucket", "tags", "metadata", "provenance",
-            "occurred_at", "supersedes", "expires_at")
+EDITABLE = (
+    "content",
+    "type",
+    "location",
+    "project",
+    "team",
+    "bucket",
+    "tags",
+    "metadata",
+    "provenance",
+    "occurred_at",
+    "supersedes",
+    "expires_at",
+)
 UPDATE_ATTEMPTS = 5
 # Expired memories deleted per transaction: each transaction stays short, so it never holds up other writes.
 PURGE_BATCH = 200
@@ -68,8 +80,9 @@ class MemoryWrites:
     """Every change to saved memories: validated, written to the store with its outbox row in one transaction,
     then indexed (remember, patch, supersede, forget)."""
 
-    def __init__(self, store: MemoryStore, index: IndexSync, embedder: Embedder, words: WordVectors, *,
-                 max_content_bytes: int) -> None:
+    def __init__(
+        self, store: MemoryStore, index: IndexSync, embedder: Embedder, words: WordVectors, *, max_content_bytes: int
+    ) -> None:
         self.store = store
         self.index = index
         self.embedder = embedder
@@ -80,8 +93,9 @@ class MemoryWrites:
         return validate_new(**fields, max_content_bytes=self.max_content_bytes)
 
     def _document(self, memory: NewMemory, vector: np.ndarray) -> Document:
-        return Document(vector=vector, model=self.embedder.name,
-                        terms=document_terms(memory.content, memory.occurred_at))
+        return Document(
+            vector=vector, model=self.embedder.name, terms=document_terms(memory.content, memory.occurred_at)
+        )
 
     def remember(self, principal: Principal, memory: NewMemory) -> Inserted:
         principal.require(WRITE)
@@ -145,15 +159,18 @@ class MemoryWrites:
         if found is None:
             raise Forbidden(f"memory {reference} was superseded by {head}, which is outside this token's bounds")
         if found.kind == TURN:
-            raise InvalidParameters(f"{found.reference} is an indexed turn of a conversation log: it cannot be "
-                                    "superseded")
+            raise InvalidParameters(
+                f"{found.reference} is an indexed turn of a conversation log: it cannot be superseded"
+            )
         if newer is not None and (head == newer or self.store.chain_head(principal.site_id, newer) == head):
-            raise InvalidParameters(f"{newer} cannot supersede {reference}: they are in one chain of superseded "
-                                    "memories already (a cycle)")
+            raise InvalidParameters(
+                f"{newer} cannot supersede {reference}: they are in one chain of superseded memories already (a cycle)"
+            )
         return found
 
-    def remember_many(self, site_id: int, memories: Sequence[NewMemory],
-                      kept: Sequence[Kept | None] | None = None) -> list[Inserted]:
+    def remember_many(
+        self, site_id: int, memories: Sequence[NewMemory], kept: Sequence[Kept | None] | None = None
+    ) -> list[Inserted]:
         """Bulk remember, the path of imports too: memories decided by stored rows (duplicates, references
         already present) are settled first without model time; the rest are embedded EMBED_BATCH at a time,
         committed one transaction per batch with their words, then indexed. `kept`: per memory, the
@@ -177,8 +194,9 @@ class MemoryWrites:
         self.index.written([i.row_id for i in inserted if i.row_id is not None])
         return inserted
 
-    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int,
-                     turns: Sequence[NewMemory]) -> list[Inserted] | None:
+    def insert_turns(
+        self, at: ToIndex, next_seq: int, skipped: int, turns: Sequence[NewMemory]
+    ) -> list[Inserted] | None:
         """Embed a conversation's turns (memory_server/logs/indexing.py) and commit them with the move of its
         indexed_seq to `next_seq` (None: it changed meanwhile, nothing written), then index them."""
         documents = [document_text(m.content, m.occurred_at) for m in turns]
@@ -201,8 +219,11 @@ class MemoryWrites:
             raise NotFound(f"no memory with reference {reference!r}")
         self.index.deleted([row_id])
         # Its neighbours in a chain of superseded memories were joined (their payload changed).
-        neighbours = [self.store.get(Scope(scope.site_id), r) for r in (current.supersedes, current.superseded_by)
-                      if r is not None]
+        neighbours = [
+            self.store.get(Scope(scope.site_id), r)
+            for r in (current.supersedes, current.superseded_by)
+            if r is not None
+        ]
         self.index.written([m.id for m in neighbours if m is not None])
 
     def update(self, principal: Principal, reference: str, changes: dict[str, Any]) -> StoredMemory:
@@ -224,8 +245,10 @@ class MemoryWrites:
             if current is None:
                 raise NotFound(f"no memory with reference {reference!r}")
             if current.kind == TURN:
-                raise InvalidParameters(f"{reference} is an indexed turn of a conversation log: it follows its log "
-                                        "item and cannot be changed (forget it, or delete the conversation)")
+                raise InvalidParameters(
+                    f"{reference} is an indexed turn of a conversation log: it follows its log "
+                    "item and cannot be changed (forget it, or delete the conversation)"
+                )
             merged = {name: getattr(current, name) for name in EDITABLE}
             merged["tags"] = list(current.tags)
             merged.update(changes)
@@ -248,14 +271,18 @@ class MemoryWrites:
                 return current  # nothing changes: no write, updated_at kept
             text = document_text(memory.content, memory.occurred_at)
             document, words = None, Words()
-            if (text != document_text(current.content, current.occurred_at)
-                    or current.vector_model != self.embedder.name or not current.has_vector):
+            if (
+                text != document_text(current.content, current.occurred_at)
+                or current.vector_model != self.embedder.name
+                or not current.has_vector
+            ):
                 document = self._document(memory, self.embedder.embed_documents([text])[0])
                 words = self.words.new_words(scope.site_id, [text])
             based_on = {name: getattr(current, name) for name in EDITABLE if name not in changes}
             try:
-                row_id = self.store.update(scope.site_id, reference, memory, based_on=based_on, document=document,
-                                           words=words)
+                row_id = self.store.update(
+                    scope.site_id, reference, memory, based_on=based_on, document=document, words=words
+                )
             except StaleRow:
                 continue
             self.words.add(scope.site_id, words)

@@ -50,8 +50,9 @@ def require_basic(principal: Principal) -> None:
 
 
 class LogOperations:
-    def __init__(self, store: LogStore, limits: LogLimits, *,
-                 observe_append: Callable[[AppendAck], None] | None = None) -> None:
+    def __init__(
+        self, store: LogStore, limits: LogLimits, *, observe_append: Callable[[AppendAck], None] | None = None
+    ) -> None:
         self.store = store
         self.limits = limits
         self.observe = observe_append
@@ -62,12 +63,14 @@ class LogOperations:
         require_basic(principal)
         return serialize_items(params.items, self.limits), check_idempotency_key(params.idempotency_key)
 
-    async def append(self, principal: Principal, params: AppendParams,
-                     prepared: tuple[list[str], str | None] | None = None) -> AppendAck:
+    async def append(
+        self, principal: Principal, params: AppendParams, prepared: tuple[list[str], str | None] | None = None
+    ) -> AppendAck:
         """`prepared`: what `prepare` returned for these params, when the caller ran it already."""
         payloads, key = prepared if prepared is not None else self.prepare(principal, params)
-        ack = await self.store.append(principal.site_id, params.conversation_id, payloads, key, index=params.index,
-                                      bucket=params.bucket)
+        ack = await self.store.append(
+            principal.site_id, params.conversation_id, payloads, key, index=params.index, bucket=params.bucket
+        )
         if self.observe is not None:
             self.observe(ack)
         if self.appended is not None:  # the log indexer looks for items to index, after the acknowledgement
@@ -76,13 +79,13 @@ class LogOperations:
 
     async def tail(self, principal: Principal, params: TailParams) -> list[RawItem]:
         require_basic(principal)
-        return await anyio.to_thread.run_sync(self.store.tail, principal.site_id, params.conversation_id,
-                                              params.count)
+        return await anyio.to_thread.run_sync(self.store.tail, principal.site_id, params.conversation_id, params.count)
 
     async def replay(self, principal: Principal, params: ReplayParams) -> list[RawItem]:
         require_basic(principal)
-        return await anyio.to_thread.run_sync(self.store.replay, principal.site_id, params.conversation_id,
-                                              params.offset, params.limit)
+        return await anyio.to_thread.run_sync(
+            self.store.replay, principal.site_id, params.conversation_id, params.offset, params.limit
+        )
 
     async def count(self, principal: Principal) -> int:
         """How many conversations the site has."""
@@ -96,21 +99,28 @@ class LogOperations:
     async def conversations(self, principal: Principal, params: ListConversationsParams) -> ConversationsAnswer:
         after = self.list_prepare(principal, params)
         page = await anyio.to_thread.run_sync(self.store.conversations, principal.site_id, params.limit, after)
-        return {"conversations": page.conversations,
-                "next_cursor": encode_cursor(page.following) if page.following is not None else None}
+        return {
+            "conversations": page.conversations,
+            "next_cursor": encode_cursor(page.following) if page.following is not None else None,
+        }
 
     async def delete_conversation(self, principal: Principal, params: DeleteConversationParams) -> DeletedAnswer:
         """Delete a conversation for good: its items, its idempotency keys, its indexed turns, the links of
         memories whose provenance names it. Answers once nothing of it is left; not_found for a conversation the
         site does not have (or no longer has)."""
         require_basic(principal)
-        deleted = await anyio.to_thread.run_sync(delete_conversation, self.store, principal.site_id,
-                                                 params.conversation_id)
+        deleted = await anyio.to_thread.run_sync(
+            delete_conversation, self.store, principal.site_id, params.conversation_id
+        )
         if deleted is None:
             raise NotFound(f"no conversation {params.conversation_id!r}")
-        return {"conversation_id": deleted.conversation_id, "deleted": True, "item_count": deleted.item_count,
-                "memories_unlinked": deleted.memories_unlinked,
-                "turns_deleted": deleted.turns_deleted}
+        return {
+            "conversation_id": deleted.conversation_id,
+            "deleted": True,
+            "item_count": deleted.item_count,
+            "memories_unlinked": deleted.memories_unlinked,
+            "turns_deleted": deleted.turns_deleted,
+        }
 
 
 def items_answer(rows: list[RawItem]) -> dict[str, list[dict[str, Any]]]:

@@ -47,8 +47,7 @@ LIST_COUNT_CAP = 10_000
 
 
 def filters_of(params: FilterParams) -> Filters:
-    return filters(project=params.project, team=params.team, bucket=params.bucket, type=params.type,
-                   tags=params.tags)
+    return filters(project=params.project, team=params.team, bucket=params.bucket, type=params.type, tags=params.tags)
 
 
 def check_window(occurred_after: str | None, occurred_before: str | None) -> None:
@@ -61,9 +60,11 @@ def retrieval_scope(principal: Principal, params: FilterParams) -> Scope:
     """What recall, search_memory and recall_context look at: the caller's bounds narrowed by the request's
     filters and its time window."""
     check_window(params.occurred_after, params.occurred_before)
-    return read_scope(principal, filters_of(params)).within(occurred_after=params.occurred_after,
-                                                            occurred_before=params.occurred_before
-                                                            ).of_kinds(params.kinds)
+    return (
+        read_scope(principal, filters_of(params))
+        .within(occurred_after=params.occurred_after, occurred_before=params.occurred_before)
+        .of_kinds(params.kinds)
+    )
 
 
 def described(params: FilterParams) -> dict[str, Any]:
@@ -71,16 +72,26 @@ def described(params: FilterParams) -> dict[str, Any]:
     found = filters_of(params).described()
     if params.kinds is not None:
         found["kinds"] = list(params.kinds)
-    found.update({name: value for name, value in (("occurred_after", params.occurred_after),
-                                                  ("occurred_before", params.occurred_before)) if value is not None})
+    found.update(
+        {
+            name: value
+            for name, value in (("occurred_after", params.occurred_after), ("occurred_before", params.occurred_before))
+            if value is not None
+        }
+    )
     if params.include_superseded:
         found["include_superseded"] = True
     return found
 
 
 class MemoryOperations:
-    def __init__(self, memories: Callable[[], Memories], settings: Settings, *,
-                 observe_remember: Callable[[bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        memories: Callable[[], Memories],
+        settings: Settings,
+        *,
+        observe_remember: Callable[[bool], None] | None = None,
+    ) -> None:
         self._memories = memories  # raises unavailable while the model loads
         self.settings = settings
         self.observe = observe_remember
@@ -99,8 +110,9 @@ class MemoryOperations:
     async def recall(self, principal: Principal, params: RecallParams) -> list[dict[str, Any]]:
         memories = self._memories()
         scope = retrieval_scope(principal, params)
-        return await anyio.to_thread.run_sync(lambda: memories.retrieval.recall(
-            scope, params.query, params.limit, demote=not params.include_superseded))
+        return await anyio.to_thread.run_sync(
+            lambda: memories.retrieval.recall(scope, params.query, params.limit, demote=not params.include_superseded)
+        )
 
     def notice(self) -> str | None:
         """What recall and search answers should say about how they were made right now, if anything."""
@@ -115,8 +127,7 @@ class MemoryOperations:
         memories = self._memories()
         scope = retrieval_scope(principal, params).only_current(not params.include_superseded)
         threshold = self.settings.search_min_score if params.min_score is None else float(params.min_score)
-        return await anyio.to_thread.run_sync(memories.retrieval.search, scope, params.query, params.limit,
-                                              threshold)
+        return await anyio.to_thread.run_sync(memories.retrieval.search, scope, params.query, params.limit, threshold)
 
     async def context(self, principal: Principal, params: ContextParams) -> dict[str, Any]:
         """Ranked as recall, packed in rank order under max_items and max_tokens: the structured pack."""
@@ -124,10 +135,12 @@ class MemoryOperations:
         scope = retrieval_scope(principal, params).only_current(not params.include_superseded)
 
         def build() -> dict[str, Any]:
-            hits = memories.retrieval.recall(scope, params.query, params.max_items,
-                                             demote=not params.include_superseded)
-            packed = context.pack(hits, max_items=params.max_items, max_tokens=params.max_tokens,
-                                  tokens=memories.tokens)
+            hits = memories.retrieval.recall(
+                scope, params.query, params.max_items, demote=not params.include_superseded
+            )
+            packed = context.pack(
+                hits, max_items=params.max_items, max_tokens=params.max_tokens, tokens=memories.tokens
+            )
             plan = {"ranking": "recall", "candidates": len(hits), "filters": described(params)}
             return context.structured(packed, tokens=memories.tokens, plan=plan)
 
@@ -142,8 +155,12 @@ class MemoryOperations:
         memories = self._memories()
         scope = read_scope(principal, Filters())
         found = await anyio.to_thread.run_sync(
-            lambda: memories.storage.memories.get(scope, params.reference)
-            if plausible_reference(params.reference) else None)
+            lambda: (
+                memories.storage.memories.get(scope, params.reference)
+                if plausible_reference(params.reference)
+                else None
+            )
+        )
         if found is None:
             raise NotFound(f"no memory with reference {params.reference!r}")
         return found.fields()
@@ -162,21 +179,40 @@ class MemoryOperations:
         if scope.empty:
             return {"memories": [], "next_cursor": None}
         page, following = await anyio.to_thread.run_sync(
-            lambda: memories.storage.memories.page(scope, location=params.location, provenance=provenance,
-                                                   limit=params.limit, after=after,
-                                                   occurred_after=params.occurred_after,
-                                                   occurred_before=params.occurred_before, order=params.order))
-        return {"memories": [m.fields() for m in page],
-                "next_cursor": encode_list_cursor(following, params.order) if following is not None else None}
+            lambda: memories.storage.memories.page(
+                scope,
+                location=params.location,
+                provenance=provenance,
+                limit=params.limit,
+                after=after,
+                occurred_after=params.occurred_after,
+                occurred_before=params.occurred_before,
+                order=params.order,
+            )
+        )
+        return {
+            "memories": [m.fields() for m in page],
+            "next_cursor": encode_list_cursor(following, params.order) if following is not None else None,
+        }
 
     async def count_listed(self, principal: Principal, params: ListMemoriesParams) -> dict[str, Any]:
         """How many memories `list` gives with these filters in all (counted up to LIST_COUNT_CAP)."""
         memories = self._memories()
         scope, provenance = listing(principal, params)
-        total = 0 if scope.empty else await anyio.to_thread.run_sync(
-            lambda: memories.storage.memories.count_listed(scope, location=params.location, provenance=provenance,
-                                                           up_to=LIST_COUNT_CAP, occurred_after=params.occurred_after,
-                                                           occurred_before=params.occurred_before))
+        total = (
+            0
+            if scope.empty
+            else await anyio.to_thread.run_sync(
+                lambda: memories.storage.memories.count_listed(
+                    scope,
+                    location=params.location,
+                    provenance=provenance,
+                    up_to=LIST_COUNT_CAP,
+                    occurred_after=params.occurred_after,
+                    occurred_before=params.occurred_before,
+                )
+            )
+        )
         return {"total": min(total, LIST_COUNT_CAP), "capped": total > LIST_COUNT_CAP}
 
     async def activity(self, principal: Principal, params: ActivityParams) -> dict[str, Any]:
@@ -191,14 +227,18 @@ class MemoryOperations:
             if scope.empty:
                 return 0, []
             total = memories.storage.candidates.visible_count(scope, COUNT_CAP)
-            return total, memories.storage.memories.occurred_per_day(scope, day_start(first),
-                                                                     day_start(today + timedelta(days=1)))
+            return total, memories.storage.memories.occurred_per_day(
+                scope, day_start(first), day_start(today + timedelta(days=1))
+            )
 
         total, counted = await anyio.to_thread.run_sync(read)
         per_day = dict(counted)
         days = [(first + timedelta(days=n)).isoformat() for n in range(params.days)]
-        return {"memories": min(total, COUNT_CAP), "capped": total > COUNT_CAP,
-                "per_day": [{"day": day, "count": per_day.get(day, 0)} for day in days]}
+        return {
+            "memories": min(total, COUNT_CAP),
+            "capped": total > COUNT_CAP,
+            "per_day": [{"day": day, "count": per_day.get(day, 0)} for day in days],
+        }
 
 
 def day_start(day: date) -> str:
@@ -209,12 +249,19 @@ def day_start(day: date) -> str:
 def listing(principal: Principal, params: ListMemoriesParams) -> tuple[Scope, dict[str, str]]:
     """What a listing reads: the caller's bounds narrowed by the filters, and the provenance it must carry."""
     check_window(params.occurred_after, params.occurred_before)
-    scope = read_scope(principal, filters(project=params.project, team=params.team, bucket=params.bucket,
-                                          type=params.type, tags=params.tag)).of_kinds(params.kinds)
-    provenance = {key: value for key, value in (("source", params.provenance_source),
-                                                ("agent", params.provenance_agent),
-                                                ("conversation_id", params.provenance_conversation_id))
-                  if value is not None}
+    scope = read_scope(
+        principal,
+        filters(project=params.project, team=params.team, bucket=params.bucket, type=params.type, tags=params.tag),
+    ).of_kinds(params.kinds)
+    provenance = {
+        key: value
+        for key, value in (
+            ("source", params.provenance_source),
+            ("agent", params.provenance_agent),
+            ("conversation_id", params.provenance_conversation_id),
+        )
+        if value is not None
+    }
     return scope, provenance
 
 

@@ -23,19 +23,26 @@ from memory_server.ranking.speakers import speaker_of, speakers
 
 MAX_FRACTION = 0.3
 
-ASKS_TIME = re.compile(r"^\s*when\b|\bhow long\b|\bwhat (?:year|month|day|date)\b"
-                       r"|\bwhich (?:year|month|week|day|weekend)\b|\bhow many (?:days|weeks|months|years)\b",
-                       re.IGNORECASE)
+ASKS_TIME = re.compile(
+    r"^\s*when\b|\bhow long\b|\bwhat (?:year|month|day|date)\b"
+    r"|\bwhich (?:year|month|week|day|weekend)\b|\bhow many (?:days|weeks|months|years)\b",
+    re.IGNORECASE,
+)
 ASKS_NUMBER = re.compile(r"\bhow (?:many|often|much)\b", re.IGNORECASE)
-ASKS_NAME = re.compile(r"^\s*(?:who|where)\b|\bwhat is the name\b|\bwhat (?:was|were|are) the names?\b"
-                       r"|\b(?:what|which)\s+(?:[\w-]+\s+)?(?:books?|novels?|movies?|films?|songs?|games?|bands?|shows?"
-                       r"|series|authors?|artists?)\b|\b(?:which|what) (?:city|country|state|place)\b",
-                       re.IGNORECASE)
+ASKS_NAME = re.compile(
+    r"^\s*(?:who|where)\b|\bwhat is the name\b|\bwhat (?:was|were|are) the names?\b"
+    r"|\b(?:what|which)\s+(?:[\w-]+\s+)?(?:books?|novels?|movies?|films?|songs?|games?|bands?|shows?"
+    r"|series|authors?|artists?)\b|\b(?:which|what) (?:city|country|state|place)\b",
+    re.IGNORECASE,
+)
 
 # Beyond the dates memory_server/ranking/periods.py reads: words that tell time without naming a date.
 TIME_WORDS = re.compile(r"\b(?:(?:day|week|month|year|weekend)s?|recently|lately|since|ago|just)\b", re.IGNORECASE)
-NUMBER = re.compile(r"\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred"
-                    r"|thousand|once|twice|couple|few|several|dozen)\b", re.IGNORECASE)
+NUMBER = re.compile(
+    r"\b(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred"
+    r"|thousand|once|twice|couple|few|several|dozen)\b",
+    re.IGNORECASE,
+)
 # A capitalised word that does not start the text or a sentence: a name, a title, a place.
 CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+)")
 NOT_NAMES = frozenset({"Hey", "Thanks", "Wow", "Yeah", "Hi"})
@@ -67,8 +74,11 @@ def read_kinds(text: str, occurred_at: str | None) -> Kinds:
     content = content_of(text, occurred_at)
     _, named = read_spans(text, occurred_at)
     said = content.split(":", 1)[1] if speaker_of(content) else content
-    return (bool(named) or TIME_WORDS.search(content) is not None, NUMBER.search(content) is not None,
-            tuple(dict.fromkeys(CAPITALISED.findall(said.strip()))))
+    return (
+        bool(named) or TIME_WORDS.search(content) is not None,
+        NUMBER.search(content) is not None,
+        tuple(dict.fromkeys(CAPITALISED.findall(said.strip()))),
+    )
 
 
 MEMORY_KINDS = PerText(read_kinds)
@@ -76,6 +86,7 @@ MEMORY_KINDS = PerText(read_kinds)
 
 def _holding(kind: Kind, candidates: CandidateSet) -> np.ndarray:
     """Which candidates hold `kind`, worked out once per candidate set."""
+
     def compute(pool: CandidateSet) -> np.ndarray:
         found = MEMORY_KINDS.of_set(pool)
         if kind is TIME:
@@ -83,8 +94,12 @@ def _holding(kind: Kind, candidates: CandidateSet) -> np.ndarray:
         if kind is NUMBER_KIND:
             return np.fromiter((number for _, number, _ in found), dtype=bool, count=len(found))
         labels = {label for label in speakers(pool) if label is not None}
-        return np.fromiter((any(w not in labels and w not in NOT_NAMES for w in words) for _, _, words in found),
-                           dtype=bool, count=len(found))
+        return np.fromiter(
+            (any(w not in labels and w not in NOT_NAMES for w in words) for _, _, words in found),
+            dtype=bool,
+            count=len(found),
+        )
+
     return candidates.memo(f"answer kind {kind.name}", compute)
 
 

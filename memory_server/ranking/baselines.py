@@ -10,8 +10,9 @@ from memory_server.ranking.candidate_set import Candidate, stacked_vectors
 from memory_server.ranking.lexical import BM25Corpus, analyze, analyze_query, words_only
 
 
-def rank_single(side: str, query: str, vector: np.ndarray, candidates: Sequence[Candidate], *,
-                limit: int) -> list[tuple[Candidate, float]]:
+def rank_single(
+    side: str, query: str, vector: np.ndarray, candidates: Sequence[Candidate], *, limit: int
+) -> list[tuple[Candidate, float]]:
     """Dense cosine alone, or BM25 alone."""
     if not candidates:
         return []

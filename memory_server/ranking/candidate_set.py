@@ -152,7 +152,7 @@ class CandidateSet(Sequence[Candidate]):
             return np.asarray(stored @ query, dtype=np.float32)
         out = np.empty(len(stored), dtype=np.float32)
         for start in range(0, len(stored), COSINE_CHUNK):
-            out[start:start + COSINE_CHUNK] = unit_vectors(stored[start:start + COSINE_CHUNK]) @ query
+            out[start : start + COSINE_CHUNK] = unit_vectors(stored[start : start + COSINE_CHUNK]) @ query
         return out
 
     @cached_property
@@ -163,8 +163,10 @@ class CandidateSet(Sequence[Candidate]):
         """offset -> array of candidate positions: for each candidate, the position of the candidate of the
         same conversation at seq + offset, or -1 when it is not in the set (or provenance is missing)."""
         key = tuple(sorted(set(offsets)))
-        return self.memo(f"neighbours at {key}",
-                         lambda pool: neighbour_positions(pool.column(CONVERSATION_ID), pool.column(SEQ), key))
+        return self.memo(
+            f"neighbours at {key}",
+            lambda pool: neighbour_positions(pool.column(CONVERSATION_ID), pool.column(SEQ), key),
+        )
 
     def memo(self, key: str, compute: Callable[[CandidateSet], T]) -> T:
         """`compute(self)`, worked out on first use under `key` and kept with the set (other modules' derived
@@ -182,8 +184,9 @@ class CandidateSet(Sequence[Candidate]):
             self._memos[key] = value
 
 
-def neighbour_positions(conversations: Sequence[str | None], seqs: Sequence[int | None],
-                        offsets: Sequence[int]) -> dict[int, np.ndarray]:
+def neighbour_positions(
+    conversations: Sequence[str | None], seqs: Sequence[int | None], offsets: Sequence[int]
+) -> dict[int, np.ndarray]:
     pos: dict[tuple[str, int], int] = {}
     for i, (conversation, seq) in enumerate(zip(conversations, seqs, strict=True)):
         if conversation is not None and seq is not None:

@@ -36,8 +36,10 @@ def read_spans(text: str, occurred_at: str | None) -> Spans:
     each period its content names."""
     anchor = _anchor(occurred_at)
     named = periods(content_of(text, occurred_at), anchor)
-    return (anchor.toordinal() if anchor is not None else None,
-            tuple((p.first.toordinal(), p.last.toordinal()) for p in named))
+    return (
+        anchor.toordinal() if anchor is not None else None,
+        tuple((p.first.toordinal(), p.last.toordinal()) for p in named),
+    )
 
 
 class DatedTexts(PerText[Spans]):
@@ -54,7 +56,7 @@ def content_of(text: str, occurred_at: str | None) -> str:
     """The candidate's text without the '[8 May 2023] ' date prefix document_text gave it."""
     date_text = format_date(occurred_at)
     prefix = f"[{date_text}] " if date_text else None
-    return text[len(prefix):] if prefix and text.startswith(prefix) else text
+    return text[len(prefix) :] if prefix and text.startswith(prefix) else text
 
 
 def _anchor(occurred_at: str | None) -> date | None:
@@ -81,8 +83,10 @@ def prefetch_windows(asked: Sequence[Period]) -> list[tuple[int, int]]:
     them (`memory_days`), which the boost ranks higher but which might match the query by neither words nor
     meaning."""
     fine = [p for p in asked if p.granularity in FINE][:MAX_PREFETCH_WINDOWS]
-    return [(epoch_day(p.first - timedelta(days=DATE_BEFORE_DAYS)), epoch_day(p.last + timedelta(days=DATE_AFTER_DAYS)))
-            for p in fine]
+    return [
+        (epoch_day(p.first - timedelta(days=DATE_BEFORE_DAYS)), epoch_day(p.last + timedelta(days=DATE_AFTER_DAYS)))
+        for p in fine
+    ]
 
 
 # At most this many days per memory in the vector index, so a text naming many dates cannot blow up its
@@ -109,8 +113,9 @@ def memory_days(content: str, occurred_at: str) -> list[int]:
     return sorted(days)
 
 
-def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[Candidate],
-               texts: DatedTexts = DATED_TEXTS) -> np.ndarray:
+def date_boost(
+    fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[Candidate], texts: DatedTexts = DATED_TEXTS
+) -> np.ndarray:
     """`fused` with DATE_BOOST added for every candidate dated inside a window around a period in `asked`:
     by a date its content names, or for a day or a week by its own (a month or longer is answered by what was
     written before it as much as in it: "who was her manager in March 2024?")."""
@@ -121,8 +126,9 @@ def date_boost(fused: np.ndarray, asked: Sequence[Period], candidates: Sequence[
     return out
 
 
-def dated_inside(asked: Sequence[Period], candidates: Sequence[Candidate],
-                 texts: DatedTexts = DATED_TEXTS) -> np.ndarray:
+def dated_inside(
+    asked: Sequence[Period], candidates: Sequence[Candidate], texts: DatedTexts = DATED_TEXTS
+) -> np.ndarray:
     """Which candidates (a mask by position) are dated inside a window around a period in `asked`: a date
     their content names, or for a day or a week their own."""
     dated = dated_spans(CandidateSet.of(candidates), texts)
@@ -173,16 +179,20 @@ def dated_spans(candidates: CandidateSet, texts: DatedTexts = DATED_TEXTS) -> Da
     """The set's `DatedSpans`, worked out once and kept with it (a held set reads them without the per-memory
     cache: PerText.of_set); start-up works them out for the sets it prepares (Retrieval.warm_up), as a first
     recall naming a month in a 1,000-memory bucket spent ~15 ms reading them."""
+
     def compute(pool: CandidateSet) -> DatedSpans:
         found = texts.of_set(pool)
         owner = [i for i, (_, named) in enumerate(found) for _ in named]
         named_days = [span for _, named in found for span in named]
         days = np.array(named_days, dtype=np.int64).reshape(-1, 2)
-        return DatedSpans(np.fromiter((NO_DAY if own is None else own for own, _ in found), dtype=np.int64,
-                                      count=len(found)),
-                          np.array(owner, dtype=np.intp), days[:, 0], days[:, 1])
-    return candidates.memo("dated spans", compute)
+        return DatedSpans(
+            np.fromiter((NO_DAY if own is None else own for own, _ in found), dtype=np.int64, count=len(found)),
+            np.array(owner, dtype=np.intp),
+            days[:, 0],
+            days[:, 1],
+        )
 
+    return candidates.memo("dated spans", compute)
 
 
 # --- dates as lexical terms ------------------------------------------------------------------------------
@@ -203,8 +213,7 @@ def _week_term(day: date) -> str:
 
 
 def _days(period: Period) -> list[date]:
-    return [period.first + timedelta(days=n) for n in range(min((period.last - period.first).days + 1,
-                                                                DATE_TERM_DAYS))]
+    return [period.first + timedelta(days=n) for n in range(min((period.last - period.first).days + 1, DATE_TERM_DAYS))]
 
 
 def period_terms(period: Period) -> list[str]:

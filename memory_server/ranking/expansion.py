@@ -101,8 +101,12 @@ def expansion_terms(
 def unused_classes(query: str, pool_stems: Sequence[str]) -> set[str]:
     """The class nouns `query` asks instances of (see CLASS_MIN_SIMILARITY) that no candidate word shares a
     stem with."""
-    named = {word.lower() for m in CLASS_NOUN.finditer(query) for word in m.groups(default="")
-             if len(word) > 3 and word.lower().endswith("s") and word.lower() not in STOP_WORDS} - NOT_CLASSES
+    named = {
+        word.lower()
+        for m in CLASS_NOUN.finditer(query)
+        for word in m.groups(default="")
+        if len(word) > 3 and word.lower().endswith("s") and word.lower() not in STOP_WORDS
+    } - NOT_CLASSES
     if not named:
         return set()
     used = set(pool_stems)

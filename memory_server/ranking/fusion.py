@@ -260,8 +260,10 @@ def rank(
     so compare scores within one call, not across calls. Ties keep candidate order.
     """
     pool = CandidateSet.of(candidates)
-    return [(pool[i], score) for i, score in ranked_positions(query, query_vector, pool, limit=limit,
-                                                              expansion=expansion, adjust=adjust)]
+    return [
+        (pool[i], score)
+        for i, score in ranked_positions(query, query_vector, pool, limit=limit, expansion=expansion, adjust=adjust)
+    ]
 
 
 def ranked_positions(

@@ -20,9 +20,21 @@ DEFAULT = "en"
 
 # Snowball's algorithm for each language code the detector can answer.
 STEMMERS = {
-    "en": "english", "es": "spanish", "pt": "portuguese", "fr": "french", "de": "german", "it": "italian",
-    "nl": "dutch", "ro": "romanian", "tr": "turkish", "ru": "russian", "sv": "swedish", "id": "indonesian",
-    "el": "greek", "ar": "arabic", "hi": "hindi",
+    "en": "english",
+    "es": "spanish",
+    "pt": "portuguese",
+    "fr": "french",
+    "de": "german",
+    "it": "italian",
+    "nl": "dutch",
+    "ro": "romanian",
+    "tr": "turkish",
+    "ru": "russian",
+    "sv": "swedish",
+    "id": "indonesian",
+    "el": "greek",
+    "ar": "arabic",
+    "hi": "hindi",
 }
 
 # English function words (a superset of the common NLTK list, plus the pure function words of scikit-learn's):
@@ -135,12 +147,21 @@ _FUNCTION_WORDS = {
         всю между сколько""",
 }
 FUNCTION_WORDS: dict[str, frozenset[str]] = {
-    DEFAULT: STOP_WORDS, **{language: frozenset(words.split()) for language, words in _FUNCTION_WORDS.items()}}
+    DEFAULT: STOP_WORDS,
+    **{language: frozenset(words.split()) for language, words in _FUNCTION_WORDS.items()},
+}
 
 # Letters that, among the Latin-script languages detected here, mostly one of them writes: each counts as
 # much as a function word (ä, ö, ü are also Swedish or Turkish, which have letters of their own).
-_LETTERS = {"es": "ñ¿¡", "pt": "ãõ", "de": "ßäöü", "ro": "șțşţ", "tr": "ığ", "sv": "å",
-            "vi": "ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ"}
+_LETTERS = {
+    "es": "ñ¿¡",
+    "pt": "ãõ",
+    "de": "ßäöü",
+    "ro": "șțşţ",
+    "tr": "ığ",
+    "sv": "å",
+    "vi": "ăđơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ",
+}
 _LETTER_LANGUAGE = {letter: lang for lang, letters in _LETTERS.items() for letter in letters}
 
 # Scripts written without spaces between words: their runs are cut into overlapping character pairs.

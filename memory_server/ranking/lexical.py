@@ -70,7 +70,7 @@ def _terms(text: str, languages: tuple[str, ...]) -> list[str]:
     terms: list[str] = []
     for word in WORD.findall(text.lower()):
         if UNSPACED_RUN.match(word):
-            terms += [word[i:i + 2] for i in range(len(word) - 1)] if len(word) > 1 else [word]
+            terms += [word[i : i + 2] for i in range(len(word) - 1)] if len(word) > 1 else [word]
         elif not any(word in stop for stop in stops):
             terms += dict.fromkeys(stem(word, language) for language in languages)
     return terms
@@ -145,8 +145,7 @@ class BM25Corpus:
         self.doc_len = lengths
         self.avgdl = float(lengths.mean()) if self.n_docs and lengths.sum() > 0 else 1.0
         self._postings = {
-            t: (np.asarray(ix, dtype=np.intp), np.asarray(tf, dtype=np.float64))
-            for t, (ix, tf) in postings.items()
+            t: (np.asarray(ix, dtype=np.intp), np.asarray(tf, dtype=np.float64)) for t, (ix, tf) in postings.items()
         }
         # Per-document length normaliser k1 * (1 - b + b * dl / avgdl).
         self._norm = self.k1 * (1.0 - self.b + self.b * lengths / self.avgdl)

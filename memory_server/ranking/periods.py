@@ -25,9 +25,25 @@ MONTHS.update({name.lower(): n for n, name in enumerate(calendar.month_abbr) if 
 MONTHS["sept"] = 9
 WEEKDAYS = {name.lower(): n for n, name in enumerate(calendar.day_name)}
 QUARTERS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
-NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3,
-           "several": 3}
+NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "a few": 3,
+    "several": 3,
+}
 SEASONS = {"spring": (3, 5), "summer": (6, 8), "autumn": (9, 11), "fall": (9, 11), "winter": (12, 2)}
 FIRST_YEAR, LAST_YEAR = 1900, 2100  # a four-digit number outside is not a year
 SHORT_YEAR_PIVOT = 70  # '70 to '99 are 1970-1999, '00 to '69 2000-2069
@@ -55,8 +71,10 @@ def _pattern(body: str) -> re.Pattern[str]:
 # insensitive search costs twice as much).
 _DIGIT = re.compile(r"\d")
 _YEAR_HINT = re.compile(r"(?<!\d)(?:19|20|21)\d\d(?!\d)|['’]\d\d")
-_WORD_HINT = re.compile(r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|today|tonight|this|yesterday|"
-                        r"tomorrow|ago|last|next)")
+_WORD_HINT = re.compile(
+    r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|today|tonight|this|yesterday|"
+    r"tomorrow|ago|last|next)"
+)
 # What each relative family needs (see `_relative`): a month name starts with its abbreviation.
 _MONTH_HINT = re.compile(r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
 _RELATIVE_DAY_HINT = re.compile(r"\b(?:today|tonight|this|yesterday|tomorrow)")
@@ -69,15 +87,24 @@ MONTH_DAY_YEAR = _pattern(_MONTH + r"\s+" + _DAY + r",?\s+" + _YEAR)
 MONTH_YEAR = _pattern(_MONTH + r"(?:\s+of)?,?\s+" + _YEAR)
 DAY_MONTH = _pattern(r"(?:the\s+)?" + _DAY + r"(?:\s+of)?\s+" + _MONTH)
 MONTH_DAY = _pattern(_MONTH + r"\s+" + _DAY)
-QUARTER = _pattern(r"(?:Q(?P<q>[1-4])\s+" + _YEAR + r"|(?:the\s+)?(?P<ordinal>first|second|third|fourth|1st|2nd|"
-                   r"3rd|4th)\s+quarter\s+(?:of\s+)?(?P<year2>(?:19|20|21)\d\d))")
+QUARTER = _pattern(
+    r"(?:Q(?P<q>[1-4])\s+" + _YEAR + r"|(?:the\s+)?(?P<ordinal>first|second|third|fourth|1st|2nd|"
+    r"3rd|4th)\s+quarter\s+(?:of\s+)?(?P<year2>(?:19|20|21)\d\d))"
+)
 SEASON_YEAR = _pattern(r"(?P<season>spring|summer|autumn|fall|winter)\s+(?:of\s+)?" + _YEAR)
 YEAR = _pattern(r"(?:in|of|since|during|by|before|after)\s+" + _YEAR)
-RELATIVE_DAY = _pattern(r"(?P<word>today|tonight|this morning|this afternoon|this evening|yesterday|"
-                        r"the day before yesterday|tomorrow)")
+RELATIVE_DAY = _pattern(
+    r"(?P<word>today|tonight|this morning|this afternoon|this evening|yesterday|"
+    r"the day before yesterday|tomorrow)"
+)
 AGO = _pattern(_NUMBER + r"\s+(?P<unit>day|week|month|year)s?\s+ago")
-LAST_NEXT = _pattern(r"(?P<which>last|next|this)\s+(?P<unit>week|month|year|weekend|"
-                     + "|".join(WEEKDAYS) + "|" + "|".join(SEASONS) + r")")
+LAST_NEXT = _pattern(
+    r"(?P<which>last|next|this)\s+(?P<unit>week|month|year|weekend|"
+    + "|".join(WEEKDAYS)
+    + "|"
+    + "|".join(SEASONS)
+    + r")"
+)
 MONTH_ALONE = _pattern(r"(?:in|last|this|since|during)\s+" + _MONTH)
 
 
@@ -105,7 +132,7 @@ def _month_number(text: str) -> int:
 
 
 def _modal_may(match: re.Match[str]) -> bool:
-    """"this may be", "in may" written lowercase: the verb, not the month (the patterns ignore case)."""
+    """ "this may be", "in may" written lowercase: the verb, not the month (the patterns ignore case)."""
     return match["month"] == "may"
 
 
@@ -117,8 +144,9 @@ def _add_months(day: date, months: int) -> tuple[int, int]:
 def _season(year: int, season: str) -> Period:
     first_month, last_month = SEASONS[season]
     last_year = year + 1 if last_month < first_month else year
-    return Period(date(year, first_month, 1),
-                  date(last_year, last_month, calendar.monthrange(last_year, last_month)[1]), "season")
+    return Period(
+        date(year, first_month, 1), date(last_year, last_month, calendar.monthrange(last_year, last_month)[1]), "season"
+    )
 
 
 def _absolute(text: str, taken: list[tuple[int, int]]) -> list[Period]:

@@ -44,8 +44,9 @@ def _seconds(candidate: Candidate) -> float:
     return moment.timestamp() if moment is not None else float("-inf")
 
 
-def newest_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate],
-                 scale: Scale = IDENTITY) -> np.ndarray:
+def newest_first(
+    fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], scale: Scale = IDENTITY
+) -> np.ndarray:
     """The fused scores with the relevant memories among the best RECENCY_TOP raised above the top, newest
     first (see the module docstring). `scale`: the model's cosines on the reference scale."""
     relevant = _relevant(fused, query_vector, candidates, scale)
@@ -54,8 +55,14 @@ def newest_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequen
     return _raised(fused, sorted(relevant, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
 
 
-def as_of_first(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], until: float,
-                naming: np.ndarray, scale: Scale = IDENTITY) -> np.ndarray:
+def as_of_first(
+    fused: np.ndarray,
+    query_vector: np.ndarray,
+    candidates: Sequence[Candidate],
+    until: float,
+    naming: np.ndarray,
+    scale: Scale = IDENTITY,
+) -> np.ndarray:
     """The fused scores with the relevant memories among the best RECENCY_TOP written by `until` (seconds
     since the epoch) raised above the top, newest first: what was the case then. Unchanged when one of the
     best names the period asked about (`naming`, by candidate position: it tells what happened then, and the
@@ -77,8 +84,13 @@ def _best(fused: np.ndarray) -> np.ndarray:
     return np.argsort(-fused, kind="stable")[:RECENCY_TOP]
 
 
-def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[Candidate], scale: Scale,
-              top: np.ndarray | None = None) -> list[int]:
+def _relevant(
+    fused: np.ndarray,
+    query_vector: np.ndarray,
+    candidates: Sequence[Candidate],
+    scale: Scale,
+    top: np.ndarray | None = None,
+) -> list[int]:
     """The positions among the best RECENCY_TOP (`top`, if worked out already) whose dense similarity to the
     query is within RECENCY_DENSE_MARGIN of the best of them and whose fused score is within
     RECENCY_FUSED_MARGIN of the top."""
@@ -87,8 +99,11 @@ def _relevant(fused: np.ndarray, query_vector: np.ndarray, candidates: Sequence[
     top = _best(fused) if top is None else top
     dense = scale.of(stacked_vectors([candidates[i].vector for i in top]) @ np.asarray(query_vector, dtype=np.float32))
     best = float(fused[top[0]])
-    return [int(i) for i, d in zip(top, dense, strict=True)
-            if d >= float(dense.max()) - RECENCY_DENSE_MARGIN and fused[i] >= best - RECENCY_FUSED_MARGIN]
+    return [
+        int(i)
+        for i, d in zip(top, dense, strict=True)
+        if d >= float(dense.max()) - RECENCY_DENSE_MARGIN and fused[i] >= best - RECENCY_FUSED_MARGIN
+    ]
 
 
 def _raised(fused: np.ndarray, ordered: Sequence[int]) -> np.ndarray:

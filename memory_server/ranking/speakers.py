@@ -65,8 +65,9 @@ def asked_speaker(query: str, labels: Sequence[str | None]) -> str | None:
     return named[0][1]
 
 
-def speaker_boost(fused: np.ndarray, who: str | None, candidates: CandidateSet,
-                  weight: float = SPEAKER_BOOST) -> np.ndarray:
+def speaker_boost(
+    fused: np.ndarray, who: str | None, candidates: CandidateSet, weight: float = SPEAKER_BOOST
+) -> np.ndarray:
     """`fused` with `weight` added to the memories of `who` (the speaker `asked_speaker` found in the query;
     unchanged if None)."""
     if who is None:

@@ -86,8 +86,15 @@ class Items:
             lengths = np.bincount(owner[ids < DATE_IDS], minlength=len(per_document))
         return cls(ids, owner, lengths.astype(np.float64))
 
-    def scores(self, query: Mapping[int, float], *, k1: float, b: float, delta: float,
-               context: Sequence[tuple[np.ndarray, float]]) -> np.ndarray:
+    def scores(
+        self,
+        query: Mapping[int, float],
+        *,
+        k1: float,
+        b: float,
+        delta: float,
+        context: Sequence[tuple[np.ndarray, float]],
+    ) -> np.ndarray:
         n = len(self.lengths)
         if n == 0 or not query:
             return np.zeros(n)
@@ -122,9 +129,16 @@ class CandidateDocuments:
     def term_counts(self) -> np.ndarray:
         return self.terms.lengths
 
-    def bm25(self, query_terms: Sequence[str], *, k1: float = K1, b: float = B, delta: float = 0.0,
-             context: Sequence[tuple[np.ndarray, float]] = (),
-             extra_terms: Mapping[str, float] | None = None) -> np.ndarray:
+    def bm25(
+        self,
+        query_terms: Sequence[str],
+        *,
+        k1: float = K1,
+        b: float = B,
+        delta: float = 0.0,
+        context: Sequence[tuple[np.ndarray, float]] = (),
+        extra_terms: Mapping[str, float] | None = None,
+    ) -> np.ndarray:
         """`lexical.bm25_scores` of these documents."""
         weights: dict[str, float] = dict(Counter(query_terms))
         for term, weight in (extra_terms or {}).items():
@@ -132,8 +146,15 @@ class CandidateDocuments:
         query = {tid: w for term, w in weights.items() if (tid := TERM_IDS.get(term)) is not None}
         return self.terms.scores(query, k1=k1, b=b, delta=delta, context=context)
 
-    def bigram_bm25(self, query_terms: Sequence[str], *, k1: float = K1, b: float = B, delta: float = 0.0,
-                    context: Sequence[tuple[np.ndarray, float]] = ()) -> np.ndarray:
+    def bigram_bm25(
+        self,
+        query_terms: Sequence[str],
+        *,
+        k1: float = K1,
+        b: float = B,
+        delta: float = 0.0,
+        context: Sequence[tuple[np.ndarray, float]] = (),
+    ) -> np.ndarray:
         """`lexical.bigram_bm25_scores` of these documents (a pair's length counts pairs, as there)."""
         query: dict[int, float] = {}
         for (first, second), count in Counter(bigrams(query_terms)).items():

@@ -94,10 +94,19 @@ class CandidateSource:
     """The memories a recall ranks: the whole visible set when small, else the union of the vector and lexical
     prefetches and their conversation neighbours, read through a cache of ready-made candidates."""
 
-    def __init__(self, store: CandidateStore, index: VectorIndex, *, model: str,
-                 full_scan_limit: int = FULL_SCAN_LIMIT, lexical_postings: int = LEXICAL_POSTINGS,
-                 cache_size: int = CANDIDATE_CACHE, whole_set_candidates: int = WHOLE_SET_CANDIDATES,
-                 prefetch: int = PREFETCH, change_mark: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        store: CandidateStore,
+        index: VectorIndex,
+        *,
+        model: str,
+        full_scan_limit: int = FULL_SCAN_LIMIT,
+        lexical_postings: int = LEXICAL_POSTINGS,
+        cache_size: int = CANDIDATE_CACHE,
+        whole_set_candidates: int = WHOLE_SET_CANDIDATES,
+        prefetch: int = PREFETCH,
+        change_mark: Callable[[], int] | None = None,
+    ) -> None:
         """`change_mark`: the store's change number (OutboxStore.change_mark), which grows with every change
         of a memory: while it stays, a scope's held set needs no look at the store."""
         self.store = store
@@ -118,8 +127,13 @@ class CandidateSource:
         self.whole_set_candidates = whole_set_candidates
         self.change_mark = change_mark
 
-    def candidates(self, scope: Scope, query: str, vector: np.ndarray | Callable[[], np.ndarray],
-                   windows: Sequence[tuple[int, int]] = ()) -> CandidateSet:
+    def candidates(
+        self,
+        scope: Scope,
+        query: str,
+        vector: np.ndarray | Callable[[], np.ndarray],
+        windows: Sequence[tuple[int, int]] = (),
+    ) -> CandidateSet:
         """`vector`: the query's embedding, or what gives it when called: it is asked for only after the
         lexical prefetch, which does not need it, so the embedding can be computed meanwhile (see
         Retrieval.recall). `windows`: the (first, last) days around the days the query names; in a large
@@ -175,8 +189,11 @@ class CandidateSource:
         seen = fingerprint(visible)
         if held is None or held.visible != seen:
             # An expiry set or changed since would have changed a version: the same set, the same expiry.
-            held = Held(seen, self._stacked(self._candidates(visible, rows)),
-                        valid_until=self.store.next_expiry(scope) or FOREVER)
+            held = Held(
+                seen,
+                self._stacked(self._candidates(visible, rows)),
+                valid_until=self.store.next_expiry(scope) or FOREVER,
+            )
         held.mark = mark
         with self._cache_lock:
             self._held_candidates -= len(self._whole_sets.pop(scope, EMPTY_HELD).candidates)
@@ -198,9 +215,10 @@ class CandidateSource:
         if not rows:
             return CandidateSet(())
         matrix = np.stack([vector for _, _, vector, *_ in rows])
-        viewed: list[Row] = [(row_id, text, matrix[n], occurred_at, conversation_id, seq, terms, term_ids)
-                             for n, (row_id, text, _, occurred_at, conversation_id, seq, terms, term_ids)
-                             in enumerate(rows)]
+        viewed: list[Row] = [
+            (row_id, text, matrix[n], occurred_at, conversation_id, seq, terms, term_ids)
+            for n, (row_id, text, _, occurred_at, conversation_id, seq, terms, term_ids) in enumerate(rows)
+        ]
         with self._cache_lock:
             cache = self._cache
             for old, new in zip(rows, viewed, strict=True):
@@ -246,9 +264,19 @@ class CandidateSource:
         vectors = compact(np.stack([row.vector for row in rows])) if rows else ()
         for row, vector in zip(rows, vectors, strict=True):
             # The terms as ids only (their strings would be ~180 bytes more a candidate).
-            entries[row.id] = (row.updated_at, (row.id, document_text(row.content, row.occurred_at), vector,
-                                                row.occurred_at, row.conversation_id, row.seq, None,
-                                                TERM_IDS.of(row.terms)))
+            entries[row.id] = (
+                row.updated_at,
+                (
+                    row.id,
+                    document_text(row.content, row.occurred_at),
+                    vector,
+                    row.occurred_at,
+                    row.conversation_id,
+                    row.seq,
+                    None,
+                    TERM_IDS.of(row.terms),
+                ),
+            )
         with self._cache_lock:
             self._cache.update(entries)
             while len(self._cache) > self.cache_size:  # oldest entries first
@@ -288,8 +316,9 @@ class CandidateSource:
             sites[site_id] = sites.get(site_id, 0) + count
         room = self.whole_set_candidates
         scopes = [(Scope(site_id), count) for site_id, count in sites.items()]
-        scopes += [(Scope(site_id).narrowed(bucket=bucket), count) for site_id, bucket, count in sizes
-                   if bucket is not None]
+        scopes += [
+            (Scope(site_id).narrowed(bucket=bucket), count) for site_id, bucket, count in sizes if bucket is not None
+        ]
         for scope, count in scopes:
             if PREPARE_MIN_MEMORIES <= count <= min(self.full_scan_limit, room):
                 room -= count

@@ -72,10 +72,21 @@ class Retrieval:
     """Reads of saved memories by meaning: `recall` (candidates, fusion, adjustments), `search_memory` (the
     vector index with strict filters) and the words a query is expanded with."""
 
-    def __init__(self, memories: MemoryStore, source: CandidateSource, index: VectorIndex, embedder: Embedder,
-                 words: WordVectors, *, ranking: str = "production", recency: bool = True,
-                 dates: bool = True, speakers: bool = True, answers: bool = True,
-                 reembedding: Degraded | None = None) -> None:
+    def __init__(
+        self,
+        memories: MemoryStore,
+        source: CandidateSource,
+        index: VectorIndex,
+        embedder: Embedder,
+        words: WordVectors,
+        *,
+        ranking: str = "production",
+        recency: bool = True,
+        dates: bool = True,
+        speakers: bool = True,
+        answers: bool = True,
+        reembedding: Degraded | None = None,
+    ) -> None:
         self.memories = memories
         self.source = source
         self.index = index
@@ -106,17 +117,28 @@ class Retrieval:
         asked = query_periods(query) if self.dates and self.ranking == "production" else []
         candidates = self.source.candidates(scope, query, embedding.result, windows=prefetch_windows(asked))
         if self.ranking == "production":
-            expansion = without_landmarks(query, self.expansion(scope.site_id, query, candidates)
-                                          | query_date_terms(asked))
+            expansion = without_landmarks(
+                query, self.expansion(scope.site_id, query, candidates) | query_date_terms(asked)
+            )
             vector = embedding.result()
             ids = candidates.column(ID)
-            scored = [(ids[i], score) for i, score in ranked_positions(
-                query, vector, candidates, limit=len(candidates), expansion=expansion,
-                adjust=self._adjustment(query, vector, candidates, asked, scope))]
+            scored = [
+                (ids[i], score)
+                for i, score in ranked_positions(
+                    query,
+                    vector,
+                    candidates,
+                    limit=len(candidates),
+                    expansion=expansion,
+                    adjust=self._adjustment(query, vector, candidates, asked, scope),
+                )
+            ]
         else:
             vector = embedding.result()
-            scored = [(c.id, score) for c, score in rank_single(self.ranking, query, vector, candidates,
-                                                                 limit=len(candidates))]
+            scored = [
+                (c.id, score)
+                for c, score in rank_single(self.ranking, query, vector, candidates, limit=len(candidates))
+            ]
         if not demote:
             return self._hits(scored[:limit], limit)
         return self._successors_first(scope, scored, limit)
@@ -127,8 +149,9 @@ class Retrieval:
         ids = self.source.lexical_ids(scope, query)
         return self._hits([(row_id, 1.0 / (1.0 + rank)) for rank, row_id in enumerate(ids)], limit, scope)
 
-    def _adjustment(self, query: str, vector: np.ndarray, candidates: CandidateSet,
-                    asked: Sequence[Period], scope: Scope) -> Callable[[np.ndarray], np.ndarray] | None:
+    def _adjustment(
+        self, query: str, vector: np.ndarray, candidates: CandidateSet, asked: Sequence[Period], scope: Scope
+    ) -> Callable[[np.ndarray], np.ndarray] | None:
         """What the query itself asks of the fused scores: the memories said by a person it names
         (ranking/speakers.py), those holding the kind of answer it asks for (a time, a number, a name:
         ranking/answers.py), memories dated in a period it names (ranking/dates.py), then, for a query
@@ -155,6 +178,7 @@ class Retrieval:
             if until is not None:
                 return as_of_first(fused, vector, candidates, until, dated_inside(asked, candidates), scale)
             return newest_first(fused, vector, candidates, scale) if recent else fused
+
         return adjust
 
     def _successors_first(self, scope: Scope, scored: Sequence[tuple[int, float]], limit: int) -> list[dict[str, Any]]:
@@ -166,7 +190,7 @@ class Retrieval:
         answer, however it moves)."""
         position = {row_id: n for n, (row_id, _) in enumerate(scored)}
         score = dict(scored)
-        top = scored[:max(limit * DEMOTION_WINDOW, limit + 10)]
+        top = scored[: max(limit * DEMOTION_WINDOW, limit + 10)]
         best = dict(top)
         # Which of them have a successor, from an index; only those are read whole (rarely any), and the
         # rest once the order is known: reading the 30 whole took 0.9 ms, most of it decoding their JSON.
@@ -246,11 +270,23 @@ class Retrieval:
         if not candidates:
             return {}
         stems, vectors = self.words.pool(site_id, candidates)
-        return expansion_terms(query, analyze_query(query), self.words.for_query(site_id, query), stems, vectors,
-                               scale=self.embedder.similarity.word)
+        return expansion_terms(
+            query,
+            analyze_query(query),
+            self.words.for_query(site_id, query),
+            stems,
+            vectors,
+            scale=self.embedder.similarity.word,
+        )
 
-    def _hits(self, scored: Sequence[tuple[int, float]], limit: int, scope: Scope | None = None, *,
-              found: dict[int, StoredMemory] | None = None) -> list[dict[str, Any]]:
+    def _hits(
+        self,
+        scored: Sequence[tuple[int, float]],
+        limit: int,
+        scope: Scope | None = None,
+        *,
+        found: dict[int, StoredMemory] | None = None,
+    ) -> list[dict[str, Any]]:
         """The first `limit` of `scored` (best first) that can still be read and that `scope` admits, read by
         id `limit` at a time: a memory forgotten since it was ranked is skipped and the next one taken.
         `found`: memories read already."""
@@ -258,10 +294,13 @@ class Retrieval:
         hits: list[dict[str, Any]] = []
         step = max(1, limit)
         for first in range(0, len(scored), step):
-            chunk = scored[first:first + step]
+            chunk = scored[first : first + step]
             found.update(self.memories.by_ids([i for i, _ in chunk if i not in found]))
-            hits += [{**found[i].hit_fields(), "score": round(score, 6)} for i, score in chunk
-                     if i in found and (scope is None or scope.admits(found[i]))]
+            hits += [
+                {**found[i].hit_fields(), "score": round(score, 6)}
+                for i, score in chunk
+                if i in found and (scope is None or scope.admits(found[i]))
+            ]
             if len(hits) >= limit:
                 break
         return hits[:limit]

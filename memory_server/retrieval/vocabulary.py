@@ -112,8 +112,9 @@ class WordVectors:
     def embed(self, words: Sequence[str]) -> np.ndarray:
         if not words:
             return np.empty((0, self.embedder.dimension), dtype=np.float32)
-        return np.concatenate([self.embedder.embed_documents(list(words[i:i + WORD_BATCH]))
-                               for i in range(0, len(words), WORD_BATCH)])
+        return np.concatenate(
+            [self.embedder.embed_documents(list(words[i : i + WORD_BATCH])) for i in range(0, len(words), WORD_BATCH)]
+        )
 
     def backfill(self, store: WordStore, *, chunk: int = 1000) -> int:
         """Embed the words of stored memories that have no vector from the current model (memories saved
@@ -131,8 +132,11 @@ class WordVectors:
             by_site: dict[int, list[str]] = {}
             for _, site_id, content, occurred_at in found:
                 by_site.setdefault(site_id, []).append(document_text(content, occurred_at))
-            new = [(site_id, words) for site_id, documents in by_site.items()
-                   if (words := self.new_words(site_id, documents)).words]
+            new = [
+                (site_id, words)
+                for site_id, documents in by_site.items()
+                if (words := self.new_words(site_id, documents)).words
+            ]
             store.save_backfill(new, model, after)
             for site_id, words in new:
                 self.add(site_id, words)

@@ -36,29 +36,48 @@ class Chains:
     def link(self, site_id: int, reference: str, occurred_at: str, older: str) -> int:
         """`reference` supersedes `older`, which must still be the newest of its chain (StaleRow if it is
         gone or was superseded meanwhile: the caller resolves it again). Returns the older one's id."""
-        row = self._run(f"SELECT id, superseded_by FROM memories WHERE site_id = ? AND reference = ?{self._lock}",
-                        site_id, older).fetchone()
+        row = self._run(
+            f"SELECT id, superseded_by FROM memories WHERE site_id = ? AND reference = ?{self._lock}", site_id, older
+        ).fetchone()
         if row is None or row[1] is not None:
             raise StaleRow(older)
-        self._run(f"UPDATE memories SET superseded_by = ?, valid_to = ?, {CHANGED} WHERE id = ?",
-                  reference, occurred_at, now_rfc3339(), row[0])
+        self._run(
+            f"UPDATE memories SET superseded_by = ?, valid_to = ?, {CHANGED} WHERE id = ?",
+            reference,
+            occurred_at,
+            now_rfc3339(),
+            row[0],
+        )
         if self._follows(site_id, reference, older):  # reference was already older than `older`
-            raise InvalidParameters(f"{reference} cannot supersede {older}: {older} already supersedes it, "
-                                    "directly or through others (a cycle)")
+            raise InvalidParameters(
+                f"{reference} cannot supersede {older}: {older} already supersedes it, "
+                "directly or through others (a cycle)"
+            )
         return int(row[0])
 
     def unlink(self, site_id: int, reference: str, older: str) -> int | None:
         """`reference` no longer supersedes `older`, which becomes current again; its id if it was linked."""
-        row = self._run(f"UPDATE memories SET superseded_by = NULL, valid_to = NULL, {CHANGED}"
-                        " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
-                        now_rfc3339(), site_id, older, reference).fetchone()
+        row = self._run(
+            f"UPDATE memories SET superseded_by = NULL, valid_to = NULL, {CHANGED}"
+            " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
+            now_rfc3339(),
+            site_id,
+            older,
+            reference,
+        ).fetchone()
         return int(row[0]) if row is not None else None
 
     def moved(self, site_id: int, reference: str, occurred_at: str, older: str) -> int | None:
         """`reference` (which supersedes `older`) now occurred at `occurred_at`: the older one's valid_to."""
-        row = self._run(f"UPDATE memories SET valid_to = ?, {CHANGED}"
-                        " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
-                        occurred_at, now_rfc3339(), site_id, older, reference).fetchone()
+        row = self._run(
+            f"UPDATE memories SET valid_to = ?, {CHANGED}"
+            " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
+            occurred_at,
+            now_rfc3339(),
+            site_id,
+            older,
+            reference,
+        ).fetchone()
         return int(row[0]) if row is not None else None
 
     def bridge(self, site_id: int, reference: str, older: str | None, newer: str | None) -> list[int]:
@@ -68,17 +87,33 @@ class Chains:
         now = now_rfc3339()
         successor = None
         if newer is not None:
-            successor = self._run("SELECT id, occurred_at FROM memories WHERE site_id = ? AND reference = ?"
-                                  " AND supersedes = ?", site_id, newer, reference).fetchone()
+            successor = self._run(
+                "SELECT id, occurred_at FROM memories WHERE site_id = ? AND reference = ? AND supersedes = ?",
+                site_id,
+                newer,
+                reference,
+            ).fetchone()
         if older is not None:
             if successor is not None:
-                row = self._run(f"UPDATE memories SET superseded_by = ?, valid_to = ?, {CHANGED}"
-                                " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
-                                newer, successor[1], now, site_id, older, reference).fetchone()
+                row = self._run(
+                    f"UPDATE memories SET superseded_by = ?, valid_to = ?, {CHANGED}"
+                    " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
+                    newer,
+                    successor[1],
+                    now,
+                    site_id,
+                    older,
+                    reference,
+                ).fetchone()
             else:
-                row = self._run(f"UPDATE memories SET superseded_by = NULL, valid_to = NULL, {CHANGED}"
-                                " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
-                                now, site_id, older, reference).fetchone()
+                row = self._run(
+                    f"UPDATE memories SET superseded_by = NULL, valid_to = NULL, {CHANGED}"
+                    " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
+                    now,
+                    site_id,
+                    older,
+                    reference,
+                ).fetchone()
             if row is not None:
                 changed.append(int(row[0]))
         if successor is not None:
@@ -104,8 +139,9 @@ class Chains:
         the newest; a link to a memory that is gone ends it."""
         current: str | None = reference
         for step in range(MAX_CHAIN):
-            row = self._run("SELECT superseded_by FROM memories WHERE site_id = ? AND reference = ?",
-                            site_id, current).fetchone()
+            row = self._run(
+                "SELECT superseded_by FROM memories WHERE site_id = ? AND reference = ?", site_id, current
+            ).fetchone()
             if row is None:
                 return
             if first or step:
@@ -135,12 +171,14 @@ def chain_sql(starts: str) -> str:
     """A recursive CTE `chain(start, ref, depth)`: for each memory `c.reference {starts}` that is superseded,
     every memory superseding it, `depth` steps later (1: its successor). Its arguments: the site id, those of
     `starts`, the site id again, MAX_CHAIN."""
-    return ("WITH RECURSIVE chain (start, ref, depth) AS ("
-            " SELECT c.reference, c.superseded_by, 1 FROM memories c"
-            f" WHERE c.site_id = ? AND c.reference {starts} AND c.superseded_by IS NOT NULL"
-            " UNION ALL SELECT chain.start, c.superseded_by, chain.depth + 1 FROM chain"
-            " JOIN memories c ON c.site_id = ? AND c.reference = chain.ref"
-            " WHERE c.superseded_by IS NOT NULL AND chain.depth < ?) ")
+    return (
+        "WITH RECURSIVE chain (start, ref, depth) AS ("
+        " SELECT c.reference, c.superseded_by, 1 FROM memories c"
+        f" WHERE c.site_id = ? AND c.reference {starts} AND c.superseded_by IS NOT NULL"
+        " UNION ALL SELECT chain.start, c.superseded_by, chain.depth + 1 FROM chain"
+        " JOIN memories c ON c.site_id = ? AND c.reference = chain.ref"
+        " WHERE c.superseded_by IS NOT NULL AND chain.depth < ?) "
+    )
 
 
 def newest_of(rows: Iterable[tuple[str, int, StoredMemory]]) -> dict[str, StoredMemory]:

@@ -55,8 +55,12 @@ def emptied_database(db_path: Path) -> str | None:
     try:
         if db_path.stat().st_size != 0:
             return None
-        others = sorted(entry.name for entry in db_path.parent.iterdir() if entry.name != db_path.name
-                        and not (entry.name in companions(db_path) and entry.is_file() and entry.stat().st_size == 0))
+        others = sorted(
+            entry.name
+            for entry in db_path.parent.iterdir()
+            if entry.name != db_path.name
+            and not (entry.name in companions(db_path) and entry.is_file() and entry.stat().st_size == 0)
+        )
     except OSError:  # missing (a first start), or unreadable: opening it says what is wrong
         return None
     if not others:

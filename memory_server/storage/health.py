@@ -17,8 +17,10 @@ DISK_FULL = "the disk holding the database is full; free space on it and retry (
 
 
 def damaged_message(where: str, detail: str) -> str:
-    return (f"the database {where} is damaged ({detail}); restore the latest `memory-server backup` into the "
-            "data directory (then run `memory-server reindex`), or run `memory-server doctor` to see what is wrong")
+    return (
+        f"the database {where} is damaged ({detail}); restore the latest `memory-server backup` into the "
+        "data directory (then run `memory-server reindex`), or run `memory-server doctor` to see what is wrong"
+    )
 
 
 class DatabaseDamaged(Exception):

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from memory_server.storage.records import APPENDED, PRESENT, RawItem
 
 
-def plan_import(conversation_id: str, count: int, stored: dict[int, str],
-                items: Sequence[RawItem]) -> tuple[list[str], list[RawItem]]:
+def plan_import(
+    conversation_id: str, count: int, stored: dict[int, str], items: Sequence[RawItem]
+) -> tuple[list[str], list[RawItem]]:
     """Each item's outcome and the items to append, given the conversation's item count and its stored
     payloads at the seqs below it (`stored`, seq → payload text).
 
@@ -33,11 +34,15 @@ def plan_import(conversation_id: str, count: int, stored: dict[int, str],
             if new[seq - count][2] == text:
                 outcomes.append(PRESENT)
             else:
-                outcomes.append(f"conflict: seq {seq} of conversation {conversation_id} appears twice in the file "
-                                "with different payloads")
+                outcomes.append(
+                    f"conflict: seq {seq} of conversation {conversation_id} appears twice in the file "
+                    "with different payloads"
+                )
         else:
-            outcomes.append(f"gap: conversation {conversation_id} has {count + len(new)} items, so the next seq "
-                            f"must be {count + len(new)}, not {seq}")
+            outcomes.append(
+                f"gap: conversation {conversation_id} has {count + len(new)} items, so the next seq "
+                f"must be {count + len(new)}, not {seq}"
+            )
     return outcomes, new
 
 

@@ -14,29 +14,55 @@ import numpy as np
 
 from memory_server.storage.records import NewMemory, Row, StoredMemory
 
-COLUMNS = ("m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-           " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-           " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector")
+COLUMNS = (
+    "m.id, m.reference, m.site_id, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
+    " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
+    " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector"
+)
 OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")  # exported only when set
 
 
 def stored(row: Row) -> StoredMemory:
     return StoredMemory(
-        id=int(row["id"]), reference=row["reference"], site_id=int(row["site_id"]), content=row["content"],
-        type=row["type"], location=row["location"], project=row["project"], team=row["team"],
-        bucket=row["bucket"], tags=tuple(json.loads(row["tags"])), metadata=json.loads(row["metadata"]),
-        provenance=json.loads(row["provenance"]), occurred_at=row["occurred_at"], created_at=row["created_at"],
-        updated_at=row["updated_at"], supersedes=row["supersedes"], superseded_by=row["superseded_by"],
-        valid_to=row["valid_to"], expires_at=row["expires_at"], kind=row["kind"], vector_model=row["vector_model"],
+        id=int(row["id"]),
+        reference=row["reference"],
+        site_id=int(row["site_id"]),
+        content=row["content"],
+        type=row["type"],
+        location=row["location"],
+        project=row["project"],
+        team=row["team"],
+        bucket=row["bucket"],
+        tags=tuple(json.loads(row["tags"])),
+        metadata=json.loads(row["metadata"]),
+        provenance=json.loads(row["provenance"]),
+        occurred_at=row["occurred_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        supersedes=row["supersedes"],
+        superseded_by=row["superseded_by"],
+        valid_to=row["valid_to"],
+        expires_at=row["expires_at"],
+        kind=row["kind"],
+        vector_model=row["vector_model"],
         has_vector=bool(row["has_vector"]),  # SQLite answers 0 or 1
     )
 
 
 def attribute_values(memory: NewMemory) -> list[Any]:
     """content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at."""
-    return [memory.content, memory.type, memory.location, memory.project, memory.team, memory.bucket,
-            json.dumps(list(memory.tags), ensure_ascii=False), json.dumps(memory.metadata, ensure_ascii=False),
-            json.dumps(memory.provenance, ensure_ascii=False), memory.occurred_at]
+    return [
+        memory.content,
+        memory.type,
+        memory.location,
+        memory.project,
+        memory.team,
+        memory.bucket,
+        json.dumps(list(memory.tags), ensure_ascii=False),
+        json.dumps(memory.metadata, ensure_ascii=False),
+        json.dumps(memory.provenance, ensure_ascii=False),
+        memory.occurred_at,
+    ]
 
 
 def vector_blob(vector: np.ndarray) -> bytes:

@@ -15,11 +15,15 @@ from memory_server.storage.oauth_records import (
 )
 from memory_server.storage.records import Row
 
-GRANTS = ("SELECT g.*, s.name AS site, c.client_name FROM oauth_grants g JOIN sites s ON s.id = g.site_id"
-          " LEFT JOIN oauth_clients c ON c.client_id = g.client_id")
-TOKENS = ("SELECT t.kind, t.scopes AS token_scopes, t.expires_at AS token_expires_at, t.rotated, g.*,"
-          " s.name AS site, c.client_name FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
-          " JOIN sites s ON s.id = g.site_id LEFT JOIN oauth_clients c ON c.client_id = g.client_id")
+GRANTS = (
+    "SELECT g.*, s.name AS site, c.client_name FROM oauth_grants g JOIN sites s ON s.id = g.site_id"
+    " LEFT JOIN oauth_clients c ON c.client_id = g.client_id"
+)
+TOKENS = (
+    "SELECT t.kind, t.scopes AS token_scopes, t.expires_at AS token_expires_at, t.rotated, g.*,"
+    " s.name AS site, c.client_name FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
+    " JOIN sites s ON s.id = g.site_id LEFT JOIN oauth_clients c ON c.client_id = g.client_id"
+)
 
 
 def json_list(values: tuple[str, ...] | None) -> str | None:
@@ -32,40 +36,74 @@ def bounds_values(bounds: Bounds) -> list[str | None]:
 
 
 def client_of(row: Row) -> OAuthClient:
-    return OAuthClient(client_id=row["client_id"], secret_hash=row["secret_hash"], client_name=row["client_name"],
-                       metadata=row["metadata"], created_at=float(row["created_at"]),
-                       granted_at=_float(row["granted_at"]))
+    return OAuthClient(
+        client_id=row["client_id"],
+        secret_hash=row["secret_hash"],
+        client_name=row["client_name"],
+        metadata=row["metadata"],
+        created_at=float(row["created_at"]),
+        granted_at=_float(row["granted_at"]),
+    )
 
 
 def pending_of(row: Row) -> PendingAuthorization:
-    return PendingAuthorization(client_id=row["client_id"], params=row["params"], expires_at=float(row["expires_at"]),
-                                csrf_hash=row["csrf_hash"])
+    return PendingAuthorization(
+        client_id=row["client_id"],
+        params=row["params"],
+        expires_at=float(row["expires_at"]),
+        csrf_hash=row["csrf_hash"],
+    )
 
 
 def code_of(row: Row) -> OAuthCode:
-    return OAuthCode(client_id=row["client_id"], site_id=int(row["site_id"]), bounds=_bounds(row),
-                     resource=row["resource"], code_challenge=row["code_challenge"],
-                     redirect_uri=row["redirect_uri"], redirect_uri_explicit=bool(row["redirect_uri_explicit"]),
-                     expires_at=float(row["expires_at"]), used=row["grant_id"] is not None,
-                     grant_id=row["grant_id"])
+    return OAuthCode(
+        client_id=row["client_id"],
+        site_id=int(row["site_id"]),
+        bounds=_bounds(row),
+        resource=row["resource"],
+        code_challenge=row["code_challenge"],
+        redirect_uri=row["redirect_uri"],
+        redirect_uri_explicit=bool(row["redirect_uri_explicit"]),
+        expires_at=float(row["expires_at"]),
+        used=row["grant_id"] is not None,
+        grant_id=row["grant_id"],
+    )
 
 
 def grant_of(row: Row) -> OAuthGrant:
-    return OAuthGrant(id=row["id"], site_id=int(row["site_id"]), site=row["site"], client_id=row["client_id"],
-                      client_name=row["client_name"], bounds=_bounds(row), resource=row["resource"],
-                      created_at=row["created_at"], expires_at=float(row["expires_at"]), revoked_at=row["revoked_at"],
-                      last_used_at=row["last_used_at"])
+    return OAuthGrant(
+        id=row["id"],
+        site_id=int(row["site_id"]),
+        site=row["site"],
+        client_id=row["client_id"],
+        client_name=row["client_name"],
+        bounds=_bounds(row),
+        resource=row["resource"],
+        created_at=row["created_at"],
+        expires_at=float(row["expires_at"]),
+        revoked_at=row["revoked_at"],
+        last_used_at=row["last_used_at"],
+    )
 
 
 def token_of(row: Row) -> OAuthTokenRecord:
     """A row read with TOKENS."""
-    return OAuthTokenRecord(grant=grant_of(row), kind=row["kind"], scopes=tuple(json.loads(row["token_scopes"])),
-                            expires_at=float(row["token_expires_at"]), rotated=bool(row["rotated"]))
+    return OAuthTokenRecord(
+        grant=grant_of(row),
+        kind=row["kind"],
+        scopes=tuple(json.loads(row["token_scopes"])),
+        expires_at=float(row["token_expires_at"]),
+        rotated=bool(row["rotated"]),
+    )
 
 
 def _bounds(row: Row) -> Bounds:
-    return Bounds(scopes=tuple(json.loads(row["scopes"])), teams=_tuple(row["teams"]),
-                  projects=_tuple(row["projects"]), buckets=_tuple(row["buckets"]))
+    return Bounds(
+        scopes=tuple(json.loads(row["scopes"])),
+        teams=_tuple(row["teams"]),
+        projects=_tuple(row["projects"]),
+        buckets=_tuple(row["buckets"]),
+    )
 
 
 def _float(raw: float | None) -> float | None:

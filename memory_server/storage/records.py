@@ -275,11 +275,23 @@ class StoredMemory:
     def hit_fields(self) -> dict[str, Any]:
         """The public attributes, as a hit carries them (without score)."""
         return {
-            "reference": self.reference, "type": self.type, "location": self.location, "content": self.content,
-            "project": self.project, "team": self.team, "bucket": self.bucket, "tags": list(self.tags),
-            "metadata": self.metadata, "provenance": self.provenance, "occurred_at": self.occurred_at,
-            "created_at": self.created_at, "supersedes": self.supersedes, "superseded_by": self.superseded_by,
-            "valid_to": self.valid_to, "expires_at": self.expires_at, "kind": self.kind,
+            "reference": self.reference,
+            "type": self.type,
+            "location": self.location,
+            "content": self.content,
+            "project": self.project,
+            "team": self.team,
+            "bucket": self.bucket,
+            "tags": list(self.tags),
+            "metadata": self.metadata,
+            "provenance": self.provenance,
+            "occurred_at": self.occurred_at,
+            "created_at": self.created_at,
+            "supersedes": self.supersedes,
+            "superseded_by": self.superseded_by,
+            "valid_to": self.valid_to,
+            "expires_at": self.expires_at,
+            "kind": self.kind,
         }
 
     def fields(self) -> dict[str, Any]:
@@ -288,10 +300,21 @@ class StoredMemory:
 
     def as_new(self) -> NewMemory:
         """The attributes in the shape `remember` validates (for merging a PATCH)."""
-        return NewMemory(content=self.content, type=self.type, location=self.location, project=self.project,
-                         team=self.team, bucket=self.bucket, tags=self.tags, metadata=self.metadata,
-                         provenance=self.provenance, occurred_at=self.occurred_at, supersedes=self.supersedes,
-                         expires_at=self.expires_at, kind=self.kind)
+        return NewMemory(
+            content=self.content,
+            type=self.type,
+            location=self.location,
+            project=self.project,
+            team=self.team,
+            bucket=self.bucket,
+            tags=self.tags,
+            metadata=self.metadata,
+            provenance=self.provenance,
+            occurred_at=self.occurred_at,
+            supersedes=self.supersedes,
+            expires_at=self.expires_at,
+            kind=self.kind,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,18 +336,23 @@ class ChangePage:
     mark_at: float | None = None
 
 
-def collapse_changes(rows: Sequence[tuple[int, int, bool, float]], after: int, limit: int, truncated: bool,
-                     after_at: float | None) -> ChangePage:
+def collapse_changes(
+    rows: Sequence[tuple[int, int, bool, float]], after: int, limit: int, truncated: bool, after_at: float | None
+) -> ChangePage:
     """(seq, id, deleted, changed_at) rows in seq order -> each id once, as its last change left it."""
     last: dict[int, bool] = {}
     for _, row_id, deleted, _ in rows:
         last.pop(row_id, None)  # re-inserted last, so the order follows each id's final change
         last[row_id] = deleted
-    return ChangePage(changed=[i for i, gone in last.items() if not gone],
-                      deleted=[i for i, gone in last.items() if gone],
-                      mark=rows[-1][0] if rows else after, more=len(rows) >= limit, truncated=truncated,
-                      after_at=after_at, mark_at=rows[-1][3] if rows else after_at)
-
+    return ChangePage(
+        changed=[i for i, gone in last.items() if not gone],
+        deleted=[i for i, gone in last.items() if gone],
+        mark=rows[-1][0] if rows else after,
+        more=len(rows) >= limit,
+        truncated=truncated,
+        after_at=after_at,
+        mark_at=rows[-1][3] if rows else after_at,
+    )
 
 
 @dataclass(frozen=True, slots=True)

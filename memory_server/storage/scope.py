@@ -35,11 +35,23 @@ class Scope:
     kinds: frozenset[str] | None = None  # memory, turn (memory_server/logs/indexing.py); None: both
     at: str = field(default_factory=now_rfc3339, compare=False)
 
-    def narrowed(self, *, team: str | None = None, project: str | None = None, bucket: str | None = None,
-                 type: str | None = None, tags: Iterable[str] = ()) -> Scope:
-        return replace(self, teams=_narrow(self.teams, team), projects=_narrow(self.projects, project),
-                       buckets=_narrow(self.buckets, bucket), types=_narrow(self.types, type),
-                       tags=self.tags | frozenset(tags))
+    def narrowed(
+        self,
+        *,
+        team: str | None = None,
+        project: str | None = None,
+        bucket: str | None = None,
+        type: str | None = None,
+        tags: Iterable[str] = (),
+    ) -> Scope:
+        return replace(
+            self,
+            teams=_narrow(self.teams, team),
+            projects=_narrow(self.projects, project),
+            buckets=_narrow(self.buckets, bucket),
+            types=_narrow(self.types, type),
+            tags=self.tags | frozenset(tags),
+        )
 
     def within(self, *, occurred_after: str | None, occurred_before: str | None) -> Scope:
         """Narrowed to a time window (both bounds normalised RFC3339, either None)."""
@@ -80,14 +92,20 @@ class Scope:
 
     @property
     def empty(self) -> bool:
-        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types,
-                                                     self.kinds))
+        return any(s is not None and not s for s in (self.teams, self.projects, self.buckets, self.types, self.kinds))
 
     def restrictions(self) -> list[tuple[str, frozenset[str]]]:
         """(column, allowed values) for each bounded keyword column."""
-        return [(column, allowed) for column, allowed in (("team", self.teams), ("project", self.projects),
-                                                          ("bucket", self.buckets), ("type", self.types))
-                if allowed is not None]
+        return [
+            (column, allowed)
+            for column, allowed in (
+                ("team", self.teams),
+                ("project", self.projects),
+                ("bucket", self.buckets),
+                ("type", self.types),
+            )
+            if allowed is not None
+        ]
 
 
 def _narrow(allowed: frozenset[str] | None, wanted: str | None) -> frozenset[str] | None:

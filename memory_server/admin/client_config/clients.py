@@ -57,8 +57,11 @@ def servers_key(client: str) -> str:
 def entry(client: str, connection: Connection) -> dict[str, Any]:
     """The value of the client's `servers_key[NAME]` for this connection."""
     if isinstance(connection, Launch):
-        launch: dict[str, Any] = {"command": connection.command, "args": list(connection.args),
-                                  "env": dict(connection.env)}
+        launch: dict[str, Any] = {
+            "command": connection.command,
+            "args": list(connection.args),
+            "env": dict(connection.env),
+        }
         return {"type": "stdio", **launch} if client in ("claude-code", "vscode") else launch
     headers = dict(connection.headers)
     if client == "claude-desktop":
@@ -122,8 +125,11 @@ def default_file(client: str, *, home: Path | None = None, cwd: Path | None = No
         if sys.platform == "darwin":
             return home / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
         if sys.platform == "win32":
-            return Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming") / "Claude" / \
-                "claude_desktop_config.json"
+            return (
+                Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming")
+                / "Claude"
+                / "claude_desktop_config.json"
+            )
         config = Path(os.environ["XDG_CONFIG_HOME"]) if os.environ.get("XDG_CONFIG_HOME") else home / ".config"
         return config / "Claude" / "claude_desktop_config.json"
     if client == "claude-code":
@@ -159,8 +165,7 @@ def toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value \
-            else "{}"
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 

@@ -37,8 +37,10 @@ def merge_json(path: Path, key: str, name: str, value: dict[str, Any], *, replac
     try:
         data = json.loads(text) if text is not None and text.strip() else {}
     except json.JSONDecodeError as exc:
-        raise CannotMerge(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                          "nothing was written: fix the file, or paste the entry above by hand") from None
+        raise CannotMerge(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+            "nothing was written: fix the file, or paste the entry above by hand"
+        ) from None
     if not isinstance(data, dict):
         raise CannotMerge(f"{path} does not hold a JSON object; nothing was written")
     servers = data.setdefault(key, {})
@@ -57,8 +59,9 @@ def merge_toml(path: Path, table: str, name: str, value: dict[str, Any], *, repl
     try:
         before = tomllib.loads(text or "")
     except tomllib.TOMLDecodeError as exc:
-        raise CannotMerge(f"{path} is not valid TOML ({exc}); nothing was written: fix the file, or paste the "
-                          "table above by hand") from None
+        raise CannotMerge(
+            f"{path} is not valid TOML ({exc}); nothing was written: fix the file, or paste the table above by hand"
+        ) from None
     servers = before.get(table, {})
     if not isinstance(servers, dict):
         raise CannotMerge(f"{path}: {table!r} is not a table; nothing was written")
@@ -72,8 +75,10 @@ def merge_toml(path: Path, table: str, name: str, value: dict[str, Any], *, repl
     except tomllib.TOMLDecodeError:
         after = None
     if after != expected:  # e.g. the servers are an inline table, which cannot be extended below it
-        raise CannotMerge(f"{path}: the table [{table}.{name}] cannot be added without changing how the file "
-                          "reads; nothing was written: paste the table above by hand")
+        raise CannotMerge(
+            f"{path}: the table [{table}.{name}] cannot be added without changing how the file "
+            "reads; nothing was written: paste the table above by hand"
+        )
     return _write(path, new_text, existed=text is not None)
 
 
@@ -84,8 +89,10 @@ def _may_set(servers: dict[str, Any], name: str, value: dict[str, Any], path: Pa
     if servers[name] == value:
         return False
     if not replace:
-        raise CannotMerge(f"{path} already has a server named {name!r}, configured differently; nothing was "
-                          "written: pass --name OTHER to add this one beside it, or --replace to replace it")
+        raise CannotMerge(
+            f"{path} already has a server named {name!r}, configured differently; nothing was "
+            "written: pass --name OTHER to add this one beside it, or --replace to replace it"
+        )
     return True
 
 

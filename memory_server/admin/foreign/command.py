@@ -33,8 +33,12 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
     try:
         index = open_configured_index(settings)
     except IndexLocked as exc:
-        fail(RuntimeError(f"importing memories needs the vector index, which a running server holds: stop the "
-                          f"server first, or add the memories through the REST/MCP API. Details: {exc}"))
+        fail(
+            RuntimeError(
+                f"importing memories needs the vector index, which a running server holds: stop the "
+                f"server first, or add the memories through the REST/MCP API. Details: {exc}"
+            )
+        )
     except Exception as exc:
         fail(exc)
     try:
@@ -50,15 +54,20 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
             writes = services.load_memories(index=index).writes
         except Exception as exc:
             fail(exc)
-        importer = Importer(sites=services.storage.sites, logs=services.storage.logs,
-                            limits=LogLimits(settings.max_payload_bytes, settings.max_batch_bytes),
-                            max_content_bytes=settings.max_content_bytes, writes=writes,
-                            target_site=site or "default")
+        importer = Importer(
+            sites=services.storage.sites,
+            logs=services.storage.logs,
+            limits=LogLimits(settings.max_payload_bytes, settings.max_batch_bytes),
+            max_content_bytes=settings.max_content_bytes,
+            writes=writes,
+            target_site=site or "default",
+        )
         with stderr_progress() as progress:
             task = progress.add_task(f"importing {fmt}", total=total_bytes(path, suffixes))
             try:
-                for item in read(path, max_content_bytes=settings.max_content_bytes,
-                                 progress=lambda n: progress.advance(task, n)):
+                for item in read(
+                    path, max_content_bytes=settings.max_content_bytes, progress=lambda n: progress.advance(task, n)
+                ):
                     if not isinstance(item, Candidate):
                         problems.append((item.where, item.message))
                         continue
@@ -69,8 +78,16 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
                         continue
                     number = len(places) + 1
                     places[number] = item.where
-                    importer.add(MemoryRecord(line=number, site=None, reference=item.reference, memory=memory,
-                                              created_at=None, updated_at=None))
+                    importer.add(
+                        MemoryRecord(
+                            line=number,
+                            site=None,
+                            reference=item.reference,
+                            memory=memory,
+                            created_at=None,
+                            updated_at=None,
+                        )
+                    )
                 importer.finish()
             except ImportAborted as exc:
                 fail(RuntimeError(f"import stopped: {exc}; what was imported before stays (run it again to resume)"))
@@ -86,8 +103,10 @@ def _report(importer: Importer, problems: list[tuple[str, str]], places: dict[in
     for name, secret in report.sites_created:
         typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
     rejected = problems + [(places.get(n, str(n)), message) for n, message in report.errors]
-    typer.echo(f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
-               f"memories duplicate: {report.memories_duplicate}\nrejected records: {len(rejected)}")
+    typer.echo(
+        f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
+        f"memories duplicate: {report.memories_duplicate}\nrejected records: {len(rejected)}"
+    )
     for n, message in report.duplicates[:SHOWN]:
         typer.echo(f"{places.get(n, n)}: skipped: {message}", err=True)
     for where, message in rejected[:SHOWN]:

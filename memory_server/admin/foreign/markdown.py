@@ -33,8 +33,10 @@ HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 TITLE_HEADING = re.compile(r"^#[ \t]+(.*?)[ \t]*#*[ \t]*$", re.M)  # a note's title when its front matter has none
 FENCE = re.compile(r"^\s*(```|~~~)")
 OBSERVATION = re.compile(r"^\s*[-*+][ \t]+\[([^\[\]()]+)\][ \t]+(.*\S)\s*$")
-RELATION = re.compile(r"""^\s*[-*+][ \t]+([A-Za-z_][\w-]*|"[^"]+"|'[^']+')[ \t]+\[\[([^\]]+)\]\]"""
-                      r"""(?:[ \t]*\(([^()]*)\))?\s*$""")
+RELATION = re.compile(
+    r"""^\s*[-*+][ \t]+([A-Za-z_][\w-]*|"[^"]+"|'[^']+')[ \t]+\[\[([^\]]+)\]\]"""
+    r"""(?:[ \t]*\(([^()]*)\))?\s*$"""
+)
 LIST_ITEM = re.compile(r"^\s*[-*+][ \t]+(.*\S)\s*$")
 INLINE_TAG = re.compile(r"(?<!\S)#(\w[\w/-]*)")
 CHECKBOX = {"", "x", "X", "-"}
@@ -44,8 +46,9 @@ def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None])
     try:
         import yaml  # type: ignore[import-untyped]  # noqa: F401  # front matter is YAML
     except ImportError:
-        raise ImportAborted("Markdown front matter is read with PyYAML, which is not installed here: "
-                            "pip install pyyaml") from None
+        raise ImportAborted(
+            "Markdown front matter is read with PyYAML, which is not installed here: pip install pyyaml"
+        ) from None
     root = path if path.is_dir() else path.parent
     for file in [path] if path.is_file() else files_under(path, SUFFIXES):
         raw = file.read_bytes()
@@ -74,28 +77,42 @@ def _note(file: Path, name: str, raw: bytes, limit: int) -> Iterator[Item]:
         except FrontMatterError as exc:
             yield Problem(f"{name}:{exc.line + 1}", f"the front matter {exc}; the note is skipped")
             return
-        body_line, body = 1 + match.group(0).count("\n"), text[match.end():]
+        body_line, body = 1 + match.group(0).count("\n"), text[match.end() :]
     first_heading = TITLE_HEADING.search(body)
     title = str(front.get("title") or (first_heading.group(1) if first_heading else Path(name).stem))
     try:
-        occurred_at = (timestamp("created", front.get("created")) or timestamp("date", front.get("date"))
-                       or timestamp("modified", front.get("modified"))
-                       or datetime.fromtimestamp(file.stat().st_mtime, UTC).isoformat().replace("+00:00", "Z"))
+        occurred_at = (
+            timestamp("created", front.get("created"))
+            or timestamp("date", front.get("date"))
+            or timestamp("modified", front.get("modified"))
+            or datetime.fromtimestamp(file.stat().st_mtime, UTC).isoformat().replace("+00:00", "Z")
+        )
     except AppError as exc:
         yield Problem(f"{name}:1", f"{exc.message}; the note is skipped")
         return
     tags = Tags()
     tags.extend(tag_list(front.get("tags")))
-    metadata = {"title": title, **({"permalink": front["permalink"]} if front.get("permalink") else {}),
-                **{key: value for key, value in front.items() if key not in STANDARD}}
+    metadata = {
+        "title": title,
+        **({"permalink": front["permalink"]} if front.get("permalink") else {}),
+        **{key: value for key, value in front.items() if key not in STANDARD},
+    }
     note = {"location": name, "occurred_at": occurred_at, "metadata": metadata}
     sections, facts = _parse(body, body_line, title, name, tags, note)
     yield from facts
     prose = _prose_memories(sections, title, limit)
     kind = word(str(front.get("type") or "note")) or "note"
     for line, content in prose:
-        yield Candidate(f"{name}:{line}", {**note, "content": content, "type": kind, "tags": list(tags.values),
-                                           "provenance": {"source": SOURCE, "file": name, "line": line}})
+        yield Candidate(
+            f"{name}:{line}",
+            {
+                **note,
+                "content": content,
+                "type": kind,
+                "tags": list(tags.values),
+                "provenance": {"source": SOURCE, "file": name, "line": line},
+            },
+        )
     if not prose and not facts:
         yield Problem(name, "the note holds no text; skipped")
 
@@ -114,8 +131,9 @@ def _front_matter(text: str) -> dict[str, Any]:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise FrontMatterError(f"is not valid YAML ({getattr(exc, 'problem', None) or exc})",
-                               mark.line + 1 if mark is not None else 0) from None
+        raise FrontMatterError(
+            f"is not valid YAML ({getattr(exc, 'problem', None) or exc})", mark.line + 1 if mark is not None else 0
+        ) from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -128,8 +146,9 @@ def _iso(value: object) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def _parse(body: str, first_line: int, title: str, name: str, tags: Tags,
-           note: dict[str, Any]) -> tuple[list[Section], list[Item]]:
+def _parse(
+    body: str, first_line: int, title: str, name: str, tags: Tags, note: dict[str, Any]
+) -> tuple[list[Section], list[Item]]:
     """The body's sections of prose, and the observations and relations taken out of it as memories."""
     sections = [Section(None, first_line)]
     facts: list[Item] = []
@@ -165,8 +184,9 @@ def _fact(line: str, number: int, title: str, name: str, tags: Tags, note: dict[
             own = Tags(list(tags.values))
             own.add(kind, "relation:")
             content = f"{title} {kind.replace('_', ' ')} {target}" + (f" ({context})" if context else "")
-            return Candidate(where, {**note, "content": content, "type": "relation", "tags": own.values,
-                                     "provenance": provenance})
+            return Candidate(
+                where, {**note, "content": content, "type": "relation", "tags": own.values, "provenance": provenance}
+            )
         item = LIST_ITEM.match(line)
         if item is None or not INLINE_TAG.search(item.group(1)):
             return None
@@ -178,8 +198,17 @@ def _fact(line: str, number: int, title: str, name: str, tags: Tags, note: dict[
     if not stated:
         return Problem(where, "an observation with no text; skipped")
     kind = word(category) or "note"
-    return Candidate(where, {**note, "content": f"{title}: {stated}", "type": kind, "tags": own.values,
-                             "metadata": {**note["metadata"], "category": category}, "provenance": provenance})
+    return Candidate(
+        where,
+        {
+            **note,
+            "content": f"{title}: {stated}",
+            "type": kind,
+            "tags": own.values,
+            "metadata": {**note["metadata"], "category": category},
+            "provenance": provenance,
+        },
+    )
 
 
 def _prose_memories(sections: list[Section], title: str, limit: int) -> list[tuple[int, str]]:
@@ -187,8 +216,7 @@ def _prose_memories(sections: list[Section], title: str, limit: int) -> list[tup
     kept = [(section, text) for section in sections if (text := _text(section.lines))]
     if not kept:
         return []
-    parts = [text if section.heading in (None, title) else f"## {section.heading}\n\n{text}"
-             for section, text in kept]
+    parts = [text if section.heading in (None, title) else f"## {section.heading}\n\n{text}" for section, text in kept]
     whole = f"{title}\n\n" + "\n\n".join(parts)
     if _fits(whole, limit):
         return [(kept[0][0].line, whole)]

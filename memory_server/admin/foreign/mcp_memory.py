@@ -90,5 +90,10 @@ def _relation(record: dict[str, Any], where: str) -> Iterator[Item]:
 
 
 def _fields(content: str, kind: str, tags: Tags, metadata: dict[str, Any]) -> dict[str, Any]:
-    return {"content": content, "type": kind, "tags": list(tags.values), "metadata": metadata,
-            "provenance": {"source": SOURCE}}
+    return {
+        "content": content,
+        "type": kind,
+        "tags": list(tags.values),
+        "metadata": metadata,
+        "provenance": {"source": SOURCE},
+    }

@@ -63,8 +63,9 @@ def _document(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
         return
     except json.JSONDecodeError as exc:
         progress(len(raw))
-        yield Problem(f"{file.name}:{exc.lineno}", f"not valid JSON ({exc.msg} at column {exc.colno}); the file "
-                                                   "is skipped")
+        yield Problem(
+            f"{file.name}:{exc.lineno}", f"not valid JSON ({exc.msg} at column {exc.colno}); the file is skipped"
+        )
         return
     except (ValueError, RecursionError) as exc:
         progress(len(raw))
@@ -127,7 +128,7 @@ def _memory(item: object, where: str) -> Item:
         return Problem(where, "a memory must be a JSON object")
     content = item.get("memory")
     if not isinstance(content, str) or not content.strip():
-        return Problem(where, "a memory needs its text in \"memory\" (a non-empty string)")
+        return Problem(where, 'a memory needs its text in "memory" (a non-empty string)')
     try:
         occurred_at = timestamp("created_at", item.get("created_at"))
         expires_at = timestamp("expiration_date", item.get("expiration_date"))
@@ -142,8 +143,9 @@ def _memory(item: object, where: str) -> Item:
         tags.extend(tag_list(metadata.get(key)))
     if "user_id" in ids and "agent_id" in ids:
         tags.add(ids["agent_id"], "agent:")
-    bucket = next((made for key in ("user_id", "agent_id", "run_id") if key in ids
-                   and (made := word(ids[key])) is not None), None)
+    bucket = next(
+        (made for key in ("user_id", "agent_id", "run_id") if key in ids and (made := word(ids[key])) is not None), None
+    )
     provenance: dict[str, Any] = {"source": SOURCE, **ids}
     if "agent_id" in ids:
         provenance["agent"] = ids["agent_id"]
@@ -151,6 +153,13 @@ def _memory(item: object, where: str) -> Item:
     if isinstance(identifier, str | int) and not isinstance(identifier, bool):
         provenance["id"] = identifier
     reference = f"mem0_{identifier}" if isinstance(identifier, str) and _ID.fullmatch(identifier) else None
-    fields = {"content": content, "bucket": bucket, "tags": list(tags.values), "metadata": metadata,
-              "provenance": provenance, "occurred_at": occurred_at, "expires_at": expires_at}
+    fields = {
+        "content": content,
+        "bucket": bucket,
+        "tags": list(tags.values),
+        "metadata": metadata,
+        "provenance": provenance,
+        "occurred_at": occurred_at,
+        "expires_at": expires_at,
+    }
     return Candidate(where, fields, reference)

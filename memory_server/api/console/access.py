@@ -37,8 +37,10 @@ from memory_server.storage.oauth_records import OAuthGrant
 from memory_server.storage.records import TokenRecord
 
 SIGN_IN = f"{ROOT}/sign-in"
-BASIC_ONLY = ("managing tokens needs the site's Basic sign-in (site name and secret): a token cannot list, "
-              "create or revoke tokens")
+BASIC_ONLY = (
+    "managing tokens needs the site's Basic sign-in (site name and secret): a token cannot list, "
+    "create or revoke tokens"
+)
 
 
 def routes(console: Console) -> list[Route]:
@@ -55,8 +57,13 @@ def routes(console: Console) -> list[Route]:
 
 def next_page(value: str | None) -> str:
     """Where to go after signing in: a console page of this server only (never another site)."""
-    if value and value.startswith(f"{ROOT}/") and not value.startswith("//") and "\\" not in value \
-            and not value.startswith(SIGN_IN):
+    if (
+        value
+        and value.startswith(f"{ROOT}/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and not value.startswith(SIGN_IN)
+    ):
         return value
     return f"{ROOT}/memories"
 
@@ -66,16 +73,25 @@ def form_secret(request: Request) -> str:
     return secret if secret and 20 <= len(secret) <= 100 else new_secret()
 
 
-def sign_in_form(console: Console, request: Request, *, status: int = 200, error: AppError | None = None,
-                 form: Form | None = None) -> Response:
+def sign_in_form(
+    console: Console, request: Request, *, status: int = 200, error: AppError | None = None, form: Form | None = None
+) -> Response:
     secret = form_secret(request)
     query = Form(list(request.query_params.multi_items()))
     headers = {"Retry-After": str(error.retry_after)} if isinstance(error, RateLimited) else None
     response = console.render.page(
-        request, "sign_in.html", status=status, headers=headers, error=error, csrf=csrf_token(secret),
-        next=next_page((form or query).given("next")), site=(form.get("site") if form else ""),
+        request,
+        "sign_in.html",
+        status=status,
+        headers=headers,
+        error=error,
+        csrf=csrf_token(secret),
+        next=next_page((form or query).given("next")),
+        site=(form.get("site") if form else ""),
         method=(form.get("method") if form else "") or "basic",
-        ended=query.given("ended") is not None and error is None, signed_out=query.given("signed_out"))
+        ended=query.given("ended") is not None and error is None,
+        signed_out=query.given("signed_out"),
+    )
     set_cookie(response, request, SIGN_IN_COOKIE, secret, max_age=SIGN_IN_FORM_S, path=SIGN_IN)
     return response
 
@@ -116,8 +132,11 @@ async def sign_in(console: Console, request: Request) -> Response:
         # As on /mcp and /v1: a credential this server verified before is settled at once, even from an address
         # that is being rate-limited; any other goes through the guard (counted, one verifying thread).
         principal = authenticator.authenticate_nowait(header) or await console.sign_in.check(
-            client.host if client else "unknown", header, authenticator.authenticate,
-            known=authenticator.authenticate_known)
+            client.host if client else "unknown",
+            header,
+            authenticator.authenticate,
+            known=authenticator.authenticate_known,
+        )
         binding = await anyio.to_thread.run_sync(authenticator.binding, header)
         if binding is None:
             raise Unauthorized("the credential changed while signing in; sign in again")
@@ -145,23 +164,41 @@ def require_site_credential(principal: Principal) -> None:
         raise Forbidden(BASIC_ONLY)
 
 
-async def tokens_page(visit: Visit, *, status: int = 200, new_token: tuple[str, str] | None = None,
-                      error: AppError | None = None) -> Response:
+async def tokens_page(
+    visit: Visit, *, status: int = 200, new_token: tuple[str, str] | None = None, error: AppError | None = None
+) -> Response:
     storage, site = visit.console.services.storage, visit.principal.site
 
     def read() -> tuple[list[TokenRecord], list[OAuthGrant]]:
         return admin.list_tokens(storage.sites, site), admin.list_site_grants(storage.sites, storage.oauth, site)
 
     tokens, grants = await anyio.to_thread.run_sync(read)
-    return visit.page("access.html", status=status, tokens=list(reversed(tokens)), grants=list(reversed(grants)),
-                      now=time.time(), new_token=new_token, error=error, form=visit.form,
-                      revoked=visit.form.given("revoked"))
+    return visit.page(
+        "access.html",
+        status=status,
+        tokens=list(reversed(tokens)),
+        grants=list(reversed(grants)),
+        now=time.time(),
+        new_token=new_token,
+        error=error,
+        form=visit.form,
+        revoked=visit.form.given("revoked"),
+    )
 
 
 async def access_page(visit: Visit) -> Response:
     if visit.principal.kind != "basic":
-        return visit.page("access.html", status=403, tokens=[], grants=[], now=time.time(), new_token=None,
-                          revoked=None, form=visit.form, error=Forbidden(BASIC_ONLY))
+        return visit.page(
+            "access.html",
+            status=403,
+            tokens=[],
+            grants=[],
+            now=time.time(),
+            new_token=None,
+            revoked=None,
+            form=visit.form,
+            error=Forbidden(BASIC_ONLY),
+        )
     return await tokens_page(visit)
 
 
@@ -170,9 +207,17 @@ async def create_token(visit: Visit) -> Response:
     form = visit.form
     try:
         teams, projects, buckets = (bound_words(name, form.get(name)) for name in ("teams", "projects", "buckets"))
-        created = await anyio.to_thread.run_sync(lambda: admin.create_token(
-            visit.console.services.storage.sites, visit.principal.site, scopes=form.all("scope"), teams=teams,
-            projects=projects, buckets=buckets, label=form.get("label")))
+        created = await anyio.to_thread.run_sync(
+            lambda: admin.create_token(
+                visit.console.services.storage.sites,
+                visit.principal.site,
+                scopes=form.all("scope"),
+                teams=teams,
+                projects=projects,
+                buckets=buckets,
+                label=form.get("label"),
+            )
+        )
     except AppError as exc:
         return await tokens_page(visit, status=exc.status, error=exc)
     return await tokens_page(visit, status=201, new_token=created)
@@ -181,8 +226,9 @@ async def create_token(visit: Visit) -> Response:
 async def revoke_token(visit: Visit) -> Response:
     require_site_credential(visit.principal)
     token_id = visit.request.path_params["token_id"]
-    await anyio.to_thread.run_sync(admin.revoke_site_token, visit.console.services.storage.sites,
-                                   visit.principal.site, token_id)
+    await anyio.to_thread.run_sync(
+        admin.revoke_site_token, visit.console.services.storage.sites, visit.principal.site, token_id
+    )
     return RedirectResponse(f"{ROOT}/access?{urlencode({'revoked': token_id})}", status_code=303)
 
 
@@ -190,6 +236,7 @@ async def revoke_grant(visit: Visit) -> Response:
     require_site_credential(visit.principal)
     grant_id = visit.request.path_params["grant_id"]
     storage = visit.console.services.storage
-    await anyio.to_thread.run_sync(admin.revoke_site_grant, storage.sites, storage.oauth, visit.principal.site,
-                                   grant_id)
+    await anyio.to_thread.run_sync(
+        admin.revoke_site_grant, storage.sites, storage.oauth, visit.principal.site, grant_id
+    )
     return RedirectResponse(f"{ROOT}/access?{urlencode({'revoked': grant_id})}", status_code=303)

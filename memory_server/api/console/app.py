@@ -54,8 +54,9 @@ class Console:
     def fail(self, request: Request, exc: Exception, session: Session | None = None) -> Response:
         """A failure as a page with its error code and message; anything unexpected is logged, never shown."""
         if not isinstance(exc, AppError):
-            exc = unexpected(exc, health=self.services.storage.health, where=f"console {request.method} "
-                                                                              f"{request.url.path}")
+            exc = unexpected(
+                exc, health=self.services.storage.health, where=f"console {request.method} {request.url.path}"
+            )
         return self.render.error(request, exc, session=session)
 
 
@@ -95,8 +96,9 @@ def signed_in(console: Console, handler: Handler) -> Callable[[Request], Awaitab
                 form = await read_form(request, limit=console.max_form)
                 presented = request.headers.get(CSRF_HEADER) or form.get(CSRF_FIELD)
                 if not csrf_ok(session.secret, presented):
-                    raise Forbidden("this change lacks the console's CSRF token for your session; reload the page "
-                                    "and try again")
+                    raise Forbidden(
+                        "this change lacks the console's CSRF token for your session; reload the page and try again"
+                    )
             return await handler(Visit(request, session, form, console))
         except Exception as exc:  # every failure becomes a page; nothing reaches the client as a 500
             return console.fail(request, exc, session)
@@ -122,17 +124,24 @@ def console_app(services: Services, *, sign_in: SignInGuard) -> ASGIApp:
     """The console as one ASGI app, to be mounted at /ui."""
     from memory_server.api.console import access, logs, memories, status
 
-    console = Console(services=services, sign_in=sign_in,
-                      sessions=ConsoleSessions(services.storage.sites, services.authenticator),
-                      render=Renderer(), max_form=services.settings.max_request_bytes)
+    console = Console(
+        services=services,
+        sign_in=sign_in,
+        sessions=ConsoleSessions(services.storage.sites, services.authenticator),
+        render=Renderer(),
+        max_form=services.settings.max_request_bytes,
+    )
 
     async def home(request: Request) -> Response:
         return RedirectResponse(f"{ROOT}/memories", status_code=303)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 404
-        error = NotFound(f"no console page {request.url.path}" if status == 404 else
-                         f"{request.method} is not supported on {request.url.path}")
+        error = NotFound(
+            f"no console page {request.url.path}"
+            if status == 404
+            else f"{request.method} is not supported on {request.url.path}"
+        )
         response = console.render.error(request, error)
         response.status_code = status
         return response

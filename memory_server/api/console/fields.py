@@ -11,8 +11,20 @@ import re
 
 from memory_server.errors import AppError, InvalidParameters
 
-EDIT_FIELDS = ("content", "type", "location", "project", "team", "bucket", "tags", "occurred_at", "supersedes",
-               "expires_at", "metadata", "provenance")
+EDIT_FIELDS = (
+    "content",
+    "type",
+    "location",
+    "project",
+    "team",
+    "bucket",
+    "tags",
+    "occurred_at",
+    "supersedes",
+    "expires_at",
+    "metadata",
+    "provenance",
+)
 LEADING_NAME = re.compile(r"^([a-z_]+)\b")
 BOUND = re.compile(r"may only write memories with ([a-z_]+) in ")
 

@@ -42,8 +42,11 @@ async def deleted_notice(visit: Visit) -> dict[str, Any] | None:
         return None
     if await log_length(visit, params.conversation_id):
         return None
-    return {"conversation_id": params.conversation_id, "items": int(counts["items"]),
-            "unlinked": int(counts["unlinked"])}
+    return {
+        "conversation_id": params.conversation_id,
+        "items": int(counts["items"]),
+        "unlinked": int(counts["unlinked"]),
+    }
 
 
 async def conversations_page(visit: Visit) -> Response:
@@ -51,60 +54,99 @@ async def conversations_page(visit: Visit) -> Response:
     try:
         answer = await visit.console.services.logs.conversations(visit.principal, params)
     except UnprocessableParameters as exc:
-        return visit.page("conversations.html", status=exc.status, basic_only=exc, conversations=[],
-                          next_cursor=None, first=True, deleted=None)
-    return visit.page("conversations.html", basic_only=None, conversations=answer["conversations"],
-                      next_cursor=answer["next_cursor"], first=params.cursor is None,
-                      deleted=await deleted_notice(visit) if visit.form.given("deleted") else None)
+        return visit.page(
+            "conversations.html",
+            status=exc.status,
+            basic_only=exc,
+            conversations=[],
+            next_cursor=None,
+            first=True,
+            deleted=None,
+        )
+    return visit.page(
+        "conversations.html",
+        basic_only=None,
+        conversations=answer["conversations"],
+        next_cursor=answer["next_cursor"],
+        first=params.cursor is None,
+        deleted=await deleted_notice(visit) if visit.form.given("deleted") else None,
+    )
 
 
 def pages(offset: int, limit: int, total: int) -> dict[str, int | None]:
     """Offsets of the first, previous, next and last pages around this one (None: there is none)."""
     step = max(limit, 1)
     last = max(0, (total - 1) // step * step)
-    return {"first": 0 if offset > 0 else None, "previous": max(0, offset - step) if offset > 0 else None,
-            "next": offset + step if offset + step < total else None,
-            "last": last if offset < last else None}
+    return {
+        "first": 0 if offset > 0 else None,
+        "previous": max(0, offset - step) if offset > 0 else None,
+        "next": offset + step if offset + step < total else None,
+        "last": last if offset < last else None,
+    }
 
 
 async def log_length(visit: Visit, conversation_id: str) -> int:
     """How many items the log has: seq is gapless from 0, so its last item's seq says (one indexed read)."""
     tail = await visit.console.services.logs.tail(
-        visit.principal, validated(TailParams, {"conversation_id": conversation_id, "count": 1}))
+        visit.principal, validated(TailParams, {"conversation_id": conversation_id, "count": 1})
+    )
     return tail[-1][0] + 1 if tail else 0
 
 
 async def log_page(visit: Visit) -> Response:
     conversation_id = visit.request.path_params["conversation_id"]
     form = visit.form
-    params = validated(ReplayParams, {"conversation_id": conversation_id, "offset": form.given("offset") or 0,
-                                      "limit": form.given("limit") or PAGE}, text_values=True)
+    params = validated(
+        ReplayParams,
+        {"conversation_id": conversation_id, "offset": form.given("offset") or 0, "limit": form.given("limit") or PAGE},
+        text_values=True,
+    )
     try:
         total = await log_length(visit, conversation_id)
         items = await visit.console.services.logs.replay(visit.principal, params)
     except UnprocessableParameters as exc:
-        return visit.page("conversation.html", status=exc.status, basic_only=exc, conversation_id=conversation_id,
-                          entries=[], total=0, params=params, pages=pages(0, PAGE, 0))
-    return visit.page("conversation.html", basic_only=None, conversation_id=conversation_id,
-                      entries=[entry(item) for item in items], total=total, params=params,
-                      pages=pages(params.offset, params.limit, total))
+        return visit.page(
+            "conversation.html",
+            status=exc.status,
+            basic_only=exc,
+            conversation_id=conversation_id,
+            entries=[],
+            total=0,
+            params=params,
+            pages=pages(0, PAGE, 0),
+        )
+    return visit.page(
+        "conversation.html",
+        basic_only=None,
+        conversation_id=conversation_id,
+        entries=[entry(item) for item in items],
+        total=total,
+        params=params,
+        pages=pages(params.offset, params.limit, total),
+    )
 
 
 async def delete_page(visit: Visit) -> Response:
-    conversation_id = validated(DeleteConversationParams,
-                                {"conversation_id": visit.request.path_params["conversation_id"]}).conversation_id
+    conversation_id = validated(
+        DeleteConversationParams, {"conversation_id": visit.request.path_params["conversation_id"]}
+    ).conversation_id
     try:
         total = await log_length(visit, conversation_id)
     except UnprocessableParameters as exc:
-        return visit.page("delete_conversation.html", status=exc.status, basic_only=exc,
-                          conversation_id=conversation_id, total=0)
+        return visit.page(
+            "delete_conversation.html", status=exc.status, basic_only=exc, conversation_id=conversation_id, total=0
+        )
     return visit.page("delete_conversation.html", basic_only=None, conversation_id=conversation_id, total=total)
 
 
 async def delete(visit: Visit) -> Response:
     params = validated(DeleteConversationParams, {"conversation_id": visit.request.path_params["conversation_id"]})
     deleted = await visit.console.services.logs.delete_conversation(visit.principal, params)
-    query = urlencode({"deleted": deleted["conversation_id"], "items": deleted["item_count"],
-                       "unlinked": deleted["memories_unlinked"]})
+    query = urlencode(
+        {
+            "deleted": deleted["conversation_id"],
+            "items": deleted["item_count"],
+            "unlinked": deleted["memories_unlinked"],
+        }
+    )
     return RedirectResponse(f"{ROOT}/conversations?{query}", status_code=303)
-

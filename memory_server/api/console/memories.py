@@ -41,8 +41,13 @@ def routes(console: Console) -> list[Route]:
 def list_params(form: Form, order: str) -> ListMemoriesParams:
     data: dict[str, Any] = {name: form.given(name) for name in ("bucket", "project", "team", "type", "cursor")}
     tags = words(form.get("tag"))
-    data.update(tag=tags or None, occurred_after=day_start(form.given("from")),
-                occurred_before=day_start(form.given("to"), next_day=True), limit=form.given("limit"), order=order)
+    data.update(
+        tag=tags or None,
+        occurred_after=day_start(form.given("from")),
+        occurred_before=day_start(form.given("to"), next_day=True),
+        limit=form.given("limit"),
+        order=order,
+    )
     return validated(ListMemoriesParams, data, text_values=True)
 
 
@@ -51,9 +56,17 @@ async def list_page(visit: Visit) -> Response:
     shown = {name: form.get(name) for name in FILTERS}
     filtered = any(shown.values())
     order = form.given("order") or DEFAULT_ORDER
-    context: dict[str, Any] = {"filters": shown, "filtered": filtered, "order": order, "orders": ORDERS,
-                               "forgotten": form.given("forgotten"), "memories": [], "count": None,
-                               "next_url": None, "first_url": None}
+    context: dict[str, Any] = {
+        "filters": shown,
+        "filtered": filtered,
+        "order": order,
+        "orders": ORDERS,
+        "forgotten": form.given("forgotten"),
+        "memories": [],
+        "count": None,
+        "next_url": None,
+        "first_url": None,
+    }
     ops = visit.console.services.memory_ops
     try:
         params = list_params(form, order)
@@ -65,9 +78,12 @@ async def list_page(visit: Visit) -> Response:
     if order != DEFAULT_ORDER:
         kept["order"] = order
     following = page["next_cursor"]
-    context.update(memories=page["memories"], count=count,
-                   next_url=f"{ROOT}/memories?{urlencode({**kept, 'cursor': following})}" if following else None,
-                   first_url=f"{ROOT}/memories?{urlencode(kept)}" if params.cursor is not None else None)
+    context.update(
+        memories=page["memories"],
+        count=count,
+        next_url=f"{ROOT}/memories?{urlencode({**kept, 'cursor': following})}" if following else None,
+        first_url=f"{ROOT}/memories?{urlencode(kept)}" if params.cursor is not None else None,
+    )
     return visit.page("memories.html", **context)
 
 
@@ -75,16 +91,24 @@ async def search_page(visit: Visit) -> Response:
     query, min_score = visit.form.get("q"), visit.form.given("min_score")
     ops = visit.console.services.memory_ops
     default = ops.settings.search_min_score
-    context: dict[str, Any] = {"q": query, "min_score": min_score or "", "recall": None, "search": None,
-                               "threshold": default, "default_threshold": default}
+    context: dict[str, Any] = {
+        "q": query,
+        "min_score": min_score or "",
+        "recall": None,
+        "search": None,
+        "threshold": default,
+        "default_threshold": default,
+    }
     if not query:
         return visit.page("search.html", **context)
     try:
         recall = validated(RecallParams, {"query": query, "limit": 10})
         search = validated(SearchParams, {"query": query, "limit": 10, "min_score": min_score}, text_values=True)
-        context.update(recall=await ops.recall(visit.principal, recall),
-                       search=await ops.search(visit.principal, search),
-                       threshold=default if search.min_score is None else search.min_score)
+        context.update(
+            recall=await ops.recall(visit.principal, recall),
+            search=await ops.search(visit.principal, search),
+            threshold=default if search.min_score is None else search.min_score,
+        )
     except InvalidParameters as exc:
         return visit.page("search.html", status=exc.status, error=exc, **context)
     return visit.page("search.html", **context)
@@ -108,11 +132,24 @@ async def read_memory(visit: Visit) -> dict[str, Any]:
     return await visit.console.services.memory_ops.get(visit.principal, reference)
 
 
-async def show_memory(visit: Visit, memory: dict[str, Any], *, status: int = 200, values: dict[str, str] | None = None,
-                      errors: FieldErrors | None = None) -> Response:
-    return visit.page("memory.html", status=status, memory=memory, log_link=log_link(memory["provenance"]),
-                      versions=await versions(visit.console.services.memory_ops, visit.principal, memory),
-                      values=values, errors=errors or FieldErrors(), saved=visit.form.given("saved") is not None)
+async def show_memory(
+    visit: Visit,
+    memory: dict[str, Any],
+    *,
+    status: int = 200,
+    values: dict[str, str] | None = None,
+    errors: FieldErrors | None = None,
+) -> Response:
+    return visit.page(
+        "memory.html",
+        status=status,
+        memory=memory,
+        log_link=log_link(memory["provenance"]),
+        versions=await versions(visit.console.services.memory_ops, visit.principal, memory),
+        values=values,
+        errors=errors or FieldErrors(),
+        saved=visit.form.given("saved") is not None,
+    )
 
 
 async def memory_page(visit: Visit) -> Response:
@@ -124,9 +161,14 @@ def changes(form: Form, memory: dict[str, Any]) -> dict[str, Any]:
     blank optional field resets it to what remember defaults it to."""
     submitted: dict[str, Any] = {
         "content": form.get("content").replace("\r\n", "\n"),  # browsers send a textarea's lines as CRLF
-        "type": form.given("type"), "location": form.given("location"), "project": form.given("project"),
-        "team": form.given("team"), "bucket": form.given("bucket"), "tags": words(form.get("tags")),
-        "occurred_at": form.get("occurred_at").strip(), "supersedes": form.given("supersedes"),
+        "type": form.given("type"),
+        "location": form.given("location"),
+        "project": form.given("project"),
+        "team": form.given("team"),
+        "bucket": form.given("bucket"),
+        "tags": words(form.get("tags")),
+        "occurred_at": form.get("occurred_at").strip(),
+        "supersedes": form.given("supersedes"),
         "expires_at": form.given("expires_at"),
     }
     defaults = {"type": "note", "bucket": "default", "metadata": {}, "provenance": {}, "tags": []}
@@ -138,8 +180,11 @@ def changes(form: Form, memory: dict[str, Any]) -> dict[str, Any]:
             errors.add(name, exc.message)
     if errors:
         raise errors.as_error()
-    return {name: value for name, value in submitted.items()
-            if (defaults.get(name) if value is None else value) != memory[name]}
+    return {
+        name: value
+        for name, value in submitted.items()
+        if (defaults.get(name) if value is None else value) != memory[name]
+    }
 
 
 async def edit(visit: Visit) -> Response:

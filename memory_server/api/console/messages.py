@@ -41,8 +41,9 @@ def text_of(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        parts = [part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
-                 for part in value]
+        parts = [
+            part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None for part in value
+        ]
         texts = [part for part in parts if isinstance(part, str)]
         return "\n\n".join(texts) if texts else None
     return None
@@ -52,8 +53,9 @@ def message(payload: Any) -> tuple[str, str] | None:
     """(speaker, text) of a message-shaped payload: a role or speaker, and a text or content."""
     if not isinstance(payload, dict):
         return None
-    speaker = next((payload[key] for key in SPEAKER_KEYS if isinstance(payload.get(key), str)
-                    and payload[key].strip()), None)
+    speaker = next(
+        (payload[key] for key in SPEAKER_KEYS if isinstance(payload.get(key), str) and payload[key].strip()), None
+    )
     text = next((found for key in TEXT_KEYS if (found := text_of(payload.get(key))) is not None), None)
     if speaker is None or text is None:
         return None
@@ -67,5 +69,12 @@ def entry(item: RawItem) -> Entry:
     said = message(payload)
     speaker, text = said if said is not None else (None, "")
     style = speaker.lower() if speaker is not None and speaker.lower() in STYLED else "other"
-    return Entry(seq=seq, recorded_at=recorded_at, speaker=speaker, text=cut(text, len(text)), style=style,
-                 json=cut(pretty, len(stored)), fields=len(payload) if isinstance(payload, dict) else 0)
+    return Entry(
+        seq=seq,
+        recorded_at=recorded_at,
+        speaker=speaker,
+        text=cut(text, len(text)),
+        style=style,
+        json=cut(pretty, len(stored)),
+        fields=len(payload) if isinstance(payload, dict) else 0,
+    )

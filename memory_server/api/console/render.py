@@ -31,24 +31,40 @@ def when(value: str | None) -> str:
 
 class Renderer:
     def __init__(self) -> None:
-        self.env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
-                               undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        self.env = Environment(
+            loader=FileSystemLoader(TEMPLATES),
+            autoescape=select_autoescape(["html"]),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
         self.env.filters.update(pretty=pretty, when=when)
         self.env.globals["version"] = __version__
 
-    def page(self, request: Request, template: str, *, session: Session | None = None, status: int = 200,
-             headers: dict[str, str] | None = None, **context: Any) -> HTMLResponse:
+    def page(
+        self,
+        request: Request,
+        template: str,
+        *,
+        session: Session | None = None,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
         """A page; `session` (a console Session, or None before sign-in) decides the navigation shown."""
         principal = session.principal if session is not None else None
         context.setdefault("error", None)
         html = self.env.get_template(template).render(
-            request=request, path=request.url.path, principal=principal,
+            request=request,
+            path=request.url.path,
+            principal=principal,
             csrf=session.csrf if session is not None else context.pop("csrf", ""),
             can_write=principal is not None and WRITE in principal.scopes,
-            is_basic=principal is not None and principal.is_basic, **context)
+            is_basic=principal is not None and principal.is_basic,
+            **context,
+        )
         return HTMLResponse(html, status_code=status, headers=headers)
 
     def error(self, request: Request, error: AppError, *, session: Session | None = None) -> HTMLResponse:
         headers = {"Retry-After": str(error.retry_after)} if isinstance(error, RateLimited) else None
-        return self.page(request, "error.html", session=session, status=error.status, headers=headers,
-                         error=error)
+        return self.page(request, "error.html", session=session, status=error.status, headers=headers, error=error)

@@ -21,8 +21,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_server.errors import Forbidden
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-       "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
@@ -79,8 +81,9 @@ def is_https(request: Request) -> bool:
 
 
 def set_cookie(response: Response, request: Request, name: str, value: str, *, max_age: int, path: str) -> None:
-    response.set_cookie(name, value, max_age=max_age, path=path, httponly=True, samesite="strict",
-                        secure=is_https(request))
+    response.set_cookie(
+        name, value, max_age=max_age, path=path, httponly=True, samesite="strict", secure=is_https(request)
+    )
 
 
 def clear_cookie(response: Response, request: Request, name: str, *, path: str) -> None:

@@ -74,8 +74,15 @@ class ConsoleSessions:
         """A new session for a principal just signed in; returns the secret for its cookie."""
         kind, bound_to = binding
         secret, now = new_secret(), time.time()
-        record = SessionRecord(id_hash=id_hash(secret), site_id=principal.site_id, site=principal.site, kind=kind,
-                               credential=bound_to, created_at=now, seen_at=now)
+        record = SessionRecord(
+            id_hash=id_hash(secret),
+            site_id=principal.site_id,
+            site=principal.site,
+            kind=kind,
+            credential=bound_to,
+            created_at=now,
+            seen_at=now,
+        )
 
         def write() -> None:
             self._sites.prune_sessions(seen_before=now - IDLE_S, created_before=now - ABSOLUTE_S)

@@ -32,7 +32,9 @@ def setup(services: Services) -> dict[str, Any]:
         "storage": "PostgreSQL" if settings.database_url is not None else "SQLite",
         "index": "embedded (Qdrant Edge)" if settings.index_backend == "embedded" else "server (Qdrant)",
         "model": memories.embedder.name if memories is not None else None,
-        "engine": settings.embedding_engine, "backlog": backlog, "loading": services.memory_error or "loading",
+        "engine": settings.embedding_engine,
+        "backlog": backlog,
+        "loading": services.memory_error or "loading",
     }
 
 
@@ -48,8 +50,14 @@ async def status_page(visit: Visit) -> Response:
     if visit.principal.is_basic:
         conversations = await services.logs.count(visit.principal)
     per_day = activity["per_day"] if activity else []
-    return visit.page("status.html", activity=activity, conversations=conversations, problems=problems,
-                      setup=await anyio.to_thread.run_sync(setup, services), per_day=per_day,
-                      days_json=json.dumps([d["day"] for d in per_day]),
-                      counts_json=json.dumps([d["count"] for d in per_day]),
-                      occurred_total=sum(d["count"] for d in per_day))
+    return visit.page(
+        "status.html",
+        activity=activity,
+        conversations=conversations,
+        problems=problems,
+        setup=await anyio.to_thread.run_sync(setup, services),
+        per_day=per_day,
+        days_json=json.dumps([d["day"] for d in per_day]),
+        counts_json=json.dumps([d["count"] for d in per_day]),
+        occurred_total=sum(d["count"] for d in per_day),
+    )

@@ -21,8 +21,7 @@ async def versions(ops: MemoryOperations, principal: Principal, memory: dict[str
         return []
     older = await walk(ops, principal, memory["supersedes"], "supersedes")
     newer = await walk(ops, principal, memory["superseded_by"], "superseded_by")
-    return [*reversed(older), {"reference": memory["reference"], "memory": memory, "this": True, "more": False},
-            *newer]
+    return [*reversed(older), {"reference": memory["reference"], "memory": memory, "this": True, "more": False}, *newer]
 
 
 async def walk(ops: MemoryOperations, principal: Principal, reference: str | None, link: str) -> list[dict[str, Any]]:

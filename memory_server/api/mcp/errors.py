@@ -62,8 +62,11 @@ class ErrorMiddleware(Middleware):
     def __init__(self, health: StorageHealth | None = None) -> None:
         self._health = health
 
-    async def on_call_tool(self, context: MiddlewareContext[mt.CallToolRequestParams],
-                           call_next: CallNext[mt.CallToolRequestParams, ToolResult]) -> ToolResult:
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mt.CallToolRequestParams],
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
         try:
             return await call_next(context)
         except AppError as exc:

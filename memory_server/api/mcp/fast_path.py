@@ -40,8 +40,12 @@ MCP_PATH = "/mcp"
 MAX_JSON_RPC_ID = 2**63 - 1
 _ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _PARAMS_KEYS = frozenset({"name", "arguments"})
-_TOOLS: dict[str, type[Params]] = {"append_memory": AppendParams, "recall_memory": TailParams,
-                                   "replay_memory": ReplayParams, "list_conversations": ListConversationsParams}
+_TOOLS: dict[str, type[Params]] = {
+    "append_memory": AppendParams,
+    "recall_memory": TailParams,
+    "replay_memory": ReplayParams,
+    "list_conversations": ListConversationsParams,
+}
 # A digit followed by one of these starts a JSON number's fraction or exponent; without one, a payload
 # holds no float.
 _FLOAT = re.compile(r"[0-9][.eE]")
@@ -60,8 +64,15 @@ class LogToolsFastPath:
     while running (storage unavailable) are rendered as the tools' error middleware renders them.
     """
 
-    def __init__(self, app: ASGIApp, *, ops: LogOperations, metrics: Metrics | None = None,
-                 health: StorageHealth | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        ops: LogOperations,
+        metrics: Metrics | None = None,
+        health: StorageHealth | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.app = app
         self._ops = ops
         self._metrics = metrics
@@ -70,8 +81,13 @@ class LogToolsFastPath:
         self.answered = 0  # calls answered here rather than by the SDK
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (self.enabled and scope["type"] == "http" and scope["method"] == "POST"
-                and scope["path"] == MCP_PATH and not scope.get("root_path")):
+        if not (
+            self.enabled
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] == MCP_PATH
+            and not scope.get("root_path")
+        ):
             await self.app(scope, receive, send)
             return
         messages, body = await _buffer(receive)
@@ -126,20 +142,26 @@ class LogToolsFastPath:
 
             async def append() -> tuple[str, bytes]:
                 return _render(dict(await ops.append(principal, params, prepared)))
+
             return append
         if isinstance(params, TailParams):
+
             async def tail() -> tuple[str, bytes]:
                 return _render_items(await ops.tail(principal, params))
+
             return tail
         if isinstance(params, ReplayParams):
+
             async def replay() -> tuple[str, bytes]:
                 return _render_items(await ops.replay(principal, params))
+
             return replay
         if isinstance(params, ListConversationsParams):
             ops.list_prepare(principal, params)
 
             async def conversations() -> tuple[str, bytes]:
                 return _render(dict(await ops.conversations(principal, params)))
+
             return conversations
         raise TypeError(f"no fast path for {type(params).__name__}")
 
@@ -215,20 +237,28 @@ def _render_items(rows: list[RawItem]) -> tuple[str, bytes]:
         return text, text.encode()
     for i in floats:
         seq, recorded_at, payload = rows[i]
-        texts[i] = (f'{{"seq":{seq},"recorded_at":{quoted[recorded_at]},"payload":'
-                    f'{pydantic_core.to_json(json.loads(payload)).decode()}}}')
+        texts[i] = (
+            f'{{"seq":{seq},"recorded_at":{quoted[recorded_at]},"payload":'
+            f"{pydantic_core.to_json(json.loads(payload)).decode()}}}"
+        )
     return text, ('{"items":[' + ",".join(texts) + "]}").encode()
 
 
 def _tool_response(request_id: str | int, text: str, structured: bytes | None, is_error: bool) -> bytes:
     """The JSON-RPC response body the SDK writes for a CallToolResult with one text content (and structured
     content unless it is None: the SDK leaves out fields that are None)."""
-    return b"".join((
-        b'{"jsonrpc":"2.0","id":', pydantic_core.to_json(request_id),
-        b',"result":{"content":[{"text":', pydantic_core.to_json(text),
-        b',"type":"text"}],"isError":', b"true" if is_error else b"false",
-        *((b',"structuredContent":', structured) if structured is not None else ()), b"}}",
-    ))
+    return b"".join(
+        (
+            b'{"jsonrpc":"2.0","id":',
+            pydantic_core.to_json(request_id),
+            b',"result":{"content":[{"text":',
+            pydantic_core.to_json(text),
+            b',"type":"text"}],"isError":',
+            b"true" if is_error else b"false",
+            *((b',"structuredContent":', structured) if structured is not None else ()),
+            b"}}",
+        )
+    )
 
 
 async def _respond(send: Send, body: bytes) -> None:

@@ -28,17 +28,31 @@ from memory_server.settings import Settings
 P = TypeVar("P", bound=Params)
 
 
-def register(mcp: FastMCP, settings: Settings, *, name: str, params: type[P],
-             run: Callable[[P], Awaitable[ToolResult]], description: str, annotations: dict[str, Any],
-             result: type[BaseModel] | None = None, only: Sequence[str] | None = None,
-             output_schema: dict[str, Any] | NotSetT | None = NotSet) -> None:
+def register(
+    mcp: FastMCP,
+    settings: Settings,
+    *,
+    name: str,
+    params: type[P],
+    run: Callable[[P], Awaitable[ToolResult]],
+    description: str,
+    annotations: dict[str, Any],
+    result: type[BaseModel] | None = None,
+    only: Sequence[str] | None = None,
+    output_schema: dict[str, Any] | NotSetT | None = NotSet,
+) -> None:
     """Register tool `name` whose arguments are the fields of `params` (or only those named in `only`, the
     others keeping their defaults); `result` is the answer's model (the output schema)."""
     fields = {n: f for n, f in params.model_fields.items() if only is None or n in only}
-    parameters = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY,
-                                    default=inspect.Parameter.empty if f.is_required() else f.default,
-                                    annotation=Annotated[f.annotation, _without_default(f)])
-                  for n, f in fields.items()]
+    parameters = [
+        inspect.Parameter(
+            n,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.is_required() else f.default,
+            annotation=Annotated[f.annotation, _without_default(f)],
+        )
+        for n, f in fields.items()
+    ]
 
     async def tool_function(**arguments: Any) -> ToolResult:
         return await run(params.model_validate(arguments))
@@ -46,8 +60,14 @@ def register(mcp: FastMCP, settings: Settings, *, name: str, params: type[P],
     tool_function.__signature__ = inspect.Signature(parameters, return_annotation=result)  # type: ignore[attr-defined]
     tool_function.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": result}
     tool_function.__name__ = name
-    made = Tool.from_function(tool_function, name=name, description=describe(description, settings),
-                              annotations=ToolAnnotations(**annotations), output_schema=output_schema, task=False)
+    made = Tool.from_function(
+        tool_function,
+        name=name,
+        description=describe(description, settings),
+        annotations=ToolAnnotations(**annotations),
+        output_schema=output_schema,
+        task=False,
+    )
     made.parameters = plain_parameters(described_schema(made.parameters, settings))
     mcp.add_tool(made)
 

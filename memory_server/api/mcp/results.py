@@ -64,8 +64,7 @@ def render_hits(hits: list[dict[str, Any]]) -> str:
         if hit.get("superseded_by"):
             block += f"\nSuperseded by: {hit['superseded_by']} | valid_to={hit.get('valid_to') or '-'}"
         if hit.get("kind") == "turn":  # an indexed log item: where to replay_memory around it
-            block += (f"\nConversation: {hit['provenance'].get('conversation_id')} | "
-                      f"seq={hit['provenance'].get('seq')}")
+            block += f"\nConversation: {hit['provenance'].get('conversation_id')} | seq={hit['provenance'].get('seq')}"
         blocks.append(block)
     return "\n\n".join(blocks)
 

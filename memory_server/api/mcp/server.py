@@ -17,19 +17,21 @@ from memory_server.errors import Unauthorized
 from memory_server.services import Services
 from memory_server.version import __version__
 
-INSTRUCTIONS = "\n".join((
-    "Conversation logs (append_memory, recall_memory, replay_memory, list_conversations; the site's Basic "
-    "credential only): each conversation's own durable, ordered record; searched by recall only where the site "
-    "or the conversation indexes its logs (hits of kind turn).",
-    "Saved memories (remember, recall, search_memory, recall_context, forget; Bearer tokens with "
-    "memory:read/memory:write work): facts, decisions and preferences found again by meaning.",
-    "To look up: recall for a quick best-effort answer; search_memory when only a strict match will do (empty "
-    "means nothing passed min_score); recall_context for a token-bounded pack at the start of a task.",
-    "To keep: append_memory for what was said in this conversation; remember for a fact worth finding later. "
-    "forget takes the reference that remember returned and every hit carries.",
-    "Errors start with their code. unavailable is safe to retry (buffer the batch meanwhile; duplicates from "
-    "retries are tolerated); every other code is permanent: fix the call instead.",
-))
+INSTRUCTIONS = "\n".join(
+    (
+        "Conversation logs (append_memory, recall_memory, replay_memory, list_conversations; the site's Basic "
+        "credential only): each conversation's own durable, ordered record; searched by recall only where the site "
+        "or the conversation indexes its logs (hits of kind turn).",
+        "Saved memories (remember, recall, search_memory, recall_context, forget; Bearer tokens with "
+        "memory:read/memory:write work): facts, decisions and preferences found again by meaning.",
+        "To look up: recall for a quick best-effort answer; search_memory when only a strict match will do (empty "
+        "means nothing passed min_score); recall_context for a token-bounded pack at the start of a task.",
+        "To keep: append_memory for what was said in this conversation; remember for a fact worth finding later. "
+        "forget takes the reference that remember returned and every hit carries.",
+        "Errors start with their code. unavailable is safe to retry (buffer the batch meanwhile; duplicates from "
+        "retries are tolerated); every other code is permanent: fix the call instead.",
+    )
+)
 
 
 def principal_resolver(local: Callable[[], Principal] | None) -> Callable[[], Principal]:
@@ -49,11 +51,17 @@ def principal_resolver(local: Callable[[], Principal] | None) -> Callable[[], Pr
     return current
 
 
-def build_mcp(services: Services, *, local: Callable[[], Principal] | None = None,
-              metrics: Metrics | None = None) -> FastMCP:
+def build_mcp(
+    services: Services, *, local: Callable[[], Principal] | None = None, metrics: Metrics | None = None
+) -> FastMCP:
     # strict_input_validation: the one argument rule of memory_server.arguments (the models are strict too).
-    mcp = FastMCP("memory-server", instructions=INSTRUCTIONS, version=__version__, mask_error_details=True,
-                  strict_input_validation=True)
+    mcp = FastMCP(
+        "memory-server",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        mask_error_details=True,
+        strict_input_validation=True,
+    )
     if metrics is not None:  # outside ErrorMiddleware, so it sees each call's final outcome
         mcp.add_middleware(ToolMetricsMiddleware(metrics, mcp))
     mcp.add_middleware(ErrorMiddleware(services.storage.health))

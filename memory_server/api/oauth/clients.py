@@ -85,8 +85,11 @@ def loopback_port_variant(given: str, registered: str) -> bool:
     if a.scheme != "http" or b.scheme != "http" or a.username or a.password or b.username or b.password:
         return False
     host = a.hostname or ""
-    return (host == (b.hostname or "") and is_loopback_host(host)
-            and (a.path, a.query, a.fragment) == (b.path, b.query, b.fragment))
+    return (
+        host == (b.hostname or "")
+        and is_loopback_host(host)
+        and (a.path, a.query, a.fragment) == (b.path, b.query, b.fragment)
+    )
 
 
 def check_registration(client: OAuthClientInformationFull) -> str:
@@ -100,20 +103,28 @@ def check_registration(client: OAuthClientInformationFull) -> str:
     for uri in uris:
         text = str(uri)
         if uri.username is not None or uri.password is not None:
-            raise RegistrationError("invalid_redirect_uri", (
-                f"redirect URI {text[:200]!r} is not allowed: it carries user information (user@host)"))
+            raise RegistrationError(
+                "invalid_redirect_uri",
+                (f"redirect URI {text[:200]!r} is not allowed: it carries user information (user@host)"),
+            )
         allowed = is_redirect_uri_allowed_for_application_type(uri, client.application_type)
         if len(text) > MAX_URI_LENGTH or uri.fragment or not allowed:
-            raise RegistrationError("invalid_redirect_uri", (
-                f"redirect URI {text[:200]!r} is not allowed: use https://, http:// to a loopback address "
-                f"(127.0.0.1, [::1], localhost) or an app's own scheme, without a fragment, at most "
-                f"{MAX_URI_LENGTH} characters"))
+            raise RegistrationError(
+                "invalid_redirect_uri",
+                (
+                    f"redirect URI {text[:200]!r} is not allowed: use https://, http:// to a loopback address "
+                    f"(127.0.0.1, [::1], localhost) or an app's own scheme, without a fragment, at most "
+                    f"{MAX_URI_LENGTH} characters"
+                ),
+            )
     if client.client_name is not None and len(client.client_name) > MAX_CLIENT_NAME:
         raise RegistrationError("invalid_client_metadata", f"client_name is longer than {MAX_CLIENT_NAME} characters")
     metadata = client.model_dump_json(exclude={"client_secret"}, exclude_none=True)
     if len(metadata.encode()) > MAX_METADATA_BYTES:
-        raise RegistrationError("invalid_client_metadata", f"the registration is larger than {MAX_METADATA_BYTES} "
-                                "bytes (client_name, URIs, contacts, jwks… together)")
+        raise RegistrationError(
+            "invalid_client_metadata",
+            f"the registration is larger than {MAX_METADATA_BYTES} bytes (client_name, URIs, contacts, jwks… together)",
+        )
     return metadata
 
 

@@ -30,8 +30,10 @@ from memory_server.storage.oauth_records import Bounds
 
 MAX_BOUND_VALUES = 32
 MAX_BOUND_LENGTH = 128
-EXPIRED = ("This sign-in request has expired or was already used",
-           "Nothing was granted. Start again from your client: it will open a new sign-in page.")
+EXPIRED = (
+    "This sign-in request has expired or was already used",
+    "Nothing was granted. Start again from your client: it will open a new sign-in page.",
+)
 
 
 class ChoiceError(Exception):
@@ -39,8 +41,14 @@ class ChoiceError(Exception):
 
 
 class ConsentPage:
-    def __init__(self, provider: SiteAuthorizationServer, *, authenticator: Authenticator, sign_in: SignInGuard,
-                 secure_cookie: bool) -> None:
+    def __init__(
+        self,
+        provider: SiteAuthorizationServer,
+        *,
+        authenticator: Authenticator,
+        sign_in: SignInGuard,
+        secure_cookie: bool,
+    ) -> None:
         self._provider = provider
         self._authenticator = authenticator
         self._sign_in = sign_in
@@ -58,8 +66,15 @@ class ConsentPage:
             return message_page(*EXPIRED, status=400)
         view, csrf = begun
         response = consent_page(_form(request_id, csrf, view))
-        response.set_cookie(_cookie(request_id), csrf, max_age=self._provider.lifetimes.request_s, path=CONSENT_PATH,
-                            secure=self._secure, httponly=True, samesite="strict")
+        response.set_cookie(
+            _cookie(request_id),
+            csrf,
+            max_age=self._provider.lifetimes.request_s,
+            path=CONSENT_PATH,
+            secure=self._secure,
+            httponly=True,
+            samesite="strict",
+        )
         return response
 
     async def _submit(self, request: Request) -> Response:
@@ -69,11 +84,18 @@ class ConsentPage:
         if view is None:
             return message_page(*EXPIRED, status=400)
         cookie = request.cookies.get(_cookie(request_id), "")
-        if not (csrf and view.csrf_hash and hmac.compare_digest(cookie, csrf)
-                and hmac.compare_digest(digest(csrf), view.csrf_hash)):
-            return message_page("This form could not be verified", "Its security token is missing or stale (was "
-                                "it sent from another page, or opened twice?). Reload the page and try again.",
-                                status=403)
+        if not (
+            csrf
+            and view.csrf_hash
+            and hmac.compare_digest(cookie, csrf)
+            and hmac.compare_digest(digest(csrf), view.csrf_hash)
+        ):
+            return message_page(
+                "This form could not be verified",
+                "Its security token is missing or stale (was "
+                "it sent from another page, or opened twice?). Reload the page and try again.",
+                status=403,
+            )
         if _field(form, "action") == "deny":
             return _redirect(await self._provider.deny(request_id), view)
         return await self._allow(request, form, _form(request_id, csrf, view, form), view)
@@ -91,11 +113,18 @@ class ConsentPage:
         try:
             authenticator = self._authenticator
             principal = authenticator.authenticate_nowait(header) or await self._sign_in.check(
-                client.host if client else "unknown", header, authenticator.authenticate,
-                known=authenticator.authenticate_known)
+                client.host if client else "unknown",
+                header,
+                authenticator.authenticate,
+                known=authenticator.authenticate_known,
+            )
         except RateLimited as exc:
-            return consent_page(shown, error=f"Too many failed sign-ins from this address; try again in "
-                                f"{exc.retry_after} s.", status=429, headers={"Retry-After": str(exc.retry_after)})
+            return consent_page(
+                shown,
+                error=f"Too many failed sign-ins from this address; try again in {exc.retry_after} s.",
+                status=429,
+                headers={"Retry-After": str(exc.retry_after)},
+            )
         except AppError:
             return consent_page(shown, error="Sign-in failed: the site name or the secret is wrong.", status=403)
         return _redirect(await self._provider.approve(shown.request_id, principal.site_id, bounds), view)
@@ -108,8 +137,12 @@ def choice(fields: FormData, requested: tuple[str, ...]) -> Bounds:
         raise ChoiceError("Choose at least one permission.")
     if not set(scopes) <= set(requested):
         raise ChoiceError("Only the permissions the client asked for can be granted.")
-    return Bounds(scopes=scopes, teams=_names(fields, "teams"), projects=_names(fields, "projects"),
-                  buckets=_names(fields, "buckets"))
+    return Bounds(
+        scopes=scopes,
+        teams=_names(fields, "teams"),
+        projects=_names(fields, "projects"),
+        buckets=_names(fields, "buckets"),
+    )
 
 
 def _names(fields: FormData, name: str) -> tuple[str, ...] | None:
@@ -134,13 +167,26 @@ def _cookie(request_id: str) -> str:
 
 def _form(request_id: str, csrf: str, view: ConsentView, typed: FormData | None = None) -> Form:
     if typed is None:
-        return Form(request_id=request_id, csrf=csrf, client_name=view.client_name, redirect_uri=view.redirect_uri,
-                    requested_scopes=view.requested_scopes)
+        return Form(
+            request_id=request_id,
+            csrf=csrf,
+            client_name=view.client_name,
+            redirect_uri=view.redirect_uri,
+            requested_scopes=view.requested_scopes,
+        )
     chosen = tuple(v for v in typed.getlist("scope") if isinstance(v, str))
-    return Form(request_id=request_id, csrf=csrf, client_name=view.client_name, redirect_uri=view.redirect_uri,
-                requested_scopes=view.requested_scopes, site=_field(typed, "site")[:64], chosen_scopes=chosen,
-                teams=_field(typed, "teams")[:2000], projects=_field(typed, "projects")[:2000],
-                buckets=_field(typed, "buckets")[:2000])
+    return Form(
+        request_id=request_id,
+        csrf=csrf,
+        client_name=view.client_name,
+        redirect_uri=view.redirect_uri,
+        requested_scopes=view.requested_scopes,
+        site=_field(typed, "site")[:64],
+        chosen_scopes=chosen,
+        teams=_field(typed, "teams")[:2000],
+        projects=_field(typed, "projects")[:2000],
+        buckets=_field(typed, "buckets")[:2000],
+    )
 
 
 def _redirect(url: str | None, view: ConsentView) -> Response:

@@ -33,8 +33,10 @@ button[value=allow]{background:#1f5fbf;color:#fff;border-color:#1f5fbf}
 """
 _STYLE_HASH = base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
 SCOPE_TEXT = {READ: "Read saved memories", WRITE: "Save, change and forget memories"}
-LOG_TOOLS_NOTE = ("Conversation logs (append_memory, recall_memory, replay_memory, list_conversations) need the "
-                  "site's Basic credential: a client signed in here cannot use them.")
+LOG_TOOLS_NOTE = (
+    "Conversation logs (append_memory, recall_memory, replay_memory, list_conversations) need the "
+    "site's Basic credential: a client signed in here cannot use them."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +59,17 @@ def security_headers(redirect_uri: str | None = None) -> dict[str, str]:
     form_action = "'self'"
     if redirect_uri:
         form_action += f" {_source(redirect_uri)}"
-    csp = (f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action {form_action}; "
-           "frame-ancestors 'none'; base-uri 'none'")
-    return {"Content-Security-Policy": csp, "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+    csp = (
+        f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action {form_action}; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    )
+    return {
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
 
 
 def _source(uri: str) -> str:
@@ -76,13 +85,17 @@ def _host(uri: str) -> str:
     return urlsplit(uri).netloc.rpartition("@")[2]
 
 
-def consent_page(form: Form, *, error: str | None = None, status: int = 200,
-                 headers: dict[str, str] | None = None) -> HTMLResponse:
+def consent_page(
+    form: Form, *, error: str | None = None, status: int = 200, headers: dict[str, str] | None = None
+) -> HTMLResponse:
     name, target = escape(form.client_name), escape(_where(form.redirect_uri))
     checked = form.chosen_scopes if form.chosen_scopes is not None else form.requested_scopes
     scopes = "".join(
         f'<label><input type="checkbox" name="scope" value="{s}"{" checked" if s in checked else ""}> '
-        f"{SCOPE_TEXT[s]} (<code>{s}</code>)</label>" for s in SCOPES if s in form.requested_scopes)
+        f"{SCOPE_TEXT[s]} (<code>{s}</code>)</label>"
+        for s in SCOPES
+        if s in form.requested_scopes
+    )
     body = f"""<h1>Allow {name} to use this memory server?</h1>
 <p><strong>{name}</strong> (as the client names itself) asks for access to one site of this server. If you
 allow it, your browser goes back to <code>{target}</code>.</p>

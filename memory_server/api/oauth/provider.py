@@ -117,8 +117,16 @@ class GrantAccessToken(AccessToken):
 
 
 class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, GrantRefreshToken, GrantAccessToken]):
-    def __init__(self, store: OAuthStore, *, issuer: str, resource: str, lifetimes: Lifetimes | None = None,
-                 capacity: Capacity | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: OAuthStore,
+        *,
+        issuer: str,
+        resource: str,
+        lifetimes: Lifetimes | None = None,
+        capacity: Capacity | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._store = store
         self.issuer = issuer  # exactly as the metadata's `issuer` (RFC 9207 compares strings)
         self.resource = resource
@@ -134,7 +142,8 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             return None  # never signed in, and expired (removed at the next registration)
         try:
             return RegisteredClient.model_validate_json(stored.metadata).model_copy(
-                update={"secret_hash": stored.secret_hash})
+                update={"secret_hash": stored.secret_hash}
+            )
         except ValidationError:  # written by this code, so only a damaged row gets here
             log.warning("the stored registration of an OAuth client does not parse; treating it as unknown")
             return None
@@ -146,16 +155,23 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             RegisteredClient.model_validate_json(metadata)
         except ValidationError as exc:
             raise RegistrationError("invalid_client_metadata", str(exc.errors()[0]["msg"])) from None
-        client = OAuthClient(client_id=client_info.client_id, secret_hash=digest(secret) if secret else None,
-                             client_name=client_info.client_name, metadata=metadata, created_at=self._clock())
+        client = OAuthClient(
+            client_id=client_info.client_id,
+            secret_hash=digest(secret) if secret else None,
+            client_name=client_info.client_name,
+            metadata=metadata,
+            created_at=self._clock(),
+        )
 
         def add() -> bool:
             self._store.forget_unused_clients(registered_before=self._unused_since())
             return self._store.add_client(client, max_unused=self.capacity.max_unused_clients)
 
         if not await _run(add):
-            log.warning("a client registration was refused: %d registered clients have not signed in yet",
-                        self.capacity.max_unused_clients)
+            log.warning(
+                "a client registration was refused: %d registered clients have not signed in yet",
+                self.capacity.max_unused_clients,
+            )
             raise Unavailable("too many registered clients have not signed in yet; retry later")
 
     def _unused_since(self) -> float:
@@ -173,13 +189,16 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             raise AuthorizeError("invalid_request", f"state is longer than {MAX_STATE} characters")
         request_id = new_secret()
         now = self._clock()
-        pending = PendingAuthorization(client_id=client.client_id, params=params.model_dump_json(),
-                                       expires_at=now + self.lifetimes.request_s)
+        pending = PendingAuthorization(
+            client_id=client.client_id, params=params.model_dump_json(), expires_at=now + self.lifetimes.request_s
+        )
         limit = self.capacity.max_pending
         if not await _run(lambda: self._store.add_request(digest(request_id), pending, now=now, max_pending=limit)):
             log.warning("an authorization request was refused: %d are waiting on the consent page", limit)
-            raise AuthorizeError("temporarily_unavailable", "too many sign-ins are waiting for their site's owner; "
-                                 "retry in a few minutes")
+            raise AuthorizeError(
+                "temporarily_unavailable",
+                "too many sign-ins are waiting for their site's owner; retry in a few minutes",
+            )
         return f"{self.issuer}{CONSENT_PATH}?{urlencode({'request': request_id})}"
 
     async def consent_view(self, request_id: str) -> ConsentView | None:
@@ -191,9 +210,13 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
         client = await self.get_client(pending.client_id)
         if client is None:
             return None
-        return ConsentView(client_id=client.client_id, client_name=client.client_name or client.client_id,
-                           redirect_uri=str(params.redirect_uri), requested_scopes=tuple(params.scopes or SCOPES),
-                           csrf_hash=pending.csrf_hash)
+        return ConsentView(
+            client_id=client.client_id,
+            client_name=client.client_name or client.client_id,
+            redirect_uri=str(params.redirect_uri),
+            requested_scopes=tuple(params.scopes or SCOPES),
+            csrf_hash=pending.csrf_hash,
+        )
 
     async def begin_consent(self, request_id: str) -> tuple[ConsentView, str] | None:
         """The view and a new CSRF token for the form (its digest is stored with the request)."""
@@ -216,10 +239,16 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             raise InvalidParameters("the granted scopes must be some of the requested ones")
         code = new_secret(CODE_PREFIX)
         now = self._clock()
-        stored = OAuthCode(client_id=pending.client_id, site_id=site_id, bounds=bounds, resource=self.resource,
-                           code_challenge=params.code_challenge, redirect_uri=str(params.redirect_uri),
-                           redirect_uri_explicit=params.redirect_uri_provided_explicitly,
-                           expires_at=now + self.lifetimes.code_s)
+        stored = OAuthCode(
+            client_id=pending.client_id,
+            site_id=site_id,
+            bounds=bounds,
+            resource=self.resource,
+            code_challenge=params.code_challenge,
+            redirect_uri=str(params.redirect_uri),
+            redirect_uri_explicit=params.redirect_uri_provided_explicitly,
+            expires_at=now + self.lifetimes.code_s,
+        )
         if not await _run(lambda: self._store.add_code(digest(code), stored, now=now)):
             return None  # the site was deleted meanwhile
         return self._redirect(params, {"code": code})
@@ -246,8 +275,9 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
 
     # --- the token endpoint -----------------------------------------------------------------------
 
-    async def load_authorization_code(self, client: OAuthClientInformationFull, authorization_code: str
-                                      ) -> IssuedCode | None:
+    async def load_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: str
+    ) -> IssuedCode | None:
         if not authorization_code.startswith(CODE_PREFIX) or len(authorization_code) > MAX_SECRET_LENGTH:
             return None
         stored = await _run(self._store.code, digest(authorization_code))
@@ -256,17 +286,31 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
         if stored.used:
             await self._replayed(stored.grant_id, "an authorization code was presented again")
             return None
-        return IssuedCode(code=authorization_code, scopes=list(stored.bounds.scopes), expires_at=stored.expires_at,
-                          client_id=stored.client_id, code_challenge=stored.code_challenge,
-                          redirect_uri=AnyUrl(stored.redirect_uri),
-                          redirect_uri_provided_explicitly=stored.redirect_uri_explicit, resource=stored.resource,
-                          stored=stored)
+        return IssuedCode(
+            code=authorization_code,
+            scopes=list(stored.bounds.scopes),
+            expires_at=stored.expires_at,
+            client_id=stored.client_id,
+            code_challenge=stored.code_challenge,
+            redirect_uri=AnyUrl(stored.redirect_uri),
+            redirect_uri_provided_explicitly=stored.redirect_uri_explicit,
+            resource=stored.resource,
+            stored=stored,
+        )
 
-    async def exchange_authorization_code(self, client: OAuthClientInformationFull, authorization_code: IssuedCode
-                                          ) -> OAuthToken:
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: IssuedCode
+    ) -> OAuthToken:
         stored, now = authorization_code.stored, self._clock()
-        grant = NewGrant(id=new_grant_id(), site_id=stored.site_id, client_id=stored.client_id, bounds=stored.bounds,
-                         resource=stored.resource, created_at=now_rfc3339(), expires_at=now + self.lifetimes.refresh_s)
+        grant = NewGrant(
+            id=new_grant_id(),
+            site_id=stored.site_id,
+            client_id=stored.client_id,
+            bounds=stored.bounds,
+            resource=stored.resource,
+            created_at=now_rfc3339(),
+            expires_at=now + self.lifetimes.refresh_s,
+        )
         answer, tokens = self._new_tokens(stored.bounds.scopes, stored.bounds.scopes, now)
         key = digest(authorization_code.code)
         if not await _run(lambda: self._store.redeem_code(key, grant, tokens, now=now)):
@@ -276,8 +320,9 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             raise TokenError("invalid_grant", "the authorization code was already used or has expired")
         return answer
 
-    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str
-                                 ) -> GrantRefreshToken | None:
+    async def load_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: str
+    ) -> GrantRefreshToken | None:
         if not refresh_token.startswith(REFRESH_PREFIX) or len(refresh_token) > MAX_SECRET_LENGTH:
             return None
         record = await _run(self._store.token, digest(refresh_token))
@@ -288,12 +333,18 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             return None
         if record.grant.revoked_at or record.expires_at <= self._clock() or not self._ours(record.grant.resource):
             return None  # a grant for another resource (MEMORY_PUBLIC_URL changed) is not refreshed here
-        return GrantRefreshToken(token=refresh_token, client_id=record.grant.client_id, scopes=list(record.scopes),
-                                 expires_at=int(record.expires_at), resource=record.grant.resource,
-                                 grant_id=record.grant.id)
+        return GrantRefreshToken(
+            token=refresh_token,
+            client_id=record.grant.client_id,
+            scopes=list(record.scopes),
+            expires_at=int(record.expires_at),
+            resource=record.grant.resource,
+            grant_id=record.grant.id,
+        )
 
-    async def exchange_refresh_token(self, client: OAuthClientInformationFull, refresh_token: GrantRefreshToken,
-                                     scopes: list[str]) -> OAuthToken:
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: GrantRefreshToken, scopes: list[str]
+    ) -> OAuthToken:
         now = self._clock()
         answer, tokens = self._new_tokens(tuple(scopes), tuple(refresh_token.scopes), now)
         key, until = digest(refresh_token.token), now + self.lifetimes.refresh_s
@@ -302,14 +353,18 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             raise TokenError("invalid_grant", "the refresh token was already used; sign in again")
         return answer
 
-    def _new_tokens(self, scopes: tuple[str, ...], refresh_scopes: tuple[str, ...], now: float
-                    ) -> tuple[OAuthToken, list[IssuedToken]]:
+    def _new_tokens(
+        self, scopes: tuple[str, ...], refresh_scopes: tuple[str, ...], now: float
+    ) -> tuple[OAuthToken, list[IssuedToken]]:
         access, refresh = new_secret(ACCESS_PREFIX), new_secret(REFRESH_PREFIX)
         life = self.lifetimes
-        tokens = [IssuedToken(digest(access), ACCESS, scopes, now + life.access_s),
-                  IssuedToken(digest(refresh), REFRESH, refresh_scopes, now + life.refresh_s)]
-        answer = OAuthToken(access_token=access, expires_in=life.access_s, scope=" ".join(scopes),
-                            refresh_token=refresh)
+        tokens = [
+            IssuedToken(digest(access), ACCESS, scopes, now + life.access_s),
+            IssuedToken(digest(refresh), REFRESH, refresh_scopes, now + life.refresh_s),
+        ]
+        answer = OAuthToken(
+            access_token=access, expires_in=life.access_s, scope=" ".join(scopes), refresh_token=refresh
+        )
         return answer, tokens
 
     def _ours(self, resource: str) -> bool:
@@ -329,9 +384,14 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
         record = await _run(self._store.token, digest(token))
         if record is None or record.kind != ACCESS or record.grant.revoked_at:
             return None
-        return GrantAccessToken(token=token, client_id=record.grant.client_id, scopes=list(record.scopes),
-                                expires_at=int(record.expires_at), resource=record.grant.resource,
-                                grant_id=record.grant.id)
+        return GrantAccessToken(
+            token=token,
+            client_id=record.grant.client_id,
+            scopes=list(record.scopes),
+            expires_at=int(record.expires_at),
+            resource=record.grant.resource,
+            grant_id=record.grant.id,
+        )
 
     async def revoke_token(self, token: GrantAccessToken | GrantRefreshToken) -> None:
         """RFC 7009: either token of a grant ends the whole grant (its other tokens with it)."""

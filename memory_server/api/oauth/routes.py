@@ -66,8 +66,9 @@ def resource_metadata_url(public_base: str) -> str:
 
 
 def authorization_metadata(issuer: str) -> OAuthMetadata:
-    metadata = build_metadata(_URL.validate_python(issuer), None, ClientRegistrationOptions(enabled=True),
-                              RevocationOptions(enabled=True))
+    metadata = build_metadata(
+        _URL.validate_python(issuer), None, ClientRegistrationOptions(enabled=True), RevocationOptions(enabled=True)
+    )
     metadata.scopes_supported = list(SCOPES)
     # Public clients (PKCE, no secret) register with "none"; OAuth 2.1 expects servers to take them.
     metadata.token_endpoint_auth_methods_supported = ["client_secret_post", "client_secret_basic", "none"]
@@ -76,13 +77,19 @@ def authorization_metadata(issuer: str) -> OAuthMetadata:
 
 
 def resource_metadata(issuer: str, resource: str) -> ProtectedResourceMetadata:
-    return ProtectedResourceMetadata.model_validate({
-        "resource": resource, "authorization_servers": [issuer], "scopes_supported": list(SCOPES),
-        "resource_name": "memory-server"})
+    return ProtectedResourceMetadata.model_validate(
+        {
+            "resource": resource,
+            "authorization_servers": [issuer],
+            "scopes_supported": list(SCOPES),
+            "resource_name": "memory-server",
+        }
+    )
 
 
-def oauth_routes(provider: SiteAuthorizationServer, consent: ConsentPage, *, health: StorageHealth,
-                 requests_per_minute: int) -> list[Route]:
+def oauth_routes(
+    provider: SiteAuthorizationServer, consent: ConsentPage, *, health: StorageHealth, requests_per_minute: int
+) -> list[Route]:
     registration = ClientRegistrationOptions(enabled=True, default_scopes=list(SCOPES))
     clients = DigestClientAuthenticator(provider)
     token = TokenHandler(provider, clients)
@@ -96,19 +103,34 @@ def oauth_routes(provider: SiteAuthorizationServer, consent: ConsentPage, *, hea
             app = PerAddress(app, limit)
         if methods is None:  # the browser navigates to these: no cross-origin access
             return app
-        return CORSMiddleware(app, allow_origins=["*"], allow_methods=methods,
-                              allow_headers=[MCP_PROTOCOL_VERSION_HEADER, "authorization", "content-type"])
+        return CORSMiddleware(
+            app,
+            allow_origins=["*"],
+            allow_methods=methods,
+            allow_headers=[MCP_PROTOCOL_VERSION_HEADER, "authorization", "content-type"],
+        )
 
     get, post = ["GET", "OPTIONS"], ["POST", "OPTIONS"]
-    routes = [Route(path, edge(ProtectedResourceMetadataHandler(resource).handle, get), methods=get)
-              for path in PROTECTED_RESOURCE_PATHS]
+    routes = [
+        Route(path, edge(ProtectedResourceMetadataHandler(resource).handle, get), methods=get)
+        for path in PROTECTED_RESOURCE_PATHS
+    ]
     return routes + [
-        Route("/.well-known/oauth-authorization-server",
-              edge(MetadataHandler(authorization_metadata(provider.issuer)).handle, get), methods=get),
-        Route("/register", edge(RegistrationHandler(provider, registration).handle, post, limit=registrations),
-              methods=post),
-        Route("/authorize", edge(with_issuer(provider.issuer, AuthorizationHandler(provider).handle),
-                                 limit=authorizations), methods=["GET", "POST"]),
+        Route(
+            "/.well-known/oauth-authorization-server",
+            edge(MetadataHandler(authorization_metadata(provider.issuer)).handle, get),
+            methods=get,
+        ),
+        Route(
+            "/register",
+            edge(RegistrationHandler(provider, registration).handle, post, limit=registrations),
+            methods=post,
+        ),
+        Route(
+            "/authorize",
+            edge(with_issuer(provider.issuer, AuthorizationHandler(provider).handle), limit=authorizations),
+            methods=["GET", "POST"],
+        ),
         Route(CONSENT_PATH, edge(consent.handle), methods=["GET", "POST"]),
         Route("/token", edge(only_for(provider.resource, token.handle), post), methods=post),
         Route("/revoke", edge(partial(revoke, provider, clients), post), methods=post),
@@ -128,7 +150,9 @@ async def revoke(provider: SiteAuthorizationServer, clients: DigestClientAuthent
     if not isinstance(presented, str) or not presented:
         return oauth_error(400, "invalid_request", "token is required")
     loaders: list[Callable[[str], Awaitable[GrantAccessToken | GrantRefreshToken | None]]] = [
-        provider.load_access_token, partial(provider.load_refresh_token, client)]
+        provider.load_access_token,
+        partial(provider.load_refresh_token, client),
+    ]
     if hint == "refresh_token":
         loaders.reverse()
     for load in loaders:
@@ -143,6 +167,7 @@ async def revoke(provider: SiteAuthorizationServer, clients: DigestClientAuthent
 def with_issuer(issuer: str, handler: Handler) -> Handler:
     """The SDK's own error redirects (a refused scope or resource) carry no `iss`; ours all do (RFC 9207:
     once the metadata promises it, a client refuses a response without it)."""
+
     async def handled(request: Request) -> Response:
         response = await handler(request)
         location = response.headers.get("location")
@@ -155,6 +180,7 @@ def with_issuer(issuer: str, handler: Handler) -> Handler:
 
 def only_for(resource: str, handler: Handler) -> Handler:
     """RFC 8707 §2.2: a token request for a resource other than this server's /mcp is `invalid_target`."""
+
     async def checked(request: Request) -> Response:
         asked = (await request.form()).get("resource")  # Starlette keeps the parsed form for the handler
         if isinstance(asked, str) and canonical_resource(asked) != canonical_resource(resource):
@@ -165,8 +191,9 @@ def only_for(resource: str, handler: Handler) -> Handler:
 
 
 def oauth_error(status: int, error: str, description: str) -> JSONResponse:
-    return JSONResponse({"error": error, "error_description": description}, status_code=status,
-                        headers={"Cache-Control": "no-store"})
+    return JSONResponse(
+        {"error": error, "error_description": description}, status_code=status, headers={"Cache-Control": "no-store"}
+    )
 
 
 class PerAddress:
@@ -228,8 +255,11 @@ class OAuthEdge:
 
 async def _send(send: Send, status: int, error: str, description: str, *, retry_after: int | None = None) -> None:
     body = json.dumps({"error": error, "error_description": description}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"cache-control", b"no-store")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+    ]
     if retry_after is not None:
         headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -42,8 +42,10 @@ class RestApp:
             version="1",
             summary="Durable conversation logs and searchable saved memories for AI agents.",
             description="The REST face of the MCP tools: same operations, same validation, same errors "
-                        '(`{"error": {"code", "message", "retryable"}}` with the documented HTTP status).',
-            openapi_url=None, docs_url=None, redoc_url=None,
+            '(`{"error": {"code", "message", "retryable"}}` with the documented HTTP status).',
+            openapi_url=None,
+            docs_url=None,
+            redoc_url=None,
             generate_unique_id_function=lambda route: route.name,  # operationId = the handler's name
         )
         routers = [memory_routes(services.memory_ops), log_routes(services.logs)]
@@ -84,7 +86,8 @@ class RestApp:
                 log.error("REST request failed unexpectedly", exc_info=exc)
             if not started and scope["type"] == "http":
                 await error_response(Unavailable("internal error; it has been logged, retry later"))(
-                    scope, receive, send)
+                    scope, receive, send
+                )
 
 
 class RestRoute(BaseRoute):
@@ -99,7 +102,7 @@ class RestRoute(BaseRoute):
         if scope["type"] == "http":
             path, root = scope["path"], scope.get("root_path", "")
             if root and path.startswith(root):
-                path = path[len(root):]
+                path = path[len(root) :]
             if path == PREFIX or path.startswith(PREFIX + "/"):
                 return Match.FULL, {}
         return Match.NONE, {}

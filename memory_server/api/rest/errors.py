@@ -60,8 +60,9 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
 COMMON = (401, 403, 413, 422, 429, 503)
 
 
-def error_response(error: AppError, *, status: int | None = None, headers: dict[str, str] | None = None
-                   ) -> JSONResponse:
+def error_response(
+    error: AppError, *, status: int | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     headers = dict(headers or {})
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = CHALLENGE
@@ -107,13 +108,15 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
         return error_response(NotFound(f"no route {where}"))
     if exc.status_code == 405:
         allow = ", ".join(_allowed_methods(request)) or (exc.headers or {}).get("Allow", "")
-        return error_response(NotFound(f"{request.method} is not supported here; allowed: {allow}"),
-                              status=405, headers={"Allow": allow})
+        return error_response(
+            NotFound(f"{request.method} is not supported here; allowed: {allow}"), status=405, headers={"Allow": allow}
+        )
     if exc.status_code == 413:
         return error_response(PayloadTooLarge("request body too large"))
     if exc.status_code == 400:  # FastAPI could not read the body (e.g. not UTF-8)
-        return error_response(InvalidParameters("body: could not be read as JSON (not UTF-8 text, or nested "
-                                                "too deeply)"))
+        return error_response(
+            InvalidParameters("body: could not be read as JSON (not UTF-8 text, or nested too deeply)")
+        )
     if exc.status_code == 401:
         return error_response(Unauthorized("credentials required (Basic or Bearer)"))
     if exc.status_code < 500:
@@ -136,8 +139,9 @@ async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     exc.__dict__[HANDLED] = True
     if isinstance(exc, RecursionError):
         return error_response(InvalidParameters("the request is nested too deeply"))
-    return error_response(unexpected(exc, health=request.app.state.health,
-                                     where=f"REST {request.method} {request.url.path}"))
+    return error_response(
+        unexpected(exc, health=request.app.state.health, where=f"REST {request.method} {request.url.path}")
+    )
 
 
 def install(api: FastAPI) -> None:

@@ -35,25 +35,29 @@ class _DocumentedBearer(HTTPBearer):
 
 
 basic_scheme = _DocumentedBasic(
-    scheme_name="basicAuth", auto_error=False,
+    scheme_name="basicAuth",
+    auto_error=False,
     description="The site's Basic credential (username = site name): full access, required by the "
-                "conversation-log routes.",
+    "conversation-log routes.",
 )
 bearer_scheme = _DocumentedBearer(
-    scheme_name="bearerAuth", auto_error=False,
+    scheme_name="bearerAuth",
+    auto_error=False,
     description="A site token (`mst_...`) with memory:read and/or memory:write, optionally bounded to teams, "
-                "projects and/or buckets. Saved-memory routes only.",
+    "projects and/or buckets. Saved-memory routes only.",
 )
 
 
 # The schemes document the credentials in the OpenAPI document; the auth middleware has checked them.
-async def any_credential(request: Request, _basic: HTTPBasicCredentials | None = Security(basic_scheme),
-                         _bearer: HTTPAuthorizationCredentials | None = Security(bearer_scheme)) -> Principal:
+async def any_credential(
+    request: Request,
+    _basic: HTTPBasicCredentials | None = Security(basic_scheme),
+    _bearer: HTTPAuthorizationCredentials | None = Security(bearer_scheme),
+) -> Principal:
     return require_principal(request.scope)
 
 
-async def basic_credential(request: Request,
-                           _basic: HTTPBasicCredentials | None = Security(basic_scheme)) -> Principal:
+async def basic_credential(request: Request, _basic: HTTPBasicCredentials | None = Security(basic_scheme)) -> Principal:
     """The operation's own Basic-only check, run before the request is validated: a Bearer caller learns
     that first, whatever else is wrong with the request."""
     principal = require_principal(request.scope)
@@ -68,8 +72,9 @@ async def valid_unicode(request: Request) -> None:
         try:
             json.dumps(json.loads(body), ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidParameters("the body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff); "
-                                    "text must be valid Unicode") from None
+            raise InvalidParameters(
+                "the body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff); text must be valid Unicode"
+            ) from None
         except (ValueError, RecursionError):
             pass  # malformed JSON is reported by the body parser
 

@@ -40,13 +40,21 @@ class PostgresCandidateStore:
     def visible_count(self, scope: Scope, up_to: int) -> int:
         where, args = scope_sql(scope)
         # Counted only up to the limit: a full count would walk every visible row of a large site.
-        row = self._db.read(lambda conn: conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT %s) AS v",
-            [*args, up_to + 1]).fetchone())
+        row = self._db.read(
+            lambda conn: conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT %s) AS v", [*args, up_to + 1]
+            ).fetchone()
+        )
         return int(row[0]) if row else 0
 
-    def load(self, scope: Scope, ids: Sequence[int] | None, model: str, cached: Callable[[int, str], bool],
-             up_to: int | None = None) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
+    def load(
+        self,
+        scope: Scope,
+        ids: Sequence[int] | None,
+        model: str,
+        cached: Callable[[int, str], bool],
+        up_to: int | None = None,
+    ) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
         """The visible memories embedded with `model` (all, or those of `ids`), in id order; and the rows of
         those `cached(id, updated_at)` does not already hold, read in the same snapshot."""
         where, args = scope_sql(scope)
@@ -57,9 +65,14 @@ class PostgresCandidateStore:
 
         def read(conn: Conn) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
             # Sorted here: ORDER BY with a LIMIT may walk the primary key rather than the scope's index.
-            visible = sorted((int(row_id), str(updated_at)) for row_id, updated_at in conn.execute(
-                f"SELECT m.id, m.updated_at FROM memories m WHERE {where} AND m.vector_model = %s"
-                f" AND m.vector IS NOT NULL{limit}", [*args, model]).fetchall())
+            visible = sorted(
+                (int(row_id), str(updated_at))
+                for row_id, updated_at in conn.execute(
+                    f"SELECT m.id, m.updated_at FROM memories m WHERE {where} AND m.vector_model = %s"
+                    f" AND m.vector IS NOT NULL{limit}",
+                    [*args, model],
+                ).fetchall()
+            )
             if up_to is not None and len(visible) > up_to:
                 return visible, []
             missing = [row_id for row_id, updated_at in visible if not cached(row_id, updated_at)]
@@ -69,22 +82,33 @@ class PostgresCandidateStore:
 
     def newest(self, model: str, limit: int) -> Iterator[list[CandidateRow]]:
         """The rows of the newest `limit` memories embedded with `model`, in id order, CHUNK at a time."""
-        ids = sorted(int(r[0]) for r in self._db.read(lambda conn: conn.execute(
-            "SELECT id FROM memories WHERE vector_model = %s AND vector IS NOT NULL ORDER BY id DESC LIMIT %s",
-            [model, limit]).fetchall()))
+        ids = sorted(
+            int(r[0])
+            for r in self._db.read(
+                lambda conn: conn.execute(
+                    "SELECT id FROM memories WHERE vector_model = %s AND vector IS NOT NULL ORDER BY id DESC LIMIT %s",
+                    [model, limit],
+                ).fetchall()
+            )
+        )
         for start in range(0, len(ids), CHUNK):
-            yield self._db.read(partial(_candidate_rows, ids=ids[start:start + CHUNK]))
+            yield self._db.read(partial(_candidate_rows, ids=ids[start : start + CHUNK]))
 
     def next_expiry(self, scope: Scope) -> str | None:
         where, args = scope_sql(scope)
-        row = self._db.read(lambda conn: conn.execute(f"SELECT min(m.expires_at) FROM memories m WHERE {where}",
-                                                      args).fetchone())
+        row = self._db.read(
+            lambda conn: conn.execute(f"SELECT min(m.expires_at) FROM memories m WHERE {where}", args).fetchone()
+        )
         return str(row[0]) if row and row[0] is not None else None
 
     def bucket_sizes(self, model: str) -> list[tuple[int, str | None, int]]:
-        rows = self._db.read(lambda conn: conn.execute(
-            "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = %s"
-            " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC", [model]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = %s"
+                " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC",
+                [model],
+            ).fetchall()
+        )
         return [(int(site_id), bucket, int(n)) for site_id, bucket, n, _ in rows]
 
     def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
@@ -92,9 +116,13 @@ class PostgresCandidateStore:
         Counting visits every matching row (a common term's at 100k: ~100 ms, the first recalls' p95 after a
         start), hence `up_to`."""
         limit = "" if up_to is None else f" LIMIT {int(up_to) + 1}"
-        rows = self._db.read(lambda conn: conn.execute(
-            f"SELECT q.t, (SELECT count(*) FROM (SELECT 1 FROM memories_fts f WHERE f.tokens @> ARRAY[q.t]{limit})"
-            " AS holding) FROM unnest(%s::text[]) AS q (t)", [list(terms)]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                f"SELECT q.t, (SELECT count(*) FROM (SELECT 1 FROM memories_fts f WHERE f.tokens @> ARRAY[q.t]{limit})"
+                " AS holding) FROM unnest(%s::text[]) AS q (t)",
+                [list(terms)],
+            ).fetchall()
+        )
         return {term: 0 for term in terms} | {str(term): int(n) for term, n in rows}
 
     def top_id(self) -> int:
@@ -112,10 +140,14 @@ class PostgresCandidateStore:
         def read(conn: Conn) -> list[int]:
             totals = conn.execute("SELECT rows, tokens FROM memories_fts_totals").fetchone()
             hits = _phrase_hits(conn, phrases)
-            rows = {int(row_id): list(tokens) for row_id, tokens in conn.execute(
-                "SELECT f.id, f.tokens FROM memories_fts f JOIN memories m ON m.id = f.id"
-                f" WHERE {match} AND m.vector IS NOT NULL AND {where}",  # without a vector, no candidate
-                [*match_args, *args]).fetchall()}
+            rows = {
+                int(row_id): list(tokens)
+                for row_id, tokens in conn.execute(
+                    "SELECT f.id, f.tokens FROM memories_fts f JOIN memories m ON m.id = f.id"
+                    f" WHERE {match} AND m.vector IS NOT NULL AND {where}",  # without a vector, no candidate
+                    [*match_args, *args],
+                ).fetchall()
+            }
             return bm25_order(rows, phrases, hits, (int(totals[0]), int(totals[1])) if totals else (0, 0), limit)
 
         return self._db.read(read, snapshot=True)
@@ -123,12 +155,15 @@ class PostgresCandidateStore:
     def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
         if not ids:
             return set()
-        rows = self._db.read(lambda conn: conn.execute(
-            "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
-            " AND n.conversation_id = m.conversation_id"
-            " AND n.conversation_seq BETWEEN m.conversation_seq - %s AND m.conversation_seq + %s"
-            " WHERE m.id = ANY(%s::bigint[]) AND m.conversation_id IS NOT NULL",
-            [reach, reach, list(ids)]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
+                " AND n.conversation_id = m.conversation_id"
+                " AND n.conversation_seq BETWEEN m.conversation_seq - %s AND m.conversation_seq + %s"
+                " WHERE m.id = ANY(%s::bigint[]) AND m.conversation_id IS NOT NULL",
+                [reach, reach, list(ids)],
+            ).fetchall()
+        )
         return {int(r[0]) for r in rows}
 
 
@@ -137,9 +172,14 @@ def _phrase_hits(conn: Conn, phrases: Sequence[list[str]]) -> list[int]:
     singles = [phrase[0] for phrase in phrases if len(phrase) == 1]
     counts: dict[str, int] = {}
     if singles:
-        counts = {str(t): int(n) for t, n in conn.execute(
-            "SELECT q.t, (SELECT count(*) FROM memories_fts f WHERE f.tokens @> ARRAY[q.t])"
-            " FROM unnest(%s::text[]) AS q (t)", [sorted(set(singles))]).fetchall()}
+        counts = {
+            str(t): int(n)
+            for t, n in conn.execute(
+                "SELECT q.t, (SELECT count(*) FROM memories_fts f WHERE f.tokens @> ARRAY[q.t])"
+                " FROM unnest(%s::text[]) AS q (t)",
+                [sorted(set(singles))],
+            ).fetchall()
+        }
     hits: list[int] = []
     for phrase in phrases:
         if len(phrase) == 1:
@@ -147,19 +187,33 @@ def _phrase_hits(conn: Conn, phrases: Sequence[list[str]]) -> list[int]:
         elif not phrase:
             hits.append(0)
         else:
-            rows = conn.execute("SELECT f.tokens FROM memories_fts f WHERE f.tokens @> %s::text[]",
-                                [phrase]).fetchall()
+            rows = conn.execute("SELECT f.tokens FROM memories_fts f WHERE f.tokens @> %s::text[]", [phrase]).fetchall()
             hits.append(sum(1 for (tokens,) in rows if instances(list(tokens), phrase)))
     return hits
 
 
 def _candidate_rows(conn: Conn, ids: Sequence[int]) -> list[CandidateRow]:
-    found: list[tuple[Any, ...]] = conn.cursor(binary=True).execute(
-        "SELECT m.id, m.site_id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq,"
-        " m.vector, f.terms FROM memories m JOIN memories_fts f ON f.id = m.id"
-        " WHERE m.id = ANY(%s::bigint[]) AND m.vector IS NOT NULL ORDER BY m.id", [list(ids)]).fetchall()
-    return [CandidateRow(id=int(row_id), site_id=int(site_id), updated_at=str(updated_at), content=str(content),
-                         occurred_at=str(occurred_at), conversation_id=conversation_id,
-                         seq=None if seq is None else int(seq), vector=np.frombuffer(blob, dtype=np.float32),
-                         terms=str(terms).split())
-            for row_id, site_id, updated_at, content, occurred_at, conversation_id, seq, blob, terms in found]
+    found: list[tuple[Any, ...]] = (
+        conn.cursor(binary=True)
+        .execute(
+            "SELECT m.id, m.site_id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq,"
+            " m.vector, f.terms FROM memories m JOIN memories_fts f ON f.id = m.id"
+            " WHERE m.id = ANY(%s::bigint[]) AND m.vector IS NOT NULL ORDER BY m.id",
+            [list(ids)],
+        )
+        .fetchall()
+    )
+    return [
+        CandidateRow(
+            id=int(row_id),
+            site_id=int(site_id),
+            updated_at=str(updated_at),
+            content=str(content),
+            occurred_at=str(occurred_at),
+            conversation_id=conversation_id,
+            seq=None if seq is None else int(seq),
+            vector=np.frombuffer(blob, dtype=np.float32),
+            terms=str(terms).split(),
+        )
+        for row_id, site_id, updated_at, content, occurred_at, conversation_id, seq, blob, terms in found
+    ]

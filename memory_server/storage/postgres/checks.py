@@ -14,8 +14,10 @@ from memory_server.storage.postgres.errors import first_line
 from memory_server.storage.postgres.schema import SCHEMA, schema_version
 
 MIN_VERSION = 120000  # server_version_num: generated columns and MATERIALIZED CTEs came in 12
-SETTINGS = ("SELECT current_setting('server_version'), current_setting('server_version_num')::int,"
-            " current_setting('synchronous_commit'), current_setting('fsync'), pg_is_in_recovery()")
+SETTINGS = (
+    "SELECT current_setting('server_version'), current_setting('server_version_num')::int,"
+    " current_setting('synchronous_commit'), current_setting('fsync'), pg_is_in_recovery()"
+)
 
 
 @dataclass
@@ -36,8 +38,9 @@ def where(url: str) -> str:
 
 
 def _counts(conn: Conn) -> tuple[int, int, int, int]:
-    row = conn.execute("SELECT count(*), count(*) FILTER (WHERE indexed = 1),"
-                       " (SELECT count(*) FROM index_deletions) FROM memories").fetchone()
+    row = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE indexed = 1), (SELECT count(*) FROM index_deletions) FROM memories"
+    ).fetchone()
     total, indexed, deletions = (int(v) for v in row) if row else (0, 0, 0)
     return total, indexed, total - indexed, deletions
 
@@ -49,8 +52,12 @@ def postgres_checks(url: str, state: PostgresState) -> Iterator[Check]:
         conn = connect(url)
         row = conn.execute(SETTINGS).fetchone()
     except psycopg.Error as exc:
-        yield Check("postgres", FAIL, f"cannot connect to {where(url)}: {first_line(exc)}",
-                    "start PostgreSQL, or correct MEMORY_DATABASE_URL")
+        yield Check(
+            "postgres",
+            FAIL,
+            f"cannot connect to {where(url)}: {first_line(exc)}",
+            "start PostgreSQL, or correct MEMORY_DATABASE_URL",
+        )
         return
     state.conn = conn
     version, number, synchronous, fsync, standby = row if row else ("?", 0, "?", "?", False)
@@ -58,8 +65,12 @@ def postgres_checks(url: str, state: PostgresState) -> Iterator[Check]:
     if int(number) >= MIN_VERSION:
         yield Check("postgres version", OK, f"PostgreSQL {version}")
     else:
-        yield Check("postgres version", FAIL, f"PostgreSQL {version} is older than 12",
-                    "upgrade PostgreSQL to version 12 or newer")
+        yield Check(
+            "postgres version",
+            FAIL,
+            f"PostgreSQL {version} is older than 12",
+            "upgrade PostgreSQL to version 12 or newer",
+        )
     yield from _durability(str(synchronous), str(fsync), bool(standby))
     yield from _schema(conn)
     if (schema_version(conn) or 0) >= 2:
@@ -70,14 +81,23 @@ def _durability(synchronous: str, fsync: str, standby: bool) -> Iterator[Check]:
     if synchronous == "on":
         yield Check("postgres durability", OK, "synchronous_commit on (set on every connection)")
     else:
-        yield Check("postgres durability", FAIL, f"synchronous_commit is {synchronous} on this connection",
-                    "remove any override of synchronous_commit for the memory-server role or database")
+        yield Check(
+            "postgres durability",
+            FAIL,
+            f"synchronous_commit is {synchronous} on this connection",
+            "remove any override of synchronous_commit for the memory-server role or database",
+        )
     if fsync != "on":
-        yield Check("postgres fsync", FAIL, "fsync is off: a crash of the machine can lose acknowledged writes",
-                    "set fsync = on in postgresql.conf and reload PostgreSQL")
+        yield Check(
+            "postgres fsync",
+            FAIL,
+            "fsync is off: a crash of the machine can lose acknowledged writes",
+            "set fsync = on in postgresql.conf and reload PostgreSQL",
+        )
     if standby:
-        yield Check("postgres writable", FAIL, "connected to a standby (read-only)",
-                    "point MEMORY_DATABASE_URL at the primary")
+        yield Check(
+            "postgres writable", FAIL, "connected to a standby (read-only)", "point MEMORY_DATABASE_URL at the primary"
+        )
     else:
         yield Check("postgres writable", OK, "primary (not in recovery)")
 
@@ -94,5 +114,9 @@ def _schema(conn: Conn) -> Iterator[Check]:
     elif found < current:
         yield Check("schema", FAIL, f"version {found}, this memory-server uses {current}", start)
     else:
-        yield Check("schema", FAIL, f"version {found} is newer than this memory-server's ({current})",
-                    "upgrade memory-server to the version that wrote this database")
+        yield Check(
+            "schema",
+            FAIL,
+            f"version {found} is newer than this memory-server's ({current})",
+            "upgrade memory-server to the version that wrote this database",
+        )

@@ -184,9 +184,17 @@ class Database:
         self.health = StorageHealth("postgres")
         self._throttle = Throttle(log)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
-            url, connection_class=PooledConnection, min_size=SYNC_POOL[0], max_size=SYNC_POOL[1], open=False,
-            name="memory-server", kwargs=connect_options(url), configure=_configure, timeout=retry_budget_s,
-            reconnect_timeout=RECONNECT_TIMEOUT_S)
+            url,
+            connection_class=PooledConnection,
+            min_size=SYNC_POOL[0],
+            max_size=SYNC_POOL[1],
+            open=False,
+            name="memory-server",
+            kwargs=connect_options(url),
+            configure=_configure,
+            timeout=retry_budget_s,
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
+        )
         self._pool.open(wait=False)
         self._loop = LoopThread("postgres-appends")
         self._apool: asyncio.Task[AsyncConnectionPool[AsyncConn]] | None = None
@@ -196,6 +204,7 @@ class Database:
     def read(self, work: Callable[[Conn], T], *, snapshot: bool = False) -> T:
         """Run a read (retried whatever happens: reads change nothing). `snapshot`: its statements inside one
         REPEATABLE READ transaction, so they all see the same commit."""
+
         def run(conn: Conn, _: Attempts) -> T:
             if not snapshot:
                 return work(conn)
@@ -212,6 +221,7 @@ class Database:
         """Run a write inside BEGIN … COMMIT, acknowledged after COMMIT. `single`: `work` is one statement,
         run as its own transaction (one round trip). `idempotent`: running it twice does no harm, so it is
         retried even when the connection broke after COMMIT was sent."""
+
         def run(conn: Conn, attempts: Attempts) -> T:
             if single:
                 attempts.committing = True
@@ -224,8 +234,7 @@ class Database:
         return self._run(run, idempotent=idempotent, writes=True)
 
     def _run(self, run: Callable[[Conn, Attempts], T], *, idempotent: bool, writes: bool) -> T:
-        attempts = Attempts(self.retry_budget_s, idempotent=idempotent, health=self.health,
-                            throttle=self._throttle)
+        attempts = Attempts(self.retry_budget_s, idempotent=idempotent, health=self.health, throttle=self._throttle)
         while True:
             try:
                 with self._connection(attempts) as conn:
@@ -263,8 +272,7 @@ class Database:
         return await asyncio.wrap_future(self._loop.submit(lambda: self._run_async(work, idempotent)))
 
     async def _run_async(self, work: Callable[[AsyncConn], Awaitable[T]], idempotent: bool) -> T:
-        attempts = Attempts(self.retry_budget_s, idempotent=idempotent, health=self.health,
-                            throttle=self._throttle)
+        attempts = Attempts(self.retry_budget_s, idempotent=idempotent, health=self.health, throttle=self._throttle)
         while True:
             try:
                 pool = await self._async_pool()
@@ -292,9 +300,17 @@ class Database:
 
     async def _open_async_pool(self) -> AsyncConnectionPool[AsyncConn]:
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-            self.url, connection_class=PooledAsyncConnection, min_size=ASYNC_POOL[0], max_size=ASYNC_POOL[1],
-            open=False, name="memory-server-appends", kwargs=connect_options(self.url),
-            configure=_configure_async, timeout=self.retry_budget_s, reconnect_timeout=RECONNECT_TIMEOUT_S)
+            self.url,
+            connection_class=PooledAsyncConnection,
+            min_size=ASYNC_POOL[0],
+            max_size=ASYNC_POOL[1],
+            open=False,
+            name="memory-server-appends",
+            kwargs=connect_options(self.url),
+            configure=_configure_async,
+            timeout=self.retry_budget_s,
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
+        )
         await pool.open(wait=False)
         return pool
 

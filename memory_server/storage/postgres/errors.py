@@ -39,8 +39,10 @@ LOST_STATES = {"57P01", "57P02", "57P03"}  # admin_shutdown, crash_shutdown, can
 RESOURCE_STATES = {"53000", "53200", "53300", "53400"}  # insufficient resources, out of memory, connections
 DAMAGE_STATES = {"XX001", "XX002"}  # data_corrupted, index_corrupted
 
-UNCERTAIN = ("the connection to PostgreSQL was lost while the write was being committed, so it may or may not "
-             "have been saved; retry (an append with an idempotency key is applied at most once)")
+UNCERTAIN = (
+    "the connection to PostgreSQL was lost while the write was being committed, so it may or may not "
+    "have been saved; retry (an append with an idempotency key is applied at most once)"
+)
 SHUTTING_DOWN = "the server is shutting down"
 
 
@@ -81,8 +83,10 @@ def refusal(exc: BaseException) -> AuthenticationFailed | None:
     if not isinstance(exc, psycopg.OperationalError) or not any(words in str(exc) for words in REFUSALS):
         return None
     detail = first_line(exc).rpartition("FATAL:")[2].strip()
-    return AuthenticationFailed(f"PostgreSQL authentication failed ({detail}); correct the user and password in "
-                                "MEMORY_DATABASE_URL (retrying will not help)")
+    return AuthenticationFailed(
+        f"PostgreSQL authentication failed ({detail}); correct the user and password in "
+        "MEMORY_DATABASE_URL (retrying will not help)"
+    )
 
 
 def refusal_on_connect(url: str) -> AuthenticationFailed | None:
@@ -126,8 +130,10 @@ def postgres_failure(exc: BaseException) -> AppError | None:
         return Unavailable(f"PostgreSQL is out of resources ({first_line(exc)}); retry later")
     if state in DAMAGE_STATES:
         # "is damaged" is what StorageHealth remembers a damaged store by (for /readyz).
-        return Unavailable(f"the PostgreSQL database is damaged ({first_line(exc)}); restore it from its latest "
-                           "backup (then run `memory-server reindex`)")
+        return Unavailable(
+            f"the PostgreSQL database is damaged ({first_line(exc)}); restore it from its latest "
+            "backup (then run `memory-server reindex`)"
+        )
     if state == "57014":
         return Unavailable(f"PostgreSQL cancelled the statement ({first_line(exc)}); retry")
     if isinstance(exc, psycopg.DataError) and state is None and "NUL" in str(exc):

@@ -48,7 +48,7 @@ def _fts5_tokens(text: str) -> list[str]:
         _local.conn = conn
     conn.execute("INSERT INTO t (rowid, terms) VALUES (1, ?)", (text,))
     try:
-        return [str(row[0]) for row in conn.execute("SELECT term FROM v ORDER BY \"offset\"")]
+        return [str(row[0]) for row in conn.execute('SELECT term FROM v ORDER BY "offset"')]
     finally:
         conn.execute("DELETE FROM t")
 
@@ -60,7 +60,7 @@ def instances(tokens: Sequence[str], phrase: Sequence[str]) -> int:
     if len(phrase) == 1:
         return tokens.count(phrase[0])
     width, wanted = len(phrase), list(phrase)
-    return sum(1 for i in range(len(tokens) - width + 1) if list(tokens[i:i + width]) == wanted)
+    return sum(1 for i in range(len(tokens) - width + 1) if list(tokens[i : i + width]) == wanted)
 
 
 def idf(rows: int, hits: int) -> float:
@@ -77,8 +77,13 @@ def bm25(freqs: Sequence[int], idfs: Sequence[float], size: int, avgdl: float) -
     return score
 
 
-def bm25_order(rows: Mapping[int, Sequence[str]], phrases: Sequence[Sequence[str]], hits: Sequence[int],
-               totals: tuple[int, int], limit: int) -> list[int]:
+def bm25_order(
+    rows: Mapping[int, Sequence[str]],
+    phrases: Sequence[Sequence[str]],
+    hits: Sequence[int],
+    totals: tuple[int, int],
+    limit: int,
+) -> list[int]:
     """The ids of `rows` (id -> tokens) holding any phrase, best first by bm25(), at most `limit` (negative:
     all). `hits[i]`: how many rows of the whole table hold phrase i; `totals`: (rows, tokens) of the table."""
     count, tokens = totals

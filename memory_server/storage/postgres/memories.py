@@ -45,8 +45,10 @@ from memory_server.timestamps import now_rfc3339
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
-INSERT_FTS = ("INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
-              " FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS r (id, terms, tokens)")
+INSERT_FTS = (
+    "INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
+    " FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS r (id, terms, tokens)"
+)
 
 
 class PostgresMemoryStore:
@@ -61,52 +63,82 @@ class PostgresMemoryStore:
     def decided(self, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
         return self._db.read(lambda conn: decided(conn, site_id, memory, kept))
 
-    def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
-               words: Words) -> list[Inserted]:
+    def insert(
+        self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]], words: Words
+    ) -> list[Inserted]:
         def insert_all(conn: Conn) -> list[Inserted]:
             store_words(conn, site_id, words, batch[0][1].model if batch else "")
             outcomes = [insert(conn, site_id, memory, document, kept) for memory, document, kept in batch]
-            created = [(o.row_id, d.terms) for o, (_, d, _) in zip(outcomes, batch, strict=True)
-                       if o.row_id is not None]
+            created = [
+                (o.row_id, d.terms) for o, (_, d, _) in zip(outcomes, batch, strict=True) if o.row_id is not None
+            ]
             if created:
-                conn.execute(INSERT_FTS, [[row_id for row_id, _ in created], [terms for _, terms in created],
-                                          [" ".join(fts_tokens(terms)) for _, terms in created]])
+                conn.execute(
+                    INSERT_FTS,
+                    [
+                        [row_id for row_id, _ in created],
+                        [terms for _, terms in created],
+                        [" ".join(fts_tokens(terms)) for _, terms in created],
+                    ],
+                )
             return outcomes
 
         return self._db.write(insert_all)
 
-    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]],
-                     words: Words) -> list[Inserted] | None:
+    def insert_turns(
+        self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]], words: Words
+    ) -> list[Inserted] | None:
         def insert_all(conn: Conn) -> list[Inserted] | None:
             # The conversation's row lock orders indexers (of several servers) and a deletion's mark.
-            row = conn.execute("SELECT indexed_seq, first_recorded_at, deleting FROM conversations"
-                               " WHERE site_id = %s AND conversation_id = %s FOR UPDATE",
-                               [at.site_id, at.conversation_id]).fetchone()
+            row = conn.execute(
+                "SELECT indexed_seq, first_recorded_at, deleting FROM conversations"
+                " WHERE site_id = %s AND conversation_id = %s FOR UPDATE",
+                [at.site_id, at.conversation_id],
+            ).fetchone()
             if row is None or row[2] or int(row[0]) != at.indexed_seq or row[1] != at.first_recorded_at:
                 return None
             store_words(conn, at.site_id, words, batch[0][1].model if batch else "")
             outcomes = [insert(conn, at.site_id, memory, document) for memory, document in batch]
             created = [(o.row_id, d.terms) for o, (_, d) in zip(outcomes, batch, strict=True) if o.row_id is not None]
             if created:
-                conn.execute(INSERT_FTS, [[row_id for row_id, _ in created], [terms for _, terms in created],
-                                          [" ".join(fts_tokens(terms)) for _, terms in created]])
-            conn.execute("UPDATE conversations SET indexed_seq = %s, index_skipped = index_skipped + %s"
-                         " WHERE site_id = %s AND conversation_id = %s",
-                         [next_seq, skipped, at.site_id, at.conversation_id])
+                conn.execute(
+                    INSERT_FTS,
+                    [
+                        [row_id for row_id, _ in created],
+                        [terms for _, terms in created],
+                        [" ".join(fts_tokens(terms)) for _, terms in created],
+                    ],
+                )
+            conn.execute(
+                "UPDATE conversations SET indexed_seq = %s, index_skipped = index_skipped + %s"
+                " WHERE site_id = %s AND conversation_id = %s",
+                [next_seq, skipped, at.site_id, at.conversation_id],
+            )
             return outcomes
 
         return self._db.write(insert_all)
 
-    def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
-               document: Document | None, words: Words) -> int | None:
+    def update(
+        self,
+        site_id: int,
+        reference: str,
+        memory: NewMemory,
+        *,
+        based_on: Mapping[str, Any],
+        document: Document | None,
+        words: Words,
+    ) -> int | None:
         return self._db.write(lambda conn: update(conn, site_id, reference, memory, based_on, document, words))
 
     def delete(self, scope: Scope, reference: str) -> int | None:
         where, args = scope_sql(scope)
 
         def delete(conn: Conn) -> int | None:
-            found = conn.execute(f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m"
-                                 f" WHERE m.reference = %s AND {where} FOR UPDATE", [reference, *args]).fetchone()
+            found = conn.execute(
+                f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m"
+                f" WHERE m.reference = %s AND {where} FOR UPDATE",
+                [reference, *args],
+            ).fetchone()
             if found is None:
                 return None
             chains(conn).bridge(scope.site_id, reference, found[1], found[2])
@@ -123,10 +155,18 @@ class PostgresMemoryStore:
         rows = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = %s AND {where}", [reference, *args])
         return rows[0] if rows else None
 
-    def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
-             after: tuple[str, int] | None, occurred_after: str | None = None,
-             occurred_before: str | None = None, order: str = BY_CREATED,
-             ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+    def page(
+        self,
+        scope: Scope,
+        *,
+        location: str | None,
+        provenance: dict[str, str],
+        limit: int,
+        after: tuple[str, int] | None,
+        occurred_after: str | None = None,
+        occurred_before: str | None = None,
+        order: str = BY_CREATED,
+    ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
         """Keyset pagination on (created_at, id) or (occurred_at, id): rows written while a client pages never
         shift a page, and every row present throughout is returned exactly once."""
         column = order_column(order)
@@ -134,23 +174,40 @@ class PostgresMemoryStore:
         if after is not None:
             where += f" AND (m.{column} < %s OR (m.{column} = %s AND m.id < %s))"
             args += [after[0], after[0], after[1]]
-        found = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE {where}"
-                           f" ORDER BY m.{column} DESC, m.id DESC LIMIT %s", [*args, limit + 1])
+        found = self._rows(
+            f"SELECT {COLUMNS} FROM memories m WHERE {where} ORDER BY m.{column} DESC, m.id DESC LIMIT %s",
+            [*args, limit + 1],
+        )
         page = found[:limit]
         following = (getattr(page[-1], column), page[-1].id) if len(found) > limit else None
         return page, following
 
-    def count_listed(self, scope: Scope, *, location: str | None, provenance: dict[str, str], up_to: int,
-                     occurred_after: str | None = None, occurred_before: str | None = None) -> int:
+    def count_listed(
+        self,
+        scope: Scope,
+        *,
+        location: str | None,
+        provenance: dict[str, str],
+        up_to: int,
+        occurred_after: str | None = None,
+        occurred_before: str | None = None,
+    ) -> int:
         where, args = self._listed(scope, location, provenance, occurred_after, occurred_before)
-        row = self._db.read(lambda conn: conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT %s) AS v",
-            [*args, up_to + 1]).fetchone())
+        row = self._db.read(
+            lambda conn: conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT %s) AS v", [*args, up_to + 1]
+            ).fetchone()
+        )
         return int(row[0]) if row else 0
 
     @staticmethod
-    def _listed(scope: Scope, location: str | None, provenance: dict[str, str], occurred_after: str | None,
-                occurred_before: str | None) -> tuple[str, list[object]]:
+    def _listed(
+        scope: Scope,
+        location: str | None,
+        provenance: dict[str, str],
+        occurred_after: str | None,
+        occurred_before: str | None,
+    ) -> tuple[str, list[object]]:
         """The condition of a listing: the scope, the filing place, the provenance and the occurred window."""
         where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before))
         if location is not None:
@@ -161,34 +218,46 @@ class PostgresMemoryStore:
                 raise InvalidParameters(f"cannot filter on provenance.{key}")
             # SQLite's json_extract gives a JSON string as text and anything else as another type: only a
             # string can equal the (text) filter.
-            where += (" AND jsonb_typeof(m.provenance::jsonb -> %s) = 'string'"
-                      " AND m.provenance::jsonb ->> %s = %s")
+            where += " AND jsonb_typeof(m.provenance::jsonb -> %s) = 'string' AND m.provenance::jsonb ->> %s = %s"
             args += [key, key, provenance[key]]
         return where, args
 
     def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
         where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before))
-        rows = self._db.read(lambda conn: conn.execute(
-            f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
-            " GROUP BY day ORDER BY day", args).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
+                " GROUP BY day ORDER BY day",
+                args,
+            ).fetchall()
+        )
         return [(str(row[0]), int(row[1])) for row in rows]
 
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
         if not references:
             return {}
         where, args = scope_sql(scope)
-        sql = (chain_sql("= ANY(?::text[])").replace("?", "%s") + "SELECT chain.start, chain.depth, "
-               f"{COLUMNS} FROM chain JOIN memories m ON m.site_id = %s AND m.reference = chain.ref WHERE {where}")
-        rows = self._db.read(lambda conn: conn.cursor(row_factory=dict_row).execute(
-            sql, [scope.site_id, list(references), scope.site_id, MAX_CHAIN, scope.site_id, *args]).fetchall())
+        sql = (
+            chain_sql("= ANY(?::text[])").replace("?", "%s") + "SELECT chain.start, chain.depth, "
+            f"{COLUMNS} FROM chain JOIN memories m ON m.site_id = %s AND m.reference = chain.ref WHERE {where}"
+        )
+        rows = self._db.read(
+            lambda conn: (
+                conn.cursor(row_factory=dict_row)
+                .execute(sql, [scope.site_id, list(references), scope.site_id, MAX_CHAIN, scope.site_id, *args])
+                .fetchall()
+            )
+        )
         return newest_of([(str(row["start"]), int(row["depth"]), stored(row)) for row in rows])
 
     def purge_expired(self, at: str, limit: int) -> list[int]:
         def purge(conn: Conn) -> list[int]:
             # SKIP LOCKED: replicas purging at once take different rows instead of waiting on each other.
-            rows = conn.execute("SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
-                                " WHERE expires_at <= %s ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
-                                [at, limit]).fetchall()
+            rows = conn.execute(
+                "SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
+                " WHERE expires_at <= %s ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                [at, limit],
+            ).fetchall()
             links = chains(conn)
             for _, site_id, reference, older, newer in rows:
                 links.bridge(int(site_id), str(reference), older, newer)
@@ -210,9 +279,12 @@ class PostgresMemoryStore:
     def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
         if not ids:
             return {}
-        rows = self._db.read(lambda conn: conn.execute(
-            "SELECT id, valid_to FROM memories WHERE id = ANY(%s::bigint[]) AND superseded_by IS NOT NULL",
-            [list(ids)]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT id, valid_to FROM memories WHERE id = ANY(%s::bigint[]) AND superseded_by IS NOT NULL",
+                [list(ids)],
+            ).fetchall()
+        )
         return {int(row[0]): row[1] for row in rows}
 
     def count(self) -> int:
@@ -220,62 +292,83 @@ class PostgresMemoryStore:
         return int(row[0]) if row else 0
 
     def terms_version(self) -> int:
-        row = self._db.read(lambda conn: conn.execute(
-            "SELECT value FROM meta WHERE key = 'terms_version'").fetchone())
+        row = self._db.read(lambda conn: conn.execute("SELECT value FROM meta WHERE key = 'terms_version'").fetchone())
         return int(row[0]) if row else 1
 
-    def rewrite_terms(self, terms: Callable[[str, str | None], str], version: int, *,
-                      batch: int = REWRITE_BATCH) -> int:
+    def rewrite_terms(
+        self, terms: Callable[[str, str | None], str], version: int, *, batch: int = REWRITE_BATCH
+    ) -> int:
         def rewrite(after: int) -> tuple[int, int] | None:
             def work(conn: Conn) -> tuple[int, int] | None:
                 # The rows locked while their terms are worked out: a change of one meanwhile waits, then writes
                 # its own terms over these.
-                rows = conn.execute("SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m JOIN memories_fts f"
-                                    " ON f.id = m.id WHERE m.id > %s ORDER BY m.id LIMIT %s FOR UPDATE OF m",
-                                    [after, batch]).fetchall()
+                rows = conn.execute(
+                    "SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m JOIN memories_fts f"
+                    " ON f.id = m.id WHERE m.id > %s ORDER BY m.id LIMIT %s FOR UPDATE OF m",
+                    [after, batch],
+                ).fetchall()
                 if not rows:
                     return None
-                changed = [(row_id, new) for row_id, content, occurred_at, old in rows
-                           if (new := terms(content, occurred_at)) != old]
+                changed = [
+                    (row_id, new)
+                    for row_id, content, occurred_at, old in rows
+                    if (new := terms(content, occurred_at)) != old
+                ]
                 for row_id, new in changed:
-                    conn.execute("UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
-                                 [new, fts_tokens(new), row_id])
+                    conn.execute(
+                        "UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s", [new, fts_tokens(new), row_id]
+                    )
                 return int(rows[-1][0]), len(changed)
+
             return self._db.write(work, idempotent=True)
 
         after, total = 0, 0
         while (done := rewrite(after)) is not None:
             after, total = done[0], total + done[1]
-        self._db.write(lambda conn: conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('terms_version', %s)"
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [str(version)]), single=True, idempotent=True)
+        self._db.write(
+            lambda conn: conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('terms_version', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [str(version)],
+            ),
+            single=True,
+            idempotent=True,
+        )
         return total
 
     def _rows(self, sql: str, args: list[Any]) -> list[StoredMemory]:
-        return self._db.read(lambda conn: [stored(row) for row in
-                                           conn.cursor(row_factory=dict_row).execute(sql, args).fetchall()])
+        return self._db.read(
+            lambda conn: [stored(row) for row in conn.cursor(row_factory=dict_row).execute(sql, args).fetchall()]
+        )
 
 
 def find_duplicate(conn: Conn, site_id: int, dedup_key: str) -> str | None:
-    row = conn.execute("SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s",
-                       [site_id, dedup_key]).fetchone()
+    row = conn.execute(
+        "SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s", [site_id, dedup_key]
+    ).fetchone()
     return str(row[0]) if row else None
 
 
 def decided(conn: Conn, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
     """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
     if kept is not None and kept.reference is not None:
-        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = %s",
-                           [kept.reference]).fetchone()
+        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = %s", [kept.reference]).fetchone()
         if row is not None:
             if int(row[0]) != site_id:
-                return Inserted(None, kept.reference, CONFLICT,
-                                f"conflict: reference {kept.reference} belongs to a memory of another site")
+                return Inserted(
+                    None,
+                    kept.reference,
+                    CONFLICT,
+                    f"conflict: reference {kept.reference} belongs to a memory of another site",
+                )
             if row[1] != memory.dedup_key:
-                return Inserted(None, kept.reference, CONFLICT,
-                                f"conflict: reference {kept.reference} already holds a memory with other content "
-                                "or filing (type, location, project, team, bucket)")
+                return Inserted(
+                    None,
+                    kept.reference,
+                    CONFLICT,
+                    f"conflict: reference {kept.reference} already holds a memory with other content "
+                    "or filing (type, location, project, team, bucket)",
+                )
             return Inserted(None, kept.reference, PRESENT)
     existing = find_duplicate(conn, site_id, memory.dedup_key)
     return Inserted(None, existing, DUPLICATE) if existing is not None else None
@@ -296,9 +389,24 @@ def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept
         " conversation_id, conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at,"
         " kind, indexed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
         " %s, %s, %s, 0) ON CONFLICT DO NOTHING RETURNING id",
-        [*attribute_values(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
-         conversation_id, seq, vector_blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
-         kept.valid_to, memory.expires_at, memory.kind]).fetchone()
+        [
+            *attribute_values(memory),
+            reference,
+            site_id,
+            created_at,
+            kept.updated_at or created_at,
+            memory.dedup_key,
+            conversation_id,
+            seq,
+            vector_blob(document.vector),
+            document.model,
+            memory.supersedes,
+            kept.superseded_by,
+            kept.valid_to,
+            memory.expires_at,
+            memory.kind,
+        ],
+    ).fetchone()
     if row is not None:
         # Ids are never reused here (an identity column), so no queued deletion can name this one.
         if live and memory.supersedes is not None:  # an import keeps the links it read instead
@@ -311,37 +419,63 @@ def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept
     return outcome
 
 
-def update(conn: Conn, site_id: int, reference: str, memory: NewMemory, based_on: Mapping[str, Any],
-           document: Document | None, words: Words) -> int | None:
+def update(
+    conn: Conn,
+    site_id: int,
+    reference: str,
+    memory: NewMemory,
+    based_on: Mapping[str, Any],
+    document: Document | None,
+    words: Words,
+) -> int | None:
     """PostgresMemoryStore.update inside the caller's transaction (the row locked until COMMIT)."""
-    row = conn.cursor(row_factory=dict_row).execute(
-        f"SELECT {COLUMNS} FROM memories m WHERE m.site_id = %s AND m.reference = %s FOR UPDATE",
-        [site_id, reference]).fetchone()
+    row = (
+        conn.cursor(row_factory=dict_row)
+        .execute(
+            f"SELECT {COLUMNS} FROM memories m WHERE m.site_id = %s AND m.reference = %s FOR UPDATE",
+            [site_id, reference],
+        )
+        .fetchone()
+    )
     if row is None:
         return None
     now = stored(row)
     if any(getattr(now, name) != value for name, value in based_on.items()):
         raise StaleRow(reference)
-    clash = conn.execute("SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s AND id != %s",
-                         [site_id, memory.dedup_key, now.id]).fetchone()
+    clash = conn.execute(
+        "SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s AND id != %s",
+        [site_id, memory.dedup_key, now.id],
+    ).fetchone()
     if clash is not None:
         raise InvalidParameters(
             f"memory {clash[0]} already has this content with the same type, location, project, team and "
-            "bucket; forget one of them instead of making them identical")
+            "bucket; forget one of them instead of making them identical"
+        )
     conversation_id, seq = memory.conversation_position
-    assignments = ("content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
-                   " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
-                   " conversation_id = %s, conversation_seq = %s, supersedes = %s, expires_at = %s, indexed = 0")
-    values: list[Any] = [*attribute_values(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
-                         memory.supersedes, memory.expires_at]
+    assignments = (
+        "content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
+        " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
+        " conversation_id = %s, conversation_seq = %s, supersedes = %s, expires_at = %s, indexed = 0"
+    )
+    values: list[Any] = [
+        *attribute_values(memory),
+        now_rfc3339(),
+        memory.dedup_key,
+        conversation_id,
+        seq,
+        memory.supersedes,
+        memory.expires_at,
+    ]
     if document is not None:
         assignments += ", vector = %s, vector_model = %s"
         values += [vector_blob(document.vector), document.model]
         store_words(conn, site_id, words, document.model)
     conn.execute(f"UPDATE memories SET {assignments} WHERE id = %s", [*values, now.id])
     if document is not None:
-        conn.execute("UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
-                     [document.terms, fts_tokens(document.terms), now.id])
+        conn.execute(
+            "UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
+            [document.terms, fts_tokens(document.terms), now.id],
+        )
     relink(chains(conn), site_id, reference, now, memory)
     return now.id
 
@@ -362,4 +496,5 @@ def store_words(conn: Conn, site_id: int, words: Words, model: str) -> None:
         "INSERT INTO memory_words (site_id, word, model, vector) SELECT %s, w.word, %s, w.vector"
         " FROM unnest(%s::text[], %s::bytea[]) AS w (word, vector)"
         " ON CONFLICT (site_id, word) DO UPDATE SET model = excluded.model, vector = excluded.vector",
-        [site_id, model, list(latest), list(latest.values())])
+        [site_id, model, list(latest), list(latest.values())],
+    )

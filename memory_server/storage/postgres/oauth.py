@@ -51,7 +51,6 @@ from memory_server.timestamps import now_rfc3339, rfc3339_at
 Row = dict[str, Any]
 
 
-
 class PostgresOAuthStore:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -61,12 +60,27 @@ class PostgresOAuthStore:
     def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
         # The count and the insert in one statement: replicas registering at once may pass `max_unused` by
         # the few rows they insert together, never by more.
-        return self._db.write(lambda conn: conn.execute(
-            "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
-            " SELECT %s, %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
-            " OR (SELECT count(*) FROM oauth_clients WHERE granted_at IS NULL) < %s::bigint",
-            [client.client_id, client.secret_hash, client.client_name, client.metadata, client.created_at,
-             client.granted_at, max_unused, max_unused]).rowcount > 0, single=True)
+        return self._db.write(
+            lambda conn: (
+                conn.execute(
+                    "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
+                    " SELECT %s, %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
+                    " OR (SELECT count(*) FROM oauth_clients WHERE granted_at IS NULL) < %s::bigint",
+                    [
+                        client.client_id,
+                        client.secret_hash,
+                        client.client_name,
+                        client.metadata,
+                        client.created_at,
+                        client.granted_at,
+                        max_unused,
+                        max_unused,
+                    ],
+                ).rowcount
+                > 0
+            ),
+            single=True,
+        )
 
     def client(self, client_id: str) -> OAuthClient | None:
         row = self._one("SELECT * FROM oauth_clients WHERE client_id = %s", [client_id])
@@ -75,14 +89,21 @@ class PostgresOAuthStore:
         return client_of(row)
 
     def forget_unused_clients(self, *, registered_before: float) -> int:
-        return self._db.write(lambda conn: conn.execute(
-            "DELETE FROM oauth_clients WHERE granted_at IS NULL AND created_at < %s", [registered_before]).rowcount,
-            single=True, idempotent=True)
+        return self._db.write(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM oauth_clients WHERE granted_at IS NULL AND created_at < %s", [registered_before]
+                ).rowcount
+            ),
+            single=True,
+            idempotent=True,
+        )
 
     # --- authorization requests -------------------------------------------------------------------
 
-    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float,
-                    max_pending: int | None = None) -> bool:
+    def add_request(
+        self, request_hash: str, request: PendingAuthorization, *, now: float, max_pending: int | None = None
+    ) -> bool:
         def add(conn: Conn) -> bool:
             # The count is of unexpired rows, so the expired ones the same statement deletes never count.
             added = conn.execute(
@@ -91,29 +112,54 @@ class PostgresOAuthStore:
                 " SELECT %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
                 " OR (SELECT count(*) FROM oauth_requests WHERE expires_at > %s) < %s::bigint"
                 " ON CONFLICT (request_hash) DO NOTHING RETURNING request_hash",
-                [now, request_hash, request.client_id, request.params, request.csrf_hash, request.expires_at,
-                 max_pending, now, max_pending]).fetchone()
+                [
+                    now,
+                    request_hash,
+                    request.client_id,
+                    request.params,
+                    request.csrf_hash,
+                    request.expires_at,
+                    max_pending,
+                    now,
+                    max_pending,
+                ],
+            ).fetchone()
             # A retry after a lost COMMIT finds its own row: added all the same.
-            return added is not None or conn.execute(
-                "SELECT 1 FROM oauth_requests WHERE request_hash = %s", [request_hash]).fetchone() is not None
+            return (
+                added is not None
+                or conn.execute("SELECT 1 FROM oauth_requests WHERE request_hash = %s", [request_hash]).fetchone()
+                is not None
+            )
 
         return self._db.write(add, idempotent=True)
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
-        row = self._one("SELECT * FROM oauth_requests WHERE request_hash = %s AND expires_at > %s",
-                        [request_hash, now])
+        row = self._one("SELECT * FROM oauth_requests WHERE request_hash = %s AND expires_at > %s", [request_hash, now])
         return pending_of(row) if row else None
 
     def set_request_csrf(self, request_hash: str, csrf_hash: str, *, now: float) -> bool:
-        return self._db.write(lambda conn: conn.execute(
-            "UPDATE oauth_requests SET csrf_hash = %s WHERE request_hash = %s AND expires_at > %s",
-            [csrf_hash, request_hash, now]).rowcount > 0, single=True, idempotent=True)
+        return self._db.write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE oauth_requests SET csrf_hash = %s WHERE request_hash = %s AND expires_at > %s",
+                    [csrf_hash, request_hash, now],
+                ).rowcount
+                > 0
+            ),
+            single=True,
+            idempotent=True,
+        )
 
     def take_request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         # A concurrent DELETE of the row waits for this one's COMMIT, then finds nothing to return.
-        row = self._db.write(lambda conn: _cursor(conn).execute(
-            "DELETE FROM oauth_requests WHERE request_hash = %s RETURNING *", [request_hash]).fetchone(),
-            single=True)
+        row = self._db.write(
+            lambda conn: (
+                _cursor(conn)
+                .execute("DELETE FROM oauth_requests WHERE request_hash = %s RETURNING *", [request_hash])
+                .fetchone()
+            ),
+            single=True,
+        )
         return pending_of(row) if row is not None and float(row["expires_at"]) > now else None
 
     # --- codes ------------------------------------------------------------------------------------
@@ -130,9 +176,18 @@ class PostgresOAuthStore:
                 "INSERT INTO oauth_codes (code_hash, client_id, site_id, scopes, teams, projects, buckets, resource,"
                 " code_challenge, redirect_uri, redirect_uri_explicit, expires_at)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [code_hash, code.client_id, code.site_id, *bounds_values(b),
-                 code.resource, code.code_challenge, code.redirect_uri,
-                 int(code.redirect_uri_explicit), code.expires_at])
+                [
+                    code_hash,
+                    code.client_id,
+                    code.site_id,
+                    *bounds_values(b),
+                    code.resource,
+                    code.code_challenge,
+                    code.redirect_uri,
+                    int(code.redirect_uri_explicit),
+                    code.expires_at,
+                ],
+            )
             return True
 
         return self._db.write(add)
@@ -145,23 +200,37 @@ class PostgresOAuthStore:
 
     def redeem_code(self, code_hash: str, grant: NewGrant, tokens: Sequence[IssuedToken], *, now: float) -> bool:
         def redeem(conn: Conn) -> bool:
-            site = conn.execute("SELECT s.id FROM oauth_codes c JOIN sites s ON s.id = c.site_id"
-                                " WHERE c.code_hash = %s FOR KEY SHARE OF s", [code_hash]).fetchone()
+            site = conn.execute(
+                "SELECT s.id FROM oauth_codes c JOIN sites s ON s.id = c.site_id"
+                " WHERE c.code_hash = %s FOR KEY SHARE OF s",
+                [code_hash],
+            ).fetchone()
             if site is None:
                 return False
             # The claim: of two servers exchanging the code at once, the second waits for the first's COMMIT
             # and then finds the code used.
             claimed = conn.execute(
                 "UPDATE oauth_codes SET grant_id = %s WHERE code_hash = %s AND grant_id IS NULL AND expires_at > %s"
-                " RETURNING code_hash", [grant.id, code_hash, now]).fetchone()
+                " RETURNING code_hash",
+                [grant.id, code_hash, now],
+            ).fetchone()
             if claimed is None:
                 return False
             b = grant.bounds
             conn.execute(
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
                 " created_at, expires_at, last_used_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [grant.id, grant.site_id, grant.client_id, *bounds_values(b),
-                 grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)])
+                [
+                    grant.id,
+                    grant.site_id,
+                    grant.client_id,
+                    *bounds_values(b),
+                    grant.resource,
+                    grant.created_at,
+                    grant.expires_at,
+                    rfc3339_at(now),
+                ],
+            )
             _insert_tokens(conn, grant.id, tokens)
             # Last: a client's row is locked after the site, code and grant (forget_unused_clients locks no
             # other row, so the order holds).
@@ -180,46 +249,71 @@ class PostgresOAuthStore:
             return None
         return token_of(row)
 
-    def rotate_refresh(self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float,
-                       grant_expires_at: float) -> bool:
+    def rotate_refresh(
+        self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float, grant_expires_at: float
+    ) -> bool:
         def rotate(conn: Conn) -> bool:
             # The grant's row lock orders every refresh of it (and its revocation, and its site's deletion):
             # a server that waited here sees the grant as the other left it (revoked, deleted: no row).
             grant = conn.execute(
                 "SELECT g.id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
-                " WHERE t.token_hash = %s AND g.revoked_at IS NULL FOR UPDATE OF g", [token_hash]).fetchone()
+                " WHERE t.token_hash = %s AND g.revoked_at IS NULL FOR UPDATE OF g",
+                [token_hash],
+            ).fetchone()
             if grant is None:
                 return False
             # The claim, under the grant's lock: a refresh token that another server rotated meanwhile is
             # found rotated (each statement reads what was committed before it began).
             claimed = conn.execute(
                 "UPDATE oauth_tokens SET rotated = 1 WHERE token_hash = %s AND kind = %s AND rotated = 0"
-                " AND expires_at > %s RETURNING grant_id", [token_hash, REFRESH, now]).fetchone()
+                " AND expires_at > %s RETURNING grant_id",
+                [token_hash, REFRESH, now],
+            ).fetchone()
             if claimed is None:
                 return False
             grant_id = str(claimed[0])
             conn.execute("DELETE FROM oauth_tokens WHERE grant_id = %s AND expires_at <= %s", [grant_id, now])
-            conn.execute("UPDATE oauth_grants SET expires_at = %s, last_used_at = %s WHERE id = %s",
-                         [grant_expires_at, rfc3339_at(now), grant_id])
+            conn.execute(
+                "UPDATE oauth_grants SET expires_at = %s, last_used_at = %s WHERE id = %s",
+                [grant_expires_at, rfc3339_at(now), grant_id],
+            )
             _insert_tokens(conn, grant_id, tokens)
             return True
 
         return self._db.write(rotate)
 
     def grants(self, site_id: int) -> list[OAuthGrant]:
-        rows = self._db.read(lambda conn: _cursor(conn).execute(
-            f"{GRANTS} WHERE g.site_id = %s ORDER BY g.created_at, g.id", [site_id]).fetchall())
+        rows = self._db.read(
+            lambda conn: (
+                _cursor(conn)
+                .execute(f"{GRANTS} WHERE g.site_id = %s ORDER BY g.created_at, g.id", [site_id])
+                .fetchall()
+            )
+        )
         return [grant_of(row) for row in rows]
 
     def revoke_grant(self, grant_id: str) -> bool:
-        return self._db.write(lambda conn: conn.execute(
-            "UPDATE oauth_grants SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
-            [now_rfc3339(), grant_id]).rowcount > 0, single=True)
+        return self._db.write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE oauth_grants SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
+                    [now_rfc3339(), grant_id],
+                ).rowcount
+                > 0
+            ),
+            single=True,
+        )
 
     def mark_grant_used(self, grant_id: str, at: str) -> None:
-        self._db.write(lambda conn: conn.execute(
-            "UPDATE oauth_grants SET last_used_at = %s WHERE id = %s AND (last_used_at IS NULL OR last_used_at < %s)",
-            [at, grant_id, at]), single=True, idempotent=True)
+        self._db.write(
+            lambda conn: conn.execute(
+                "UPDATE oauth_grants SET last_used_at = %s WHERE id = %s AND (last_used_at IS NULL "
+                "OR last_used_at < %s)",
+                [at, grant_id, at],
+            ),
+            single=True,
+            idempotent=True,
+        )
 
     def _one(self, sql: str, args: list[Any]) -> Row | None:
         return self._db.read(lambda conn: _cursor(conn).execute(sql, args).fetchone())
@@ -230,8 +324,10 @@ def delete_site_rows(conn: Conn, site_id: int) -> None:
     FOR UPDATE already, so no code or grant of it is added meanwhile). The grants go first: their row locks
     wait for refreshes in progress, and no refresh starts after, so the tokens statement (which reads what
     was committed before it began) finds every token of them."""
-    grants = [str(row[0]) for row in conn.execute(
-        "DELETE FROM oauth_grants WHERE site_id = %s RETURNING id", [site_id]).fetchall()]
+    grants = [
+        str(row[0])
+        for row in conn.execute("DELETE FROM oauth_grants WHERE site_id = %s RETURNING id", [site_id]).fetchall()
+    ]
     if grants:
         conn.execute("DELETE FROM oauth_tokens WHERE grant_id = ANY(%s::text[])", [grants])
     conn.execute("DELETE FROM oauth_codes WHERE site_id = %s", [site_id])
@@ -248,5 +344,11 @@ def _insert_tokens(conn: Conn, grant_id: str, tokens: Sequence[IssuedToken]) -> 
         "INSERT INTO oauth_tokens (token_hash, grant_id, kind, scopes, expires_at)"
         " SELECT t.token_hash, %s, t.kind, t.scopes, t.expires_at"
         " FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[]) AS t (token_hash, kind, scopes, expires_at)",
-        [grant_id, [t.token_hash for t in tokens], [t.kind for t in tokens], [json_list(t.scopes) for t in tokens],
-         [t.expires_at for t in tokens]])
+        [
+            grant_id,
+            [t.token_hash for t in tokens],
+            [t.kind for t in tokens],
+            [json_list(t.scopes) for t in tokens],
+            [t.expires_at for t in tokens],
+        ],
+    )

@@ -22,14 +22,19 @@ class PostgresOutboxStore:
         self._db = db
 
     def backlog(self) -> int:
-        row = self._db.read(lambda conn: conn.execute(
-            "SELECT (SELECT count(*) FROM memories WHERE indexed = 0) + (SELECT count(*) FROM index_deletions)"
-        ).fetchone())
+        row = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT (SELECT count(*) FROM memories WHERE indexed = 0) + (SELECT count(*) FROM index_deletions)"
+            ).fetchone()
+        )
         return int(row[0]) if row else 0
 
     def unindexed(self, limit: int) -> list[int]:
-        rows = self._db.read(lambda conn: conn.execute(
-            "SELECT id FROM memories WHERE indexed = 0 ORDER BY id LIMIT %s", [limit]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT id FROM memories WHERE indexed = 0 ORDER BY id LIMIT %s", [limit]
+            ).fetchall()
+        )
         return [int(r[0]) for r in rows]
 
     def deletions(self) -> list[int]:
@@ -39,40 +44,65 @@ class PostgresOutboxStore:
     def index_rows(self, ids: Sequence[int]) -> list[IndexRow]:
         if not ids:
             return []
-        rows = self._db.read(lambda conn: conn.cursor(binary=True).execute(
-            "SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at, content,"
-            " occurred_at, valid_to, expires_at, CASE WHEN kind = 'turn' THEN conversation_seq END AS turn_seq"
-            " FROM memories WHERE id = ANY(%s::bigint[]) ORDER BY id",
-            [list(ids)]).fetchall())
+        rows = self._db.read(
+            lambda conn: (
+                conn.cursor(binary=True)
+                .execute(
+                    "SELECT id, site_id, team, project, bucket, type, tags, vector, vector_model, updated_at, content,"
+                    " occurred_at, valid_to, expires_at, CASE WHEN kind = 'turn' THEN conversation_seq END AS turn_seq"
+                    " FROM memories WHERE id = ANY(%s::bigint[]) ORDER BY id",
+                    [list(ids)],
+                )
+                .fetchall()
+            )
+        )
         return [_index_row(row) for row in rows]
 
     def set_vectors(self, vectors: Sequence[tuple[int, str, np.ndarray]], model: str) -> None:
         if not vectors:
             return
-        self._db.write(lambda conn: conn.execute(
-            "UPDATE memories m SET vector = v.vector, vector_model = %s"
-            " FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS v (id, updated_at, vector)"
-            " WHERE m.id = v.id AND m.updated_at = v.updated_at",
-            [model, [i for i, _, _ in vectors], [u for _, u, _ in vectors],
-             [np.asarray(x, dtype=np.float32).tobytes() for _, _, x in vectors]]), single=True, idempotent=True)
+        self._db.write(
+            lambda conn: conn.execute(
+                "UPDATE memories m SET vector = v.vector, vector_model = %s"
+                " FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS v (id, updated_at, vector)"
+                " WHERE m.id = v.id AND m.updated_at = v.updated_at",
+                [
+                    model,
+                    [i for i, _, _ in vectors],
+                    [u for _, u, _ in vectors],
+                    [np.asarray(x, dtype=np.float32).tobytes() for _, _, x in vectors],
+                ],
+            ),
+            single=True,
+            idempotent=True,
+        )
 
     def mark_indexed(self, versions: Sequence[tuple[int, str]]) -> None:
         if not versions:
             return
-        self._db.write(lambda conn: conn.execute(
-            "UPDATE memories m SET indexed = 1 FROM unnest(%s::bigint[], %s::text[]) AS v (id, updated_at)"
-            " WHERE m.id = v.id AND m.updated_at = v.updated_at",
-            [[i for i, _ in versions], [u for _, u in versions]]), single=True, idempotent=True)
+        self._db.write(
+            lambda conn: conn.execute(
+                "UPDATE memories m SET indexed = 1 FROM unnest(%s::bigint[], %s::text[]) AS v (id, updated_at)"
+                " WHERE m.id = v.id AND m.updated_at = v.updated_at",
+                [[i for i, _ in versions], [u for _, u in versions]],
+            ),
+            single=True,
+            idempotent=True,
+        )
 
     def clear_deletions(self, ids: Sequence[int]) -> None:
         if not ids:
             return
-        self._db.write(lambda conn: conn.execute(
-            "DELETE FROM index_deletions WHERE id = ANY(%s::bigint[])", [list(ids)]), single=True, idempotent=True)
+        self._db.write(
+            lambda conn: conn.execute("DELETE FROM index_deletions WHERE id = ANY(%s::bigint[])", [list(ids)]),
+            single=True,
+            idempotent=True,
+        )
 
     def mark_all_unindexed(self) -> None:
-        self._db.write(lambda conn: conn.execute("UPDATE memories SET indexed = 0 WHERE indexed = 1"),
-                       single=True, idempotent=True)
+        self._db.write(
+            lambda conn: conn.execute("UPDATE memories SET indexed = 0 WHERE indexed = 1"), single=True, idempotent=True
+        )
 
     def clear_all_deletions(self) -> None:
         self._db.write(lambda conn: conn.execute("DELETE FROM index_deletions"), single=True, idempotent=True)
@@ -80,8 +110,9 @@ class PostgresOutboxStore:
     def present(self, ids: Sequence[int]) -> set[int]:
         if not ids:
             return set()
-        rows = self._db.read(lambda conn: conn.execute(
-            "SELECT id FROM memories WHERE id = ANY(%s::bigint[])", [list(ids)]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute("SELECT id FROM memories WHERE id = ANY(%s::bigint[])", [list(ids)]).fetchall()
+        )
         return {int(r[0]) for r in rows}
 
     def change_mark(self) -> int:
@@ -89,14 +120,19 @@ class PostgresOutboxStore:
         return int(row[0]) if row else 0
 
     def ids_after(self, after: int, limit: int) -> list[int]:
-        rows = self._db.read(lambda conn: conn.execute(
-            "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s", [after, limit]).fetchall())
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT id FROM memories WHERE id > %s ORDER BY id LIMIT %s", [after, limit]
+            ).fetchall()
+        )
         return [int(r[0]) for r in rows]
 
     def changes(self, after: int, limit: int) -> ChangePage:
         def read(conn: Conn) -> tuple[list[tuple[Any, ...]], Any, Any, Any]:
-            rows = conn.execute("SELECT seq, id, deleted, changed_at FROM memory_changes WHERE seq > %s ORDER BY seq"
-                                " LIMIT %s", [after, limit]).fetchall()
+            rows = conn.execute(
+                "SELECT seq, id, deleted, changed_at FROM memory_changes WHERE seq > %s ORDER BY seq LIMIT %s",
+                [after, limit],
+            ).fetchall()
             first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()
             newest = conn.execute("SELECT seq FROM memory_change_counter").fetchone()
             at = conn.execute("SELECT changed_at FROM memory_changes WHERE seq = %s", [after]).fetchone()
@@ -106,27 +142,50 @@ class PostgresOutboxStore:
         rows, first, newest, at = self._db.read(read, snapshot=True)
         # A counter behind `after`: a failover to a standby that had not received the changes after it.
         truncated = (after < int(newest) and (first is None or int(first) > after + 1)) or after > int(newest)
-        return collapse_changes([(int(r[0]), int(r[1]), bool(r[2]), float(r[3])) for r in rows], after, limit,
-                                truncated, None if at is None else float(at))
+        return collapse_changes(
+            [(int(r[0]), int(r[1]), bool(r[2]), float(r[3])) for r in rows],
+            after,
+            limit,
+            truncated,
+            None if at is None else float(at),
+        )
 
     def prune_changes(self, older_than_s: float) -> int:
         cut = time.time() - older_than_s
-        return int(self._db.write(lambda conn: conn.execute(
-            "DELETE FROM memory_changes WHERE changed_at < %s", [cut]).rowcount, single=True, idempotent=True))
+        return int(
+            self._db.write(
+                lambda conn: conn.execute("DELETE FROM memory_changes WHERE changed_at < %s", [cut]).rowcount,
+                single=True,
+                idempotent=True,
+            )
+        )
 
     def counts(self) -> tuple[int, int, int]:
-        row = self._db.read(lambda conn: conn.execute(
-            "SELECT count(*) FILTER (WHERE indexed = 1), count(*) FILTER (WHERE indexed = 0),"
-            " (SELECT count(*) FROM index_deletions) FROM memories").fetchone())
+        row = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT count(*) FILTER (WHERE indexed = 1), count(*) FILTER (WHERE indexed = 0),"
+                " (SELECT count(*) FROM index_deletions) FROM memories"
+            ).fetchone()
+        )
         return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
 def _index_row(row: tuple[Any, ...]) -> IndexRow:
     blob = row[7]
-    return IndexRow(id=int(row[0]), site_id=int(row[1]), team=row[2], project=row[3], bucket=str(row[4]),
-                    type=str(row[5]), tags=tuple(json.loads(row[6])),
-                    vector=np.frombuffer(blob, dtype=np.float32) if blob is not None else None,
-                    vector_model=row[8], updated_at=str(row[9]), content=str(row[10]), occurred_at=str(row[11]),
-                    valid_to=None if row[12] is None else str(row[12]),
-                    expires_at=None if row[13] is None else str(row[13]),
-                    turn_seq=None if row[14] is None else int(row[14]))
+    return IndexRow(
+        id=int(row[0]),
+        site_id=int(row[1]),
+        team=row[2],
+        project=row[3],
+        bucket=str(row[4]),
+        type=str(row[5]),
+        tags=tuple(json.loads(row[6])),
+        vector=np.frombuffer(blob, dtype=np.float32) if blob is not None else None,
+        vector_model=row[8],
+        updated_at=str(row[9]),
+        content=str(row[10]),
+        occurred_at=str(row[11]),
+        valid_to=None if row[12] is None else str(row[12]),
+        expires_at=None if row[13] is None else str(row[13]),
+        turn_seq=None if row[14] is None else int(row[14]),
+    )

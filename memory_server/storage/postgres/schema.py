@@ -20,8 +20,7 @@ from memory_server.timestamps import now_rfc3339
 
 # Tables holding a site's data, emptied when the site is deleted (memories_fts before memories, see sites.py;
 # its OAuth codes, grants and tokens go by oauth.delete_site_rows).
-SITE_TABLES = ["tokens", "console_sessions", "conversations", "log_items", "append_keys", "memory_words",
-               "memories"]
+SITE_TABLES = ["tokens", "console_sessions", "conversations", "log_items", "append_keys", "memory_words", "memories"]
 
 # Any constant: every memory-server migrating this database takes the same one.
 MIGRATION_LOCK = 0x6D656D6F7279  # "memory"
@@ -382,10 +381,11 @@ def migrate(conn: Conn, steps: list[str] | None = None) -> int:
         conn.execute(TRACKING)
         version = schema_version(conn) or 0
         if version > len(steps):
-            raise RuntimeError(f"the database schema is at version {version}, newer than this memory-server's "
-                               f"({len(steps)}): upgrade memory-server")
+            raise RuntimeError(
+                f"the database schema is at version {version}, newer than this memory-server's "
+                f"({len(steps)}): upgrade memory-server"
+            )
         for number, script in enumerate(steps[version:], start=version + 1):
             conn.execute(script)
-            conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
-                         [number, now_rfc3339()])
+            conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)", [number, now_rfc3339()])
     return len(steps)

@@ -24,9 +24,26 @@ from memory_server.storage.records import RawItem
 from memory_server.timestamps import now_rfc3339
 
 PAGE = 1000
-MEMORY_FIELDS = ("site", "reference", "content", "type", "location", "project", "team", "bucket", "tags",
-                 "metadata", "provenance", "occurred_at", "created_at", "updated_at", "supersedes", "superseded_by",
-                 "valid_to", "expires_at")
+MEMORY_FIELDS = (
+    "site",
+    "reference",
+    "content",
+    "type",
+    "location",
+    "project",
+    "team",
+    "bucket",
+    "tags",
+    "metadata",
+    "provenance",
+    "occurred_at",
+    "created_at",
+    "updated_at",
+    "supersedes",
+    "superseded_by",
+    "valid_to",
+    "expires_at",
+)
 
 
 class PostgresSnapshot:
@@ -71,7 +88,9 @@ class PostgresSnapshot:
         marked = " AND c.deleting" if where else " WHERE c.deleting"
         row = self._conn.execute(
             "SELECT count(*), coalesce(sum((SELECT count(*) FROM log_items t WHERE t.site_id = c.site_id"
-            f" AND t.conversation_id = c.conversation_id)), 0) FROM conversations c{where}{marked}", args).fetchone()
+            f" AND t.conversation_id = c.conversation_id)), 0) FROM conversations c{where}{marked}",
+            args,
+        ).fetchone()
         if row is not None:
             counts["conversations"] -= int(row[0])
             counts["log_items"] -= int(row[1])
@@ -85,9 +104,11 @@ class PostgresSnapshot:
     def memories(self) -> Iterator[dict[str, Any]]:
         """Each memory's public fields and its site's name, in creation order."""
         where, args = self._where("m", memories=True)
-        sql = ("SELECT s.name, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-               " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-               f" m.valid_to, m.expires_at FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id")
+        sql = (
+            "SELECT s.name, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
+            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
+            f" m.valid_to, m.expires_at FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id"
+        )
         for row in self._stream("memories", sql, args):
             yield exported(dict(zip(MEMORY_FIELDS, row, strict=True)))
 
@@ -95,8 +116,9 @@ class PostgresSnapshot:
         """The names of the sites that index their logs."""
         where, args = self._where("s", site_key="id")
         try:
-            rows = self._conn.execute(f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'}"
-                                      " s.index_logs ORDER BY s.name", args).fetchall()
+            rows = self._conn.execute(
+                f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'} s.index_logs ORDER BY s.name", args
+            ).fetchall()
         except psycopg.Error as exc:
             raise _failure(exc) from exc
         return [str(row[0]) for row in rows]
@@ -108,7 +130,8 @@ class PostgresSnapshot:
                 "SELECT s.name, c.conversation_id, c.index_choice, c.bucket FROM conversations c JOIN sites s"
                 f" ON s.id = c.site_id{where}{' AND' if where else ' WHERE'} NOT c.deleting"
                 " AND (c.index_choice IS NOT NULL OR c.bucket IS NOT NULL) ORDER BY c.site_id, c.conversation_id",
-                args).fetchall()
+                args,
+            ).fetchall()
         except psycopg.Error as exc:
             raise _failure(exc) from exc
         return [(str(r[0]), str(r[1]), r[2], None if r[3] is None else str(r[3])) for r in rows]
@@ -120,13 +143,18 @@ class PostgresSnapshot:
             conversations = self._conn.execute(
                 "SELECT c.site_id, s.name, c.conversation_id FROM conversations c JOIN sites s ON s.id = c.site_id"
                 f"{where}{' AND' if where else ' WHERE'} NOT c.deleting"
-                " ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args).fetchall()
+                " ORDER BY c.site_id, c.last_activity_us, c.conversation_id",
+                args,
+            ).fetchall()
         except psycopg.Error as exc:
             raise _failure(exc) from exc
         for site_id, site, conversation_id in conversations:
             for seq, recorded_at, payload in self._stream(
-                    "log_items", "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s"
-                    " AND conversation_id = %s ORDER BY seq", [site_id, conversation_id]):
+                "log_items",
+                "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s"
+                " AND conversation_id = %s ORDER BY seq",
+                [site_id, conversation_id],
+            ):
                 yield str(site), str(conversation_id), (int(seq), str(recorded_at), str(payload))
 
     def _stream(self, name: str, sql: str, args: list[Any]) -> Iterator[tuple[Any, ...]]:

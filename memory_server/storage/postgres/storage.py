@@ -17,8 +17,7 @@ from memory_server.storage.postgres.sites import PostgresSiteStore
 from memory_server.storage.postgres.snapshot import PostgresSnapshot
 from memory_server.storage.postgres.words import PostgresWordStore
 
-PROBE = ("SELECT current_setting('synchronous_commit'), pg_is_in_recovery(),"
-         " current_setting('transaction_read_only')")
+PROBE = "SELECT current_setting('synchronous_commit'), pg_is_in_recovery(), current_setting('transaction_read_only')"
 
 
 def open_database(url: str) -> None:
@@ -56,8 +55,11 @@ class PostgresStorage:
 
     def check_integrity(self) -> str | None:
         """A cheap sanity read of every table the server needs; PostgreSQL verifies pages as it reads them."""
-        self._db.read(lambda conn: conn.execute(
-            "SELECT (SELECT count(*) FROM sites), (SELECT rows FROM memories_fts_totals)").fetchone())
+        self._db.read(
+            lambda conn: conn.execute(
+                "SELECT (SELECT count(*) FROM sites), (SELECT rows FROM memories_fts_totals)"
+            ).fetchone()
+        )
         return None
 
     def snapshot(self, site: str | None) -> PostgresSnapshot:

@@ -22,6 +22,13 @@ from memory_server.storage.protocols.storage import Snapshot, Storage
 from memory_server.storage.protocols.words import WordStore
 
 __all__ = [
-    "CandidateStore", "LogStore", "MemoryStore", "OAuthStore", "OutboxStore", "SiteStore", "Snapshot", "Storage",
+    "CandidateStore",
+    "LogStore",
+    "MemoryStore",
+    "OAuthStore",
+    "OutboxStore",
+    "SiteStore",
+    "Snapshot",
+    "Storage",
     "WordStore",
 ]

@@ -16,8 +16,14 @@ class CandidateStore(Protocol):
         """How many memories the scope sees, counted up to `up_to` + 1 at most."""
         ...
 
-    def load(self, scope: Scope, ids: Sequence[int] | None, model: str, cached: Callable[[int, str], bool],
-             up_to: int | None = None) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
+    def load(
+        self,
+        scope: Scope,
+        ids: Sequence[int] | None,
+        model: str,
+        cached: Callable[[int, str], bool],
+        up_to: int | None = None,
+    ) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
         """(id, updated_at) of the visible memories embedded with `model` (all of them, or of `ids`), in id
         order, and the rows of those `cached(id, updated_at)` does not hold already: both of one state of the
         store. With `up_to`, at most `up_to` + 1 of them, and no rows when there are more than `up_to`."""

@@ -17,9 +17,16 @@ from memory_server.storage.records import (
 
 
 class LogStore(Protocol):
-    async def append(self, site_id: int, conversation_id: str, payloads: Sequence[str],
-                     idempotency_key: str | None, *, index: bool | None = None,
-                     bucket: str | None = None) -> AppendAck:
+    async def append(
+        self,
+        site_id: int,
+        conversation_id: str,
+        payloads: Sequence[str],
+        idempotency_key: str | None,
+        *,
+        index: bool | None = None,
+        bucket: str | None = None,
+    ) -> AppendAck:
         """Append one all-or-nothing batch; acknowledged once durable. A known key returns its first ack.
         `index`: the conversation's own choice to have its items indexed (kept for its later appends; None:
         unchanged, a new conversation as its site); `bucket`: its indexed turns' bucket (None: unchanged)."""
@@ -41,8 +48,15 @@ class LogStore(Protocol):
         """How many conversations the site has (any with at least one item)."""
         ...
 
-    def import_items(self, site_id: int, conversation_id: str, items: Sequence[RawItem], *, index: bool | None = None,
-                     bucket: str | None = None) -> list[str]:
+    def import_items(
+        self,
+        site_id: int,
+        conversation_id: str,
+        items: Sequence[RawItem],
+        *,
+        index: bool | None = None,
+        bucket: str | None = None,
+    ) -> list[str]:
         """Add items that keep their seq and recorded_at; per item "appended", "present" or an error text.
         `index`, `bucket`: the conversation's own indexing choice and bucket, as an append sets them."""
         ...

@@ -20,22 +20,32 @@ class MemoryStore(Protocol):
         """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
         ...
 
-    def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
-               words: Words) -> list[Inserted]:
+    def insert(
+        self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]], words: Words
+    ) -> list[Inserted]:
         """Insert a batch in one transaction with the site's new words; each decided again inside it. A memory
         that `supersedes` another is linked to it, which must be the newest of its chain (else StaleRow); one
         with a `Kept` (an import) keeps the links it carries instead."""
         ...
 
-    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]],
-                     words: Words) -> list[Inserted] | None:
+    def insert_turns(
+        self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]], words: Words
+    ) -> list[Inserted] | None:
         """In one transaction: insert a conversation's turns (kind turn) with the site's new words, and move its
         `indexed_seq` on to `next_seq`, counting `skipped` items without text, if it is still as `at` read it
         (the same log, not being deleted, no other indexer moved it on); else None, writing nothing."""
         ...
 
-    def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
-               document: Document | None, words: Words) -> int | None:
+    def update(
+        self,
+        site_id: int,
+        reference: str,
+        memory: NewMemory,
+        *,
+        based_on: Mapping[str, Any],
+        document: Document | None,
+        words: Words,
+    ) -> int | None:
         """Replace a memory's attributes; its id, or None if it is gone. `based_on`: the attributes the
         change did not set but was computed from (the merge, the kept embedding), as they were read; if the
         memory no longer has them, StaleRow (the attributes the change sets are last-writer-wins).
@@ -51,18 +61,34 @@ class MemoryStore(Protocol):
 
     def get(self, scope: Scope, reference: str) -> StoredMemory | None: ...
 
-    def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
-             after: tuple[str, int] | None, occurred_after: str | None = None,
-             occurred_before: str | None = None, order: str = BY_CREATED,
-             ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+    def page(
+        self,
+        scope: Scope,
+        *,
+        location: str | None,
+        provenance: dict[str, str],
+        limit: int,
+        after: tuple[str, int] | None,
+        occurred_after: str | None = None,
+        occurred_before: str | None = None,
+        order: str = BY_CREATED,
+    ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
         """Visible memories newest first, and the key after the page if there are more: by (created_at, id),
         or with `order` BY_OCCURRED by (occurred_at, id). `occurred_after` / `occurred_before` (normalised
         RFC3339, as stored): only memories whose occurred_at is at or after the one, and strictly before the
         other (a half-open range)."""
         ...
 
-    def count_listed(self, scope: Scope, *, location: str | None, provenance: dict[str, str], up_to: int,
-                     occurred_after: str | None = None, occurred_before: str | None = None) -> int:
+    def count_listed(
+        self,
+        scope: Scope,
+        *,
+        location: str | None,
+        provenance: dict[str, str],
+        up_to: int,
+        occurred_after: str | None = None,
+        occurred_before: str | None = None,
+    ) -> int:
         """How many memories `page` lists with these filters in all, counted up to `up_to` + 1 at most."""
         ...
 

@@ -34,8 +34,9 @@ class OAuthStore(Protocol):
         """Delete the clients registered before `registered_before` that never signed in; how many."""
         ...
 
-    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float,
-                    max_pending: int | None = None) -> bool:
+    def add_request(
+        self, request_hash: str, request: PendingAuthorization, *, now: float, max_pending: int | None = None
+    ) -> bool:
         """Store a pending authorization request (and forget the expired ones); False, storing nothing, if
         `max_pending` unexpired ones are stored already."""
         ...
@@ -72,8 +73,9 @@ class OAuthStore(Protocol):
         """An access or refresh token with its grant, for sign-in and refresh. nowait: as `SiteStore.token`."""
         ...
 
-    def rotate_refresh(self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float,
-                       grant_expires_at: float) -> bool:
+    def rotate_refresh(
+        self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float, grant_expires_at: float
+    ) -> bool:
         """Atomically: if this refresh token exists, was never rotated, has not expired and its grant is
         not revoked, mark it rotated, store `tokens` for the same grant, move the grant's expiry to
         `grant_expires_at` and its last use to `now` (and forget the grant's expired tokens); True.

@@ -66,6 +66,7 @@ class Storage(Protocol):
         """Names this authority (random, made with its schema): an index that follows it records whose
         changes it applied."""
         ...
+
     @property
     def integrity_unchecked(self) -> bool:
         """Start-up's bounded integrity check ran out of time: the full check is still to run."""

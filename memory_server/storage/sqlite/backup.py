@@ -27,14 +27,16 @@ class BackupResult:
 BACKUP_COUNTED = ("sites", "tokens", "memories", "conversations", "log_items")
 
 
-def backup_database(source: Path, dest: Path, *, force: bool = False,
-                    live: Mapping[Path, str] | None = None) -> BackupResult:
+def backup_database(
+    source: Path, dest: Path, *, force: bool = False, live: Mapping[Path, str] | None = None
+) -> BackupResult:
     """Copy the live database to `dest` with SQLite's online backup API, then verify the copy.
 
     The copy is made in one backup step, under one read transaction: a consistent snapshot that holds
     every transaction committed before it began, while writers go on (WAL). It is written beside `dest`
     and renamed into place only once it passes `PRAGMA quick_check`, so `dest` is never a partial file.
-    `live`: the paths a running server writes (see memory_server.storage.files.live_paths), never a target; the copy is 0600.
+    `live`: the paths a running server writes (see memory_server.storage.files.live_paths), never a target;
+    the copy is 0600.
     """
     if not source.is_file():
         raise NotFound(f"no database at {source}: is --data-dir right?")
@@ -96,8 +98,11 @@ def _verify(path: Path) -> tuple[dict[str, int], int]:
             raise CheckFailed(path, "; ".join(result[:5]))
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        counts = {name: int(conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0])
-                  for name in BACKUP_COUNTED if name in tables}
+        counts = {
+            name: int(conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0])
+            for name in BACKUP_COUNTED
+            if name in tables
+        }
         return counts, version
     finally:
         conn.close()

@@ -40,12 +40,20 @@ class SqliteCandidateStore:
     def visible_count(self, scope: Scope, up_to: int) -> int:
         where, args = scope_sql(scope)
         # Counted only up to the limit: a full count would walk every visible row of a large site.
-        return int(self._reader().execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", [*args, up_to + 1]
-        ).fetchone()[0])
+        return int(
+            self._reader()
+            .execute(f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", [*args, up_to + 1])
+            .fetchone()[0]
+        )
 
-    def load(self, scope: Scope, ids: Sequence[int] | None, model: str, cached: Callable[[int, str], bool],
-             up_to: int | None = None) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
+    def load(
+        self,
+        scope: Scope,
+        ids: Sequence[int] | None,
+        model: str,
+        cached: Callable[[int, str], bool],
+        up_to: int | None = None,
+    ) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
         """The visible memories embedded with `model` (all, or those of `ids`), in id order; and the rows of
         those `cached(id, updated_at)` does not already hold. One read transaction: the ids and the rows are
         of one state of the database."""
@@ -63,26 +71,37 @@ class SqliteCandidateStore:
         cursor = conn.cursor()
         cursor.row_factory = None  # plain tuples: up to thousands of rows per recall
         with _snapshot(conn):
-            visible: list[tuple[int, str]] = sorted(cursor.execute(
-                f"SELECT m.id, m.updated_at FROM {source} WHERE {where} AND m.vector_model = ?"
-                f" AND m.vector IS NOT NULL{limit}", [*args, model]).fetchall())
+            visible: list[tuple[int, str]] = sorted(
+                cursor.execute(
+                    f"SELECT m.id, m.updated_at FROM {source} WHERE {where} AND m.vector_model = ?"
+                    f" AND m.vector IS NOT NULL{limit}",
+                    [*args, model],
+                ).fetchall()
+            )
             if up_to is not None and len(visible) > up_to:
                 return visible, []
             missing = [row_id for row_id, updated_at in visible if not cached(row_id, updated_at)]
-            rows = [row for start in range(0, len(missing), CHUNK)
-                    for row in _candidate_rows(cursor, missing[start:start + CHUNK])]
+            rows = [
+                row
+                for start in range(0, len(missing), CHUNK)
+                for row in _candidate_rows(cursor, missing[start : start + CHUNK])
+            ]
         return visible, rows
 
     def newest(self, model: str, limit: int) -> Iterator[list[CandidateRow]]:
         """The rows of the newest `limit` memories embedded with `model`, in id order, CHUNK at a time."""
         conn = self._reader()
-        ids = sorted(int(r[0]) for r in conn.execute(
-            "SELECT id FROM memories WHERE vector_model = ? AND vector IS NOT NULL ORDER BY id DESC LIMIT ?",
-            (model, limit)).fetchall())
+        ids = sorted(
+            int(r[0])
+            for r in conn.execute(
+                "SELECT id FROM memories WHERE vector_model = ? AND vector IS NOT NULL ORDER BY id DESC LIMIT ?",
+                (model, limit),
+            ).fetchall()
+        )
         cursor = conn.cursor()
         cursor.row_factory = None
         for start in range(0, len(ids), CHUNK):
-            yield _candidate_rows(cursor, ids[start:start + CHUNK])
+            yield _candidate_rows(cursor, ids[start : start + CHUNK])
 
     def next_expiry(self, scope: Scope) -> str | None:
         where, args = scope_sql(scope)
@@ -90,18 +109,27 @@ class SqliteCandidateStore:
         return row[0] if row else None
 
     def bucket_sizes(self, model: str) -> list[tuple[int, str | None, int]]:
-        return [(int(site_id), bucket, int(n)) for site_id, bucket, n, _ in self._reader().execute(
-            "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = ?"
-            " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC", (model,)).fetchall()]
+        return [
+            (int(site_id), bucket, int(n))
+            for site_id, bucket, n, _ in self._reader()
+            .execute(
+                "SELECT site_id, bucket, count(*), max(id) AS newest FROM memories WHERE vector_model = ?"
+                " AND vector IS NOT NULL GROUP BY site_id, bucket ORDER BY newest DESC",
+                (model,),
+            )
+            .fetchall()
+        ]
 
     def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
         """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'
         doclists, without scoring); capped at `up_to` + 1 as the other backend counts."""
         conn = self._reader()
-        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_fts_terms"
-                     " USING fts5vocab(main, 'memories_fts', 'row')")
-        found = conn.execute(f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({marks(terms)})",
-                             list(terms)).fetchall()
+        conn.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_fts_terms USING fts5vocab(main, 'memories_fts', 'row')"
+        )
+        found = conn.execute(
+            f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({marks(terms)})", list(terms)
+        ).fetchall()
         cap = float("inf") if up_to is None else up_to + 1
         return {term: 0 for term in terms} | {row[0]: int(min(int(row[1]), cap)) for row in found}
 
@@ -113,20 +141,32 @@ class SqliteCandidateStore:
         # CROSS JOIN keeps FTS5 the outer loop: driven from `memories`, the planner would run the MATCH once
         # per visible row. Each match is tested against the scope in `memories_scope_by_id` (schema step 12),
         # which the planner would pass over for the rowid; a memory without a vector is no candidate anyway.
-        return [int(r[0]) for r in self._reader().execute(
-            "SELECT m.id FROM memories_fts f CROSS JOIN memories m INDEXED BY memories_scope_by_id ON m.id = f.rowid"
-            f" WHERE memories_fts MATCH ? AND m.vector IS NOT NULL AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
-            [" OR ".join(fts_phrase(t) for t in terms), *args, limit]).fetchall()]
+        return [
+            int(r[0])
+            for r in self._reader()
+            .execute(
+                "SELECT m.id FROM memories_fts f CROSS JOIN memories m INDEXED BY "
+                "memories_scope_by_id ON m.id = f.rowid"
+                f" WHERE memories_fts MATCH ? AND m.vector IS NOT NULL AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+                [" OR ".join(fts_phrase(t) for t in terms), *args, limit],
+            )
+            .fetchall()
+        ]
 
     def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
         if not ids:
             return set()
-        found = self._reader().execute(
-            "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
-            " AND n.conversation_id = m.conversation_id"
-            " AND n.conversation_seq BETWEEN m.conversation_seq - ? AND m.conversation_seq + ?"
-            f" WHERE m.id IN ({marks(ids)}) AND m.conversation_id IS NOT NULL",
-            [reach, reach, *ids]).fetchall()
+        found = (
+            self._reader()
+            .execute(
+                "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
+                " AND n.conversation_id = m.conversation_id"
+                " AND n.conversation_seq BETWEEN m.conversation_seq - ? AND m.conversation_seq + ?"
+                f" WHERE m.id IN ({marks(ids)}) AND m.conversation_id IS NOT NULL",
+                [reach, reach, *ids],
+            )
+            .fetchall()
+        )
         return {int(r[0]) for r in found}
 
 
@@ -134,16 +174,29 @@ def _candidate_rows(cursor: sqlite3.Cursor, ids: Sequence[int]) -> list[Candidat
     # NOT INDEXED: looked up by rowid, never by walking an index of the site.
     found = cursor.execute(
         "SELECT m.id, m.site_id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq,"
-        f" m.vector FROM memories m NOT INDEXED WHERE m.id IN ({marks(ids)})", list(ids)).fetchall()
+        f" m.vector FROM memories m NOT INDEXED WHERE m.id IN ({marks(ids)})",
+        list(ids),
+    ).fetchall()
     # A second query rather than a join: joining the FTS5 table re-opens its cursor for every row (about 5x
     # slower than this rowid IN list).
-    terms: dict[int, str] = dict(cursor.execute(f"SELECT rowid, terms FROM memories_fts WHERE rowid IN ({marks(ids)})",
-                                                list(ids)).fetchall())
-    return [CandidateRow(id=row_id, site_id=site_id, updated_at=updated_at, content=content, occurred_at=occurred_at,
-                         conversation_id=conversation_id, seq=seq, vector=np.frombuffer(blob, dtype=np.float32),
-                         terms=terms[row_id].split())
-            for row_id, site_id, updated_at, content, occurred_at, conversation_id, seq, blob in found
-            if row_id in terms and blob is not None]
+    terms: dict[int, str] = dict(
+        cursor.execute(f"SELECT rowid, terms FROM memories_fts WHERE rowid IN ({marks(ids)})", list(ids)).fetchall()
+    )
+    return [
+        CandidateRow(
+            id=row_id,
+            site_id=site_id,
+            updated_at=updated_at,
+            content=content,
+            occurred_at=occurred_at,
+            conversation_id=conversation_id,
+            seq=seq,
+            vector=np.frombuffer(blob, dtype=np.float32),
+            terms=terms[row_id].split(),
+        )
+        for row_id, site_id, updated_at, content, occurred_at, conversation_id, seq, blob in found
+        if row_id in terms and blob is not None
+    ]
 
 
 @contextmanager

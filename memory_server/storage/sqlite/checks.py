@@ -36,22 +36,34 @@ def sqlite_checks(path: Path, state: SqliteState) -> Iterator[Check]:
     """The file opens, is in WAL mode, can take the write lock, has the current schema and is sound;
     leaves the read-only connection and the memory counts in `state`."""
     if not path.is_file():
-        yield Check("sqlite", FAIL, f"no database at {path}",
-                    "start the server (it creates the database), or pass the right --data-dir")
+        yield Check(
+            "sqlite",
+            FAIL,
+            f"no database at {path}",
+            "start the server (it creates the database), or pass the right --data-dir",
+        )
         return
     emptied = emptied_database(path)
     if emptied is not None:  # opening it would make a new database of it
-        yield Check("sqlite", FAIL, f"{path}: {emptied}",
-                    "restore the latest `memory-server backup` into the data directory (then run `memory-server "
-                    "reindex`); do not start the server on it, which would begin a new, empty database")
+        yield Check(
+            "sqlite",
+            FAIL,
+            f"{path}: {emptied}",
+            "restore the latest `memory-server backup` into the data directory (then run `memory-server "
+            "reindex`); do not start the server on it, which would begin a new, empty database",
+        )
         return
     try:
         conn = connect(path, readonly=True)  # readonly: no journal-mode switch behind the check's back
         conn.execute(f"PRAGMA busy_timeout = {DOCTOR_BUSY_TIMEOUT_MS}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except (sqlite3.Error, OSError) as exc:
-        yield Check("sqlite", FAIL, f"cannot open {path}: {exc}",
-                    "restore the latest `memory-server backup` into the data directory")
+        yield Check(
+            "sqlite",
+            FAIL,
+            f"cannot open {path}: {exc}",
+            "restore the latest `memory-server backup` into the data directory",
+        )
         return
     state.conn = conn
     yield Check("sqlite", OK, f"opens {path}")
@@ -60,8 +72,12 @@ def sqlite_checks(path: Path, state: SqliteState) -> Iterator[Check]:
     if str(mode).lower() == "wal":
         yield Check("sqlite journal", OK, "WAL")
     else:
-        yield Check("sqlite journal", FAIL, f"journal mode is {mode}, not WAL",
-                    "start the server or run any admin command (e.g. `memory-server site list`): it switches to WAL")
+        yield Check(
+            "sqlite journal",
+            FAIL,
+            f"journal mode is {mode}, not WAL",
+            "start the server or run any admin command (e.g. `memory-server site list`): it switches to WAL",
+        )
 
     yield _check_writable(conn, path)
 
@@ -70,11 +86,19 @@ def sqlite_checks(path: Path, state: SqliteState) -> Iterator[Check]:
     if version == current:
         yield Check("schema", OK, f"version {version} (current)")
     elif version < current:
-        yield Check("schema", FAIL, f"version {version}, this memory-server uses {current}",
-                    "start the server or run `memory-server site list`: either brings the schema up to date")
+        yield Check(
+            "schema",
+            FAIL,
+            f"version {version}, this memory-server uses {current}",
+            "start the server or run `memory-server site list`: either brings the schema up to date",
+        )
     else:
-        yield Check("schema", FAIL, f"version {version} is newer than this memory-server's ({current})",
-                    "upgrade memory-server to the version that wrote this database")
+        yield Check(
+            "schema",
+            FAIL,
+            f"version {version} is newer than this memory-server's ({current})",
+            "upgrade memory-server to the version that wrote this database",
+        )
 
     try:
         problems = quick_check(conn) or []
@@ -83,8 +107,12 @@ def sqlite_checks(path: Path, state: SqliteState) -> Iterator[Check]:
     if problems == ["ok"]:
         yield Check("sqlite integrity", OK, "quick_check ok")
     else:
-        yield Check("sqlite integrity", FAIL, f"quick_check: {'; '.join(problems[:3])}",
-                    "restore the latest `memory-server backup`; `memory-server export` may save what is readable")
+        yield Check(
+            "sqlite integrity",
+            FAIL,
+            f"quick_check: {'; '.join(problems[:3])}",
+            "restore the latest `memory-server backup`; `memory-server export` may save what is readable",
+        )
     if version >= 2:
         state.counts = _counts(conn)
 
@@ -99,7 +127,11 @@ def _check_writable(conn: sqlite3.Connection, path: Path) -> Check:
         conn.execute("ROLLBACK")
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
-            return Check("sqlite writable", FAIL, f"the write lock was held for {DOCTOR_BUSY_TIMEOUT_MS // 1000} s",
-                         "find the process holding a long write transaction on the database")
+            return Check(
+                "sqlite writable",
+                FAIL,
+                f"the write lock was held for {DOCTOR_BUSY_TIMEOUT_MS // 1000} s",
+                "find the process holding a long write transaction on the database",
+            )
         return Check("sqlite writable", FAIL, f"cannot take the write lock: {exc}", fix)
     return Check("sqlite writable", OK, "write lock can be taken")

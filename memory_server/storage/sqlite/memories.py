@@ -53,54 +53,81 @@ class SqliteMemoryStore:
     def decided(self, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
         return decided(self._readers.get(), site_id, memory, kept)
 
-    def insert(self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]],
-               words: Words) -> list[Inserted]:
+    def insert(
+        self, site_id: int, batch: Sequence[tuple[NewMemory, Document, Kept | None]], words: Words
+    ) -> list[Inserted]:
         def insert_all(conn: sqlite3.Connection) -> list[Inserted]:
             store_words(conn, site_id, words, batch[0][1].model if batch else "")
             return [insert(conn, site_id, memory, document, kept) for memory, document, kept in batch]
 
         return self._writer.run_sync(insert_all)
 
-    def insert_turns(self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]],
-                     words: Words) -> list[Inserted] | None:
+    def insert_turns(
+        self, at: ToIndex, next_seq: int, skipped: int, batch: Sequence[tuple[NewMemory, Document]], words: Words
+    ) -> list[Inserted] | None:
         def insert_all(conn: sqlite3.Connection) -> list[Inserted] | None:
-            row = conn.execute("SELECT indexed_seq, first_recorded_at, deleting FROM conversations"
-                               " WHERE site_id = ? AND conversation_id = ?",
-                               (at.site_id, at.conversation_id)).fetchone()
+            row = conn.execute(
+                "SELECT indexed_seq, first_recorded_at, deleting FROM conversations"
+                " WHERE site_id = ? AND conversation_id = ?",
+                (at.site_id, at.conversation_id),
+            ).fetchone()
             if row is None or row[2] or int(row[0]) != at.indexed_seq or row[1] != at.first_recorded_at:
                 return None
             store_words(conn, at.site_id, words, batch[0][1].model if batch else "")
             inserted = [insert(conn, at.site_id, memory, document) for memory, document in batch]
-            conn.execute("UPDATE conversations SET indexed_seq = ?, index_skipped = index_skipped + ?"
-                         " WHERE site_id = ? AND conversation_id = ?",
-                         (next_seq, skipped, at.site_id, at.conversation_id))
+            conn.execute(
+                "UPDATE conversations SET indexed_seq = ?, index_skipped = index_skipped + ?"
+                " WHERE site_id = ? AND conversation_id = ?",
+                (next_seq, skipped, at.site_id, at.conversation_id),
+            )
             return inserted
 
         return self._writer.run_sync(insert_all)
 
-    def update(self, site_id: int, reference: str, memory: NewMemory, *, based_on: Mapping[str, Any],
-               document: Document | None, words: Words) -> int | None:
+    def update(
+        self,
+        site_id: int,
+        reference: str,
+        memory: NewMemory,
+        *,
+        based_on: Mapping[str, Any],
+        document: Document | None,
+        words: Words,
+    ) -> int | None:
         def write(conn: sqlite3.Connection) -> int | None:
-            row = conn.execute(f"SELECT {COLUMNS} FROM memories m WHERE m.site_id = ? AND m.reference = ?",
-                               (site_id, reference)).fetchone()
+            row = conn.execute(
+                f"SELECT {COLUMNS} FROM memories m WHERE m.site_id = ? AND m.reference = ?", (site_id, reference)
+            ).fetchone()
             if row is None:
                 return None
             now = stored(row)
             if any(getattr(now, name) != value for name, value in based_on.items()):
                 raise StaleRow(reference)
             row_id = now.id
-            clash = conn.execute("SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ? AND id != ?",
-                                 (site_id, memory.dedup_key, row_id)).fetchone()
+            clash = conn.execute(
+                "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ? AND id != ?",
+                (site_id, memory.dedup_key, row_id),
+            ).fetchone()
             if clash is not None:
                 raise InvalidParameters(
                     f"memory {clash[0]} already has this content with the same type, location, project, team and "
-                    "bucket; forget one of them instead of making them identical")
+                    "bucket; forget one of them instead of making them identical"
+                )
             conversation_id, seq = memory.conversation_position
-            assignments = ("content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
-                           " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
-                           " conversation_id = ?, conversation_seq = ?, supersedes = ?, expires_at = ?, indexed = 0")
-            values: list[Any] = [*attribute_values(memory), now_rfc3339(), memory.dedup_key, conversation_id, seq,
-                                 memory.supersedes, memory.expires_at]
+            assignments = (
+                "content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
+                " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
+                " conversation_id = ?, conversation_seq = ?, supersedes = ?, expires_at = ?, indexed = 0"
+            )
+            values: list[Any] = [
+                *attribute_values(memory),
+                now_rfc3339(),
+                memory.dedup_key,
+                conversation_id,
+                seq,
+                memory.supersedes,
+                memory.expires_at,
+            ]
             if document is not None:
                 assignments += ", vector = ?, vector_model = ?"
                 values += [vector_blob(document.vector), document.model]
@@ -115,8 +142,10 @@ class SqliteMemoryStore:
     def delete(self, scope: Scope, reference: str) -> int | None:
         def delete(conn: sqlite3.Connection) -> int | None:
             where, args = scope_sql(scope)
-            found = conn.execute(f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m"
-                                 f" WHERE m.reference = ? AND {where}", (reference, *args)).fetchone()
+            found = conn.execute(
+                f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m WHERE m.reference = ? AND {where}",
+                (reference, *args),
+            ).fetchone()
             if found is None:
                 return None
             Chains(conn).bridge(scope.site_id, reference, found[1], found[2])
@@ -129,14 +158,25 @@ class SqliteMemoryStore:
 
     def get(self, scope: Scope, reference: str) -> StoredMemory | None:
         where, args = scope_sql(scope)
-        row = self._readers.get().execute(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = ? AND {where}",
-                                          (reference, *args)).fetchone()
+        row = (
+            self._readers.get()
+            .execute(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = ? AND {where}", (reference, *args))
+            .fetchone()
+        )
         return stored(row) if row else None
 
-    def page(self, scope: Scope, *, location: str | None, provenance: dict[str, str], limit: int,
-             after: tuple[str, int] | None, occurred_after: str | None = None,
-             occurred_before: str | None = None, order: str = BY_CREATED,
-             ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
+    def page(
+        self,
+        scope: Scope,
+        *,
+        location: str | None,
+        provenance: dict[str, str],
+        limit: int,
+        after: tuple[str, int] | None,
+        occurred_after: str | None = None,
+        occurred_before: str | None = None,
+        order: str = BY_CREATED,
+    ) -> tuple[list[StoredMemory], tuple[str, int] | None]:
         """Keyset pagination on (created_at, id) or (occurred_at, id): rows written while a client pages never
         shift a page, and every row present throughout is returned exactly once."""
         column = order_column(order)
@@ -144,23 +184,43 @@ class SqliteMemoryStore:
         if after is not None:
             where += f" AND (m.{column} < ? OR (m.{column} = ? AND m.id < ?))"
             args += [after[0], after[0], after[1]]
-        found = self._readers.get().execute(
-            f"SELECT {COLUMNS} FROM memories m WHERE {where} ORDER BY m.{column} DESC, m.id DESC LIMIT ?",
-            (*args, limit + 1)).fetchall()
+        found = (
+            self._readers.get()
+            .execute(
+                f"SELECT {COLUMNS} FROM memories m WHERE {where} ORDER BY m.{column} DESC, m.id DESC LIMIT ?",
+                (*args, limit + 1),
+            )
+            .fetchall()
+        )
         page = [stored(row) for row in found[:limit]]
         following = (getattr(page[-1], column), page[-1].id) if len(found) > limit else None
         return page, following
 
-    def count_listed(self, scope: Scope, *, location: str | None, provenance: dict[str, str], up_to: int,
-                     occurred_after: str | None = None, occurred_before: str | None = None) -> int:
+    def count_listed(
+        self,
+        scope: Scope,
+        *,
+        location: str | None,
+        provenance: dict[str, str],
+        up_to: int,
+        occurred_after: str | None = None,
+        occurred_before: str | None = None,
+    ) -> int:
         where, args = self._listed(scope, location, provenance, occurred_after, occurred_before)
-        return int(self._readers.get().execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", (*args, up_to + 1)
-        ).fetchone()[0])
+        return int(
+            self._readers.get()
+            .execute(f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)", (*args, up_to + 1))
+            .fetchone()[0]
+        )
 
     @staticmethod
-    def _listed(scope: Scope, location: str | None, provenance: dict[str, str], occurred_after: str | None,
-                occurred_before: str | None) -> tuple[str, list[object]]:
+    def _listed(
+        scope: Scope,
+        location: str | None,
+        provenance: dict[str, str],
+        occurred_after: str | None,
+        occurred_before: str | None,
+    ) -> tuple[str, list[object]]:
         """The condition of a listing: the scope, the filing place, the provenance and the occurred window."""
         where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before))
         if location is not None:
@@ -175,25 +235,39 @@ class SqliteMemoryStore:
 
     def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
         where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before))
-        rows = self._readers.get().execute(
-            f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
-            " GROUP BY day ORDER BY day", args).fetchall()
+        rows = (
+            self._readers.get()
+            .execute(
+                f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
+                " GROUP BY day ORDER BY day",
+                args,
+            )
+            .fetchall()
+        )
         return [(str(row[0]), int(row[1])) for row in rows]
 
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
         if not references:
             return {}
         where, args = scope_sql(scope)
-        rows = self._readers.get().execute(
-            f"{chain_sql(f'IN ({marks(references)})')} SELECT chain.start, chain.depth, {COLUMNS} FROM chain"
-            f" JOIN memories m ON m.site_id = ? AND m.reference = chain.ref WHERE {where}",
-            [scope.site_id, *references, scope.site_id, MAX_CHAIN, scope.site_id, *args]).fetchall()
+        rows = (
+            self._readers.get()
+            .execute(
+                f"{chain_sql(f'IN ({marks(references)})')} SELECT chain.start, chain.depth, {COLUMNS} FROM chain"
+                f" JOIN memories m ON m.site_id = ? AND m.reference = chain.ref WHERE {where}",
+                [scope.site_id, *references, scope.site_id, MAX_CHAIN, scope.site_id, *args],
+            )
+            .fetchall()
+        )
         return newest_of([(row["start"], row["depth"], stored(row)) for row in rows])
 
     def purge_expired(self, at: str, limit: int) -> list[int]:
         def purge(conn: sqlite3.Connection) -> list[int]:
-            rows = conn.execute("SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
-                                " WHERE expires_at <= ? ORDER BY expires_at LIMIT ?", (at, limit)).fetchall()
+            rows = conn.execute(
+                "SELECT id, site_id, reference, supersedes, superseded_by FROM memories"
+                " WHERE expires_at <= ? ORDER BY expires_at LIMIT ?",
+                (at, limit),
+            ).fetchall()
             chains = Chains(conn)
             for row_id, site_id, reference, older, newer in rows:
                 chains.bridge(site_id, reference, older, newer)
@@ -208,15 +282,23 @@ class SqliteMemoryStore:
     def by_ids(self, ids: Sequence[int]) -> dict[int, StoredMemory]:
         if not ids:
             return {}
-        rows = self._readers.get().execute(f"SELECT {COLUMNS} FROM memories m WHERE m.id IN ({marks(ids)})",
-                                           list(ids)).fetchall()
+        rows = (
+            self._readers.get()
+            .execute(f"SELECT {COLUMNS} FROM memories m WHERE m.id IN ({marks(ids)})", list(ids))
+            .fetchall()
+        )
         return {int(row["id"]): stored(row) for row in rows}
 
     def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
         if not ids:
             return {}
-        rows = self._readers.get().execute(f"SELECT id, valid_to FROM memories WHERE id IN ({marks(ids)})"
-                                           " AND superseded_by IS NOT NULL", list(ids)).fetchall()
+        rows = (
+            self._readers.get()
+            .execute(
+                f"SELECT id, valid_to FROM memories WHERE id IN ({marks(ids)}) AND superseded_by IS NOT NULL", list(ids)
+            )
+            .fetchall()
+        )
         return {int(row[0]): row[1] for row in rows}
 
     def count(self) -> int:
@@ -226,57 +308,76 @@ class SqliteMemoryStore:
         row = self._readers.get().execute("SELECT value FROM meta WHERE key = 'terms_version'").fetchone()
         return int(row[0]) if row else 1
 
-    def rewrite_terms(self, terms: Callable[[str, str | None], str], version: int, *,
-                      batch: int = REWRITE_BATCH) -> int:
+    def rewrite_terms(
+        self, terms: Callable[[str, str | None], str], version: int, *, batch: int = REWRITE_BATCH
+    ) -> int:
         def rewrite(after: int) -> tuple[int, int] | None:
             def work(conn: sqlite3.Connection) -> tuple[int, int] | None:
-                rows = conn.execute("SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m"
-                                    " JOIN memories_fts f ON f.rowid = m.id WHERE m.id > ? ORDER BY m.id LIMIT ?",
-                                    (after, batch)).fetchall()
+                rows = conn.execute(
+                    "SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m"
+                    " JOIN memories_fts f ON f.rowid = m.id WHERE m.id > ? ORDER BY m.id LIMIT ?",
+                    (after, batch),
+                ).fetchall()
                 if not rows:
                     return None
-                changed = [(new, row_id) for row_id, content, occurred_at, old in rows
-                           if (new := terms(content, occurred_at)) != old]
+                changed = [
+                    (new, row_id)
+                    for row_id, content, occurred_at, old in rows
+                    if (new := terms(content, occurred_at)) != old
+                ]
                 conn.executemany("UPDATE memories_fts SET terms = ? WHERE rowid = ?", changed)
                 return int(rows[-1][0]), len(changed)
+
             return self._writer.run_sync(work)
 
         after, total = 0, 0
         while (done := rewrite(after)) is not None:
             after, total = done[0], total + done[1]
-        self._writer.run_sync(lambda conn: conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('terms_version', ?)"
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(version),)))
+        self._writer.run_sync(
+            lambda conn: conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('terms_version', ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(version),),
+            )
+        )
         return total
 
 
 def find_duplicate(conn: sqlite3.Connection, site_id: int, dedup_key: str) -> str | None:
-    row = conn.execute("SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ?",
-                       (site_id, dedup_key)).fetchone()
+    row = conn.execute(
+        "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ?", (site_id, dedup_key)
+    ).fetchone()
     return row[0] if row else None
 
 
 def decided(conn: sqlite3.Connection, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
     """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
     if kept is not None and kept.reference is not None:
-        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = ?",
-                           (kept.reference,)).fetchone()
+        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = ?", (kept.reference,)).fetchone()
         if row is not None:
             if int(row[0]) != site_id:
-                return Inserted(None, kept.reference, CONFLICT,
-                                f"conflict: reference {kept.reference} belongs to a memory of another site")
+                return Inserted(
+                    None,
+                    kept.reference,
+                    CONFLICT,
+                    f"conflict: reference {kept.reference} belongs to a memory of another site",
+                )
             if row[1] != memory.dedup_key:
-                return Inserted(None, kept.reference, CONFLICT,
-                                f"conflict: reference {kept.reference} already holds a memory with other content "
-                                "or filing (type, location, project, team, bucket)")
+                return Inserted(
+                    None,
+                    kept.reference,
+                    CONFLICT,
+                    f"conflict: reference {kept.reference} already holds a memory with other content "
+                    "or filing (type, location, project, team, bucket)",
+                )
             return Inserted(None, kept.reference, PRESENT)
     existing = find_duplicate(conn, site_id, memory.dedup_key)
     return Inserted(None, existing, DUPLICATE) if existing is not None else None
 
 
-def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: Document,
-           kept: Kept | None = None) -> Inserted:
+def insert(
+    conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: Document, kept: Kept | None = None
+) -> Inserted:
     """Insert inside the caller's write transaction, unless stored rows decide otherwise (see Inserted)."""
     outcome = decided(conn, site_id, memory, kept)
     if outcome is not None:
@@ -290,9 +391,23 @@ def insert(conn: sqlite3.Connection, site_id: int, memory: NewMemory, document: 
         " occurred_at, reference, site_id, created_at, updated_at, dedup_key, conversation_id,"
         " conversation_seq, vector, vector_model, supersedes, superseded_by, valid_to, expires_at, kind, indexed)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
-        (*attribute_values(memory), reference, site_id, created_at, kept.updated_at or created_at, memory.dedup_key,
-         conversation_id, seq, vector_blob(document.vector), document.model, memory.supersedes, kept.superseded_by,
-         kept.valid_to, memory.expires_at, memory.kind),
+        (
+            *attribute_values(memory),
+            reference,
+            site_id,
+            created_at,
+            kept.updated_at or created_at,
+            memory.dedup_key,
+            conversation_id,
+            seq,
+            vector_blob(document.vector),
+            document.model,
+            memory.supersedes,
+            kept.superseded_by,
+            kept.valid_to,
+            memory.expires_at,
+            memory.kind,
+        ),
     )
     row_id = int(cur.lastrowid or 0)
     conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, document.terms))

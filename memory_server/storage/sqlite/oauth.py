@@ -56,8 +56,16 @@ class SqliteOAuthStore:
                     return False
             conn.execute(
                 "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)", (client.client_id, client.secret_hash, client.client_name,
-                                               client.metadata, client.created_at, client.granted_at))
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    client.client_id,
+                    client.secret_hash,
+                    client.client_name,
+                    client.metadata,
+                    client.created_at,
+                    client.granted_at,
+                ),
+            )
             return True
 
         return self._writer.run_sync(add)
@@ -69,39 +77,57 @@ class SqliteOAuthStore:
         return client_of(row)
 
     def forget_unused_clients(self, *, registered_before: float) -> int:
-        return self._writer.run_sync(lambda conn: conn.execute(
-            "DELETE FROM oauth_clients WHERE granted_at IS NULL AND created_at < ?", (registered_before,)).rowcount)
+        return self._writer.run_sync(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM oauth_clients WHERE granted_at IS NULL AND created_at < ?", (registered_before,)
+                ).rowcount
+            )
+        )
 
     # --- authorization requests -------------------------------------------------------------------
 
-    def add_request(self, request_hash: str, request: PendingAuthorization, *, now: float,
-                    max_pending: int | None = None) -> bool:
+    def add_request(
+        self, request_hash: str, request: PendingAuthorization, *, now: float, max_pending: int | None = None
+    ) -> bool:
         def add(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM oauth_requests WHERE expires_at <= ?", (now,))
             if max_pending is not None:
                 if conn.execute("SELECT count(*) FROM oauth_requests").fetchone()[0] >= max_pending:
                     return False
-            conn.execute("INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
-                         " VALUES (?, ?, ?, ?, ?)", (request_hash, request.client_id, request.params,
-                                                     request.csrf_hash, request.expires_at))
+            conn.execute(
+                "INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (request_hash, request.client_id, request.params, request.csrf_hash, request.expires_at),
+            )
             return True
 
         return self._writer.run_sync(add)
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
-        row = self._readers.get().execute(
-            "SELECT * FROM oauth_requests WHERE request_hash = ? AND expires_at > ?", (request_hash, now)).fetchone()
+        row = (
+            self._readers.get()
+            .execute("SELECT * FROM oauth_requests WHERE request_hash = ? AND expires_at > ?", (request_hash, now))
+            .fetchone()
+        )
         return pending_of(row) if row else None
 
     def set_request_csrf(self, request_hash: str, csrf_hash: str, *, now: float) -> bool:
-        return self._writer.run_sync(lambda conn: conn.execute(
-            "UPDATE oauth_requests SET csrf_hash = ? WHERE request_hash = ? AND expires_at > ?",
-            (csrf_hash, request_hash, now)).rowcount > 0)
+        return self._writer.run_sync(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE oauth_requests SET csrf_hash = ? WHERE request_hash = ? AND expires_at > ?",
+                    (csrf_hash, request_hash, now),
+                ).rowcount
+                > 0
+            )
+        )
 
     def take_request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         def take(conn: sqlite3.Connection) -> PendingAuthorization | None:
-            row = conn.execute("DELETE FROM oauth_requests WHERE request_hash = ? RETURNING *",
-                               (request_hash,)).fetchone()
+            row = conn.execute(
+                "DELETE FROM oauth_requests WHERE request_hash = ? RETURNING *", (request_hash,)
+            ).fetchone()
             return pending_of(row) if row is not None and float(row["expires_at"]) > now else None
 
         return self._writer.run_sync(take)
@@ -117,9 +143,18 @@ class SqliteOAuthStore:
             conn.execute(
                 "INSERT INTO oauth_codes (code_hash, client_id, site_id, scopes, teams, projects, buckets, resource,"
                 " code_challenge, redirect_uri, redirect_uri_explicit, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (code_hash, code.client_id, code.site_id, *bounds_values(b),
-                 code.resource, code.code_challenge, code.redirect_uri,
-                 int(code.redirect_uri_explicit), code.expires_at))
+                (
+                    code_hash,
+                    code.client_id,
+                    code.site_id,
+                    *bounds_values(b),
+                    code.resource,
+                    code.code_challenge,
+                    code.redirect_uri,
+                    int(code.redirect_uri_explicit),
+                    code.expires_at,
+                ),
+            )
             return True
 
         return self._writer.run_sync(add)
@@ -132,8 +167,11 @@ class SqliteOAuthStore:
 
     def redeem_code(self, code_hash: str, grant: NewGrant, tokens: Sequence[IssuedToken], *, now: float) -> bool:
         def redeem(conn: sqlite3.Connection) -> bool:
-            row = conn.execute("SELECT c.grant_id, c.expires_at FROM oauth_codes c JOIN sites s ON s.id = c.site_id"
-                               " WHERE c.code_hash = ?", (code_hash,)).fetchone()
+            row = conn.execute(
+                "SELECT c.grant_id, c.expires_at FROM oauth_codes c JOIN sites s ON s.id = c.site_id"
+                " WHERE c.code_hash = ?",
+                (code_hash,),
+            ).fetchone()
             if row is None or row["grant_id"] is not None or float(row["expires_at"]) <= now:
                 return False
             conn.execute("UPDATE oauth_codes SET grant_id = ? WHERE code_hash = ?", (grant.id, code_hash))
@@ -141,8 +179,17 @@ class SqliteOAuthStore:
             conn.execute(
                 "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
                 " created_at, expires_at, last_used_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (grant.id, grant.site_id, grant.client_id, *bounds_values(b),
-                 grant.resource, grant.created_at, grant.expires_at, rfc3339_at(now)))
+                (
+                    grant.id,
+                    grant.site_id,
+                    grant.client_id,
+                    *bounds_values(b),
+                    grant.resource,
+                    grant.created_at,
+                    grant.expires_at,
+                    rfc3339_at(now),
+                ),
+            )
             _insert_tokens(conn, grant.id, tokens)
             conn.execute("UPDATE oauth_clients SET granted_at = ? WHERE client_id = ?", (now, grant.client_id))
             return True
@@ -157,39 +204,56 @@ class SqliteOAuthStore:
             return None
         return token_of(row)
 
-    def rotate_refresh(self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float,
-                       grant_expires_at: float) -> bool:
+    def rotate_refresh(
+        self, token_hash: str, tokens: Sequence[IssuedToken], *, now: float, grant_expires_at: float
+    ) -> bool:
         def rotate(conn: sqlite3.Connection) -> bool:
             row = conn.execute(
                 "SELECT t.grant_id FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
                 " WHERE t.token_hash = ? AND t.kind = 'refresh' AND t.rotated = 0 AND t.expires_at > ?"
-                " AND g.revoked_at IS NULL", (token_hash, now)).fetchone()
+                " AND g.revoked_at IS NULL",
+                (token_hash, now),
+            ).fetchone()
             if row is None:
                 return False
             grant_id = row["grant_id"]
             conn.execute("UPDATE oauth_tokens SET rotated = 1 WHERE token_hash = ?", (token_hash,))
             conn.execute("DELETE FROM oauth_tokens WHERE grant_id = ? AND expires_at <= ?", (grant_id, now))
-            conn.execute("UPDATE oauth_grants SET expires_at = ?, last_used_at = ? WHERE id = ?",
-                         (grant_expires_at, rfc3339_at(now), grant_id))
+            conn.execute(
+                "UPDATE oauth_grants SET expires_at = ?, last_used_at = ? WHERE id = ?",
+                (grant_expires_at, rfc3339_at(now), grant_id),
+            )
             _insert_tokens(conn, grant_id, tokens)
             return True
 
         return self._writer.run_sync(rotate)
 
     def grants(self, site_id: int) -> list[OAuthGrant]:
-        rows = self._readers.get().execute(f"{GRANTS} WHERE g.site_id = ? ORDER BY g.created_at, g.id",
-                                           (site_id,)).fetchall()
+        rows = (
+            self._readers.get()
+            .execute(f"{GRANTS} WHERE g.site_id = ? ORDER BY g.created_at, g.id", (site_id,))
+            .fetchall()
+        )
         return [grant_of(row) for row in rows]
 
     def revoke_grant(self, grant_id: str) -> bool:
-        return self._writer.run_sync(lambda conn: conn.execute(
-            "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-            (now_rfc3339(), grant_id)).rowcount > 0)
+        return self._writer.run_sync(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE oauth_grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                    (now_rfc3339(), grant_id),
+                ).rowcount
+                > 0
+            )
+        )
 
     def mark_grant_used(self, grant_id: str, at: str) -> None:
-        self._writer.run_sync(lambda conn: conn.execute(
-            "UPDATE oauth_grants SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
-            (at, grant_id, at)))
+        self._writer.run_sync(
+            lambda conn: conn.execute(
+                "UPDATE oauth_grants SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)",
+                (at, grant_id, at),
+            )
+        )
 
     def _read(self, nowait: bool, sql: str, args: tuple[object, ...]) -> sqlite3.Row | None:
         if not nowait:
@@ -207,5 +271,7 @@ class SqliteOAuthStore:
 
 
 def _insert_tokens(conn: sqlite3.Connection, grant_id: str, tokens: Sequence[IssuedToken]) -> None:
-    conn.executemany("INSERT INTO oauth_tokens (token_hash, grant_id, kind, scopes, expires_at) VALUES (?,?,?,?,?)",
-                     [(t.token_hash, grant_id, t.kind, json_list(t.scopes), t.expires_at) for t in tokens])
+    conn.executemany(
+        "INSERT INTO oauth_tokens (token_hash, grant_id, kind, scopes, expires_at) VALUES (?,?,?,?,?)",
+        [(t.token_hash, grant_id, t.kind, json_list(t.scopes), t.expires_at) for t in tokens],
+    )

@@ -59,7 +59,9 @@ class SqliteSnapshot:
         marked = " AND c.deleting = 1" if where else " WHERE c.deleting = 1"
         hidden, hidden_items = self._conn.execute(
             "SELECT count(*), coalesce(sum((SELECT count(*) FROM log_items t WHERE t.site_id = c.site_id"
-            f" AND t.conversation_id = c.conversation_id)), 0) FROM conversations c{where}{marked}", args).fetchone()
+            f" AND t.conversation_id = c.conversation_id)), 0) FROM conversations c{where}{marked}",
+            args,
+        ).fetchone()
         counts["conversations"] -= int(hidden)
         counts["log_items"] -= int(hidden_items)
         return counts
@@ -88,8 +90,10 @@ class SqliteSnapshot:
         """The names of the sites that index their logs."""
         where, args = self._where("s", site_key="id")
         with naming_damage(self._path):
-            rows = self._conn.execute(f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'}"
-                                      " s.index_logs = 1 ORDER BY s.name", args).fetchall()
+            rows = self._conn.execute(
+                f"SELECT s.name FROM sites s{where}{' AND' if where else ' WHERE'} s.index_logs = 1 ORDER BY s.name",
+                args,
+            ).fetchall()
         return [str(row[0]) for row in rows]
 
     def conversation_choices(self) -> list[tuple[str, str, bool | None, str | None]]:
@@ -99,7 +103,8 @@ class SqliteSnapshot:
                 "SELECT s.name, c.conversation_id, c.index_choice, c.bucket FROM conversations c JOIN sites s"
                 f" ON s.id = c.site_id{where}{' AND' if where else ' WHERE'} c.deleting = 0"
                 " AND (c.index_choice IS NOT NULL OR c.bucket IS NOT NULL) ORDER BY c.site_id, c.conversation_id",
-                args).fetchall()
+                args,
+            ).fetchall()
         return [(str(r[0]), str(r[1]), None if r[2] is None else bool(r[2]), r[3]) for r in rows]
 
     def log_items(self) -> Iterator[tuple[str, str, RawItem]]:
@@ -112,12 +117,14 @@ class SqliteSnapshot:
         conversations = self._conn.execute(
             "SELECT c.site_id, s.name, c.conversation_id FROM conversations c JOIN sites s ON s.id = c.site_id"
             f"{where}{' AND' if where else ' WHERE'} c.deleting = 0"
-            " ORDER BY c.site_id, c.last_activity_us, c.conversation_id", args,
+            " ORDER BY c.site_id, c.last_activity_us, c.conversation_id",
+            args,
         ).fetchall()
         for site_id, site, conversation_id in conversations:
             for seq, recorded_at, payload in self._conn.execute(
                 "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = ? AND conversation_id = ?"
-                " ORDER BY seq", (site_id, conversation_id),
+                " ORDER BY seq",
+                (site_id, conversation_id),
             ):
                 yield site, conversation_id, (seq, recorded_at, payload)
 

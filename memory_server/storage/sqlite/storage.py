@@ -116,8 +116,9 @@ class SqliteStorage:
         try:
             future.result(timeout=WRITER_PROBE_TIMEOUT_S)
         except FutureTimeout:
-            reasons.append(f"sqlite: the writer did not get the write lock within {WRITER_PROBE_TIMEOUT_S:g}s "
-                           "(busy or stuck)")
+            reasons.append(
+                f"sqlite: the writer did not get the write lock within {WRITER_PROBE_TIMEOUT_S:g}s (busy or stuck)"
+            )
         except Exception as exc:
             reasons.append(f"sqlite: cannot write: {exc}")
         return reasons

@@ -20,8 +20,11 @@ class SqliteWordStore:
         self._readers = readers
 
     def all_words(self, model: str) -> Iterator[tuple[int, str, np.ndarray]]:
-        for site_id, word, blob in self._readers.get().execute(
-                "SELECT site_id, word, vector FROM memory_words WHERE model = ?", (model,)).fetchall():
+        for site_id, word, blob in (
+            self._readers.get()
+            .execute("SELECT site_id, word, vector FROM memory_words WHERE model = ?", (model,))
+            .fetchall()
+        ):
             yield int(site_id), str(word), np.frombuffer(blob, dtype=np.float32)
 
     def backfill_mark(self, model: str) -> int:
@@ -29,9 +32,15 @@ class SqliteWordStore:
         return int(done[1]) if done is not None and done[0] == model else 0
 
     def texts_after(self, after_id: int, limit: int) -> list[tuple[int, int, str, str]]:
-        return [(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in self._readers.get().execute(
-            "SELECT id, site_id, content, occurred_at FROM memories WHERE id > ? ORDER BY id LIMIT ?",
-            (after_id, limit)).fetchall()]
+        return [
+            (int(r[0]), int(r[1]), str(r[2]), str(r[3]))
+            for r in self._readers.get()
+            .execute(
+                "SELECT id, site_id, content, occurred_at FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+                (after_id, limit),
+            )
+            .fetchall()
+        ]
 
     def save_backfill(self, words: Iterable[tuple[int, Words]], model: str, through_id: int) -> None:
         batch = list(words)
@@ -39,8 +48,10 @@ class SqliteWordStore:
         def save(conn: sqlite3.Connection) -> None:
             for site_id, site_words in batch:
                 store_words(conn, site_id, site_words, model)
-            conn.execute("INSERT OR REPLACE INTO memory_words_backfill (id, model, through_id) VALUES (1, ?, ?)",
-                         (model, through_id))
+            conn.execute(
+                "INSERT OR REPLACE INTO memory_words_backfill (id, model, through_id) VALUES (1, ?, ?)",
+                (model, through_id),
+            )
 
         self._writer.run_sync(save)
 
@@ -48,10 +59,11 @@ class SqliteWordStore:
         found: dict[str, np.ndarray] = {}
         conn = self._readers.get()
         for start in range(0, len(words), CHUNK):
-            chunk = list(words[start:start + CHUNK])
+            chunk = list(words[start : start + CHUNK])
             for word, blob in conn.execute(
-                    "SELECT word, vector FROM memory_words WHERE site_id = ? AND model = ?"
-                    f" AND word IN ({marks(chunk)})", (site_id, model, *chunk)).fetchall():
+                f"SELECT word, vector FROM memory_words WHERE site_id = ? AND model = ? AND word IN ({marks(chunk)})",
+                (site_id, model, *chunk),
+            ).fetchall():
                 found[str(word)] = np.frombuffer(blob, dtype=np.float32)
         if not found:
             return Words()

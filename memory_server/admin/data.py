@@ -157,7 +157,8 @@ def import_command(
     graph), mem0 (a saved get_all() answer, JSON or JSON Lines) or markdown (a folder of notes with front
     matter, as basic-memory keeps them). Bad records are reported with their file and line and skipped.
     """
-    from memory_server.admin.importer import ImportAborted, Importer, has_memory_records, import_stream
+    from memory_server.admin.export_lines import has_memory_records
+    from memory_server.admin.importer import ImportAborted, Importer, import_stream
     from memory_server.auth.secrets import SITE_NAME
     from memory_server.logs.validation import LogLimits
     from memory_server.services import open_services

@@ -9,9 +9,10 @@ from pathlib import Path
 import typer
 
 from memory_server.admin.common import fail, stderr_progress
+from memory_server.admin.export_lines import MemoryRecord
 from memory_server.admin.foreign import FORMATS
 from memory_server.admin.foreign.records import Candidate, total_bytes
-from memory_server.admin.importer import ImportAborted, Importer, MemoryRecord
+from memory_server.admin.importer import ImportAborted, Importer
 from memory_server.errors import AppError
 from memory_server.settings import Settings
 

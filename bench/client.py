@@ -130,19 +130,23 @@ def baseline_run(server: Server, cid: str, items: list[dict[str, Any]], batch: i
     return len(items) / elapsed
 
 
+def runners(server: Server, tmp: Path, items: list[dict[str, Any]], batch: int) -> dict[str, Callable[[str], float]]:
+    """The three ways compared, each given a fresh conversation id: items appended per second."""
+    return {
+        "baseline_plain_appends": lambda cid: baseline_run(server, cid, items, batch),
+        "recorder_memory": lambda cid: recorder_run(server, tmp, cid, items, batch, None),
+        "recorder_spool": lambda cid: recorder_run(server, tmp, cid, items, batch, tmp / f"{cid}.db"),
+    }
+
+
 def throughput(server: Server, tmp: Path, n: int, batches: list[int], runs: int) -> dict[str, Any]:
     items = [item(i) for i in range(n)]
     out: dict[str, Any] = {}
     counter = iter(range(10**6))
     for batch in batches:
         results: dict[str, list[float]] = {"baseline_plain_appends": [], "recorder_memory": [], "recorder_spool": []}
-        runners: dict[str, Callable[[str], float]] = {
-            "baseline_plain_appends": lambda cid, batch=batch: baseline_run(server, cid, items, batch),
-            "recorder_memory": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch, None),
-            "recorder_spool": lambda cid, batch=batch: recorder_run(server, tmp, cid, items, batch, tmp / f"{cid}.db"),
-        }
         for _ in range(runs):  # interleaved, so drift on a shared machine hits all three alike
-            for name, run in runners.items():
+            for name, run in runners(server, tmp, items, batch).items():
                 results[name].append(run(f"bench-tp-{batch}-{next(counter)}"))
         medians = {name: round(statistics.median(values)) for name, values in results.items()}
         base = medians["baseline_plain_appends"]

@@ -22,12 +22,14 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastmcp import Client  # noqa: E402
+from fastmcp.client.transports import FastMCPTransport  # noqa: E402
 
 from memory_server.api.mcp.server import build_mcp  # noqa: E402
 from memory_server.services import open_services  # noqa: E402
@@ -38,15 +40,44 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 MODES = ("dense", "lexical", "production")
 
 
+class Question(TypedDict):
+    bucket: str  # the conversation's
+    question: str
+    category: int
+    evidence: list[str]  # dia_ids of the turns that answer it
+
+
+class ModeReport(TypedDict):
+    recall: dict[str, dict[str, float]]  # category -> questions, R@5, R@10
+    query_seconds: float
+    median_recall_ms: float
+
+
+class Report(TypedDict):
+    data: str
+    memories: int
+    questions: int
+    store_seconds: float
+    modes: dict[str, ModeReport]
+
+
+@runtime_checkable
+class QueryCache(Protocol):
+    """What the server's embedders have beside the Embedder protocol: their cache of query vectors."""
+
+    def clear_cache(self) -> None: ...
+
+
 def session_time(text: str) -> str:
     """'1:56 pm on 8 May, 2023' -> '2023-05-08T13:56:00Z'."""
     parsed = datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
     return parsed.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def load(path: Path) -> tuple[list[dict], list[dict]]:
+def load(path: Path) -> tuple[list[dict[str, Any]], list[Question]]:
     """Return (remember calls, questions) following the benchmark protocol."""
-    memories, questions = [], []
+    memories: list[dict[str, Any]] = []
+    questions: list[Question] = []
     for sample in json.loads(path.read_text()):
         sid, conv = sample["sample_id"], sample["conversation"]
         numbers = sorted(int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)))
@@ -83,19 +114,24 @@ def load(path: Path) -> tuple[list[dict], list[dict]]:
     return memories, questions
 
 
-async def store(client: Client, memories: list[dict]) -> float:
+async def store(client: Client[FastMCPTransport], memories: list[dict[str, Any]]) -> float:
     start = time.perf_counter()
     for memory in memories:
         await client.call_tool("remember", memory)
     return time.perf_counter() - start
 
 
-async def ask(client: Client, questions: list[dict], limit: int) -> tuple[list[list[str]], list[float]]:
-    found, latencies = [], []
+async def ask(
+    client: Client[FastMCPTransport], questions: list[Question], limit: int
+) -> tuple[list[list[str]], list[float]]:
+    found: list[list[str]] = []
+    latencies: list[float] = []
     for q in questions:
         start = time.perf_counter()
         result = await client.call_tool("recall", {"query": q["question"], "limit": limit, "bucket": q["bucket"]})
         latencies.append(time.perf_counter() - start)
+        if result.structured_content is None:
+            raise RuntimeError(f"recall gave no structured result: {result.content}")
         found.append([hit["metadata"]["dia_id"] for hit in result.structured_content["results"]])
     return found, latencies
 
@@ -105,7 +141,7 @@ def recall_at(found: list[str], evidence: list[str], k: int) -> float:
     return sum(e in top for e in evidence) / len(evidence)
 
 
-def score(questions: list[dict], found: list[list[str]]) -> dict[str, dict[str, float]]:
+def score(questions: list[Question], found: list[list[str]]) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     groups = {name: [i for i, q in enumerate(questions) if q["category"] == c] for c, name in CATEGORIES.items()}
     groups["overall (1-4)"] = list(range(len(questions)))
@@ -119,7 +155,7 @@ def score(questions: list[dict], found: list[list[str]]) -> dict[str, dict[str, 
     return table
 
 
-def print_table(report: dict) -> None:
+def print_table(report: Report) -> None:
     modes = list(report["modes"])
     print(f"\nLoCoMo retrieval through recall ({report['questions']} questions, {report['memories']} memories)")
     print(f"{'category':<16}" + "".join(f"{m + ' R@5':>18}{m + ' R@10':>18}" for m in modes))
@@ -133,7 +169,7 @@ def print_table(report: dict) -> None:
     print(f"stored {report['memories']} memories in {report['store_seconds']:.1f} s")
 
 
-async def run(args: argparse.Namespace) -> dict:
+async def run(args: argparse.Namespace) -> Report:
     memories, questions = load(args.data)
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), embedding_threads=args.threads)
@@ -144,7 +180,7 @@ async def run(args: argparse.Namespace) -> dict:
             mcp = build_mcp(services, local=lambda: principal)
             async with Client(mcp) as client:
                 store_seconds = await store(client, memories)
-                report = {
+                report: Report = {
                     "data": str(args.data),
                     "memories": len(memories),
                     "questions": len(questions),
@@ -153,6 +189,8 @@ async def run(args: argparse.Namespace) -> dict:
                 }
                 for mode in MODES if args.mode == "all" else (args.mode,):
                     loaded.retrieval.ranking = mode
+                    if not isinstance(loaded.embedder, QueryCache):
+                        raise SystemExit(f"{loaded.embedder.name} has no query cache to clear between modes")
                     loaded.embedder.clear_cache()  # each mode pays for its query embeddings
                     start = time.perf_counter()
                     found, latencies = await ask(client, questions, args.limit)

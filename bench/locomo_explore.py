@@ -19,9 +19,12 @@ import re
 import statistics
 import sys
 import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,12 +37,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memory_server.ranking import fusion as retrieval  # noqa: E402
 from memory_server.ranking import lexical  # noqa: E402
 from memory_server.ranking.candidate_set import Candidate  # noqa: E402
+from memory_server.ranking.languages import STOP_WORDS  # noqa: E402  (English: LoCoMo's language)
 from memory_server.ranking.lexical import BM25Corpus, analyze  # noqa: E402
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 DATA = Path("/work/shared/data/locomo/locomo_dev.json")
 CACHE = Path("/tmp/locomo_cache")
 CATS = (1, 2, 3, 4)
 CAT_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-dom", 4: "single-hop"}
+
+Analyzer = Callable[[str], list[str]]
+Embed = Callable[[list[str]], np.ndarray]
+Summary = dict[str, float]  # R5, R10, c<k>_R5, c<k>_R10 per category, n (see Bench.summarize)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -101,10 +112,10 @@ def load() -> tuple[dict[str, list[Turn]], list[Question]]:
 
 # ------------------------------------------------------------------------------------------ embedding
 
-_model = None
+_model: SentenceTransformer | None = None
 
 
-def model():
+def model() -> SentenceTransformer:
     global _model
     if _model is None:
         import torch
@@ -149,6 +160,13 @@ class EmbedCache:
 # ---------------------------------------------------------------------------------------- evaluation
 
 
+class Scorer(Protocol):
+    """conv_id -> Q x N score matrix. A Protocol, not a Callable: mypy infers no Callable type for a lambda
+    with default arguments, which the loops below use to bind their variables."""
+
+    def __call__(self, conv: str, /) -> np.ndarray: ...
+
+
 def recall_at(order: np.ndarray, ev_idx: list[int], k: int) -> float:
     top = set(order[:k].tolist())
     return sum(1 for e in ev_idx if e in top) / len(ev_idx)
@@ -157,21 +175,21 @@ def recall_at(order: np.ndarray, ev_idx: list[int], k: int) -> float:
 class Bench:
     """Score matrices per conversation; evaluates a variant given a function producing Q x N scores."""
 
-    def __init__(self, convs, questions, embed) -> None:
+    def __init__(self, convs: dict[str, list[Turn]], questions: list[Question], embed: Embed) -> None:
         self.convs = convs
         self.embed = embed
         self.by_conv: dict[str, list[Question]] = {c: [] for c in convs}
         for q in questions:
             self.by_conv[q.conv].append(q)
-        self.ev_idx = {}
+        self.ev_idx: dict[str, list[list[int]]] = {}
         for c, qs in self.by_conv.items():
             pos = {t.dia_id: i for i, t in enumerate(convs[c])}
             self.ev_idx[c] = [[pos[e] for e in q.evidence] for q in qs]
         self.qvec = {c: embed([q.text for q in qs]) for c, qs in self.by_conv.items()}
 
-    def per_question(self, scorer) -> dict[str, np.ndarray]:
+    def per_question(self, scorer: Scorer) -> dict[str, np.ndarray]:
         """scorer(conv_id) -> Q x N score matrix. Returns conv -> array (Q, 2) of [R@5, R@10]."""
-        out = {}
+        out: dict[str, np.ndarray] = {}
         for c, qs in self.by_conv.items():
             S = scorer(c)
             # Stable tie-break by position: argsort of -score, kind=stable.
@@ -181,9 +199,9 @@ class Bench:
             )
         return out
 
-    def summarize(self, pq: dict[str, np.ndarray], convs=None) -> dict[str, float]:
+    def summarize(self, pq: dict[str, np.ndarray], convs: list[str] | None = None) -> Summary:
         convs = convs or list(self.by_conv)
-        res = {}
+        res: Summary = {}
         rows = np.concatenate([pq[c] for c in convs])
         cats = np.array([q.category for c in convs for q in self.by_conv[c]])
         res["R5"], res["R10"] = rows.mean(0)
@@ -224,13 +242,15 @@ def zscore(S: np.ndarray) -> np.ndarray:
     """Row-wise z-score (each row = one query over the candidate set)."""
     mu = S.mean(1, keepdims=True)
     sd = S.std(1, keepdims=True)
-    return (S - mu) / np.where(sd > 0, sd, 1.0)
+    z: np.ndarray = (S - mu) / np.where(sd > 0, sd, 1.0)
+    return z
 
 
 def minmax(S: np.ndarray) -> np.ndarray:
     lo = S.min(1, keepdims=True)
     hi = S.max(1, keepdims=True)
-    return (S - lo) / np.where(hi > lo, hi - lo, 1.0)
+    scaled: np.ndarray = (S - lo) / np.where(hi > lo, hi - lo, 1.0)
+    return scaled
 
 
 def rrf(*mats: np.ndarray, k: int = 60) -> np.ndarray:
@@ -258,7 +278,8 @@ def neighbour_blend(S: np.ndarray, alpha: float, window: int = 1, how: str = "me
         stack += [left, right]
     A = np.stack(stack)
     ctx = np.nanmax(A, 0) if how == "max" else np.nanmean(A, 0)
-    return S + alpha * ctx
+    blended: np.ndarray = S + alpha * ctx
+    return blended
 
 
 # ------------------------------------------------------------------------------------ the exploration
@@ -267,9 +288,10 @@ def neighbour_blend(S: np.ndarray, alpha: float, window: int = 1, how: str = "me
 class Explorer:
     def __init__(self, bench: Bench) -> None:
         self.b = bench
-        self._dense: dict = {}
-        self._bm25: dict = {}
-        self._docs: dict = {}
+        self._dense: dict[tuple[str, str], np.ndarray] = {}
+        self._bm25: dict[tuple[Hashable, ...], np.ndarray] = {}
+        self._corpora: dict[tuple[Hashable, ...], BM25Corpus] = {}
+        self._docs: dict[tuple[str, str, str], list[list[str]]] = {}
 
     def dense(self, c: str, how: str) -> np.ndarray:
         key = (c, how)
@@ -278,13 +300,15 @@ class Explorer:
             self._dense[key] = self.b.qvec[c] @ V.T
         return self._dense[key]
 
-    def docs(self, c: str, how: str, analyzer) -> list[list[str]]:
+    def docs(self, c: str, how: str, analyzer: Analyzer) -> list[list[str]]:
         key = (c, how, analyzer.__name__)
         if key not in self._docs:
             self._docs[key] = [analyzer(render(t, how)) for t in self.b.convs[c]]
         return self._docs[key]
 
-    def bm25(self, c: str, how: str = "date_prefix", k1=1.2, b=0.75, analyzer=analyze) -> np.ndarray:
+    def bm25(
+        self, c: str, how: str = "date_prefix", k1: float = 1.2, b: float = 0.75, analyzer: Analyzer = analyze
+    ) -> np.ndarray:
         key = (c, how, k1, b, analyzer.__name__)
         if key not in self._bm25:
             corpus = BM25Corpus(self.docs(c, how, analyzer), k1=k1, b=b)
@@ -316,23 +340,28 @@ def lex_ctx(
     how: str = "date_prefix",
     delta: float = 0.0,
     bigram: bool = False,
-):
+) -> np.ndarray:
     """BM25 over documents = own terms + neighbour terms at weights[offset] (lexical.term_weights).
     delta: BM25+ lower bound; bigram: score adjacent analysed-term pairs instead of terms."""
     key = ("ctx", c, tuple(sorted(weights.items())), k1, b, how, delta, bigram)
     if key not in ex._bm25:
         docs = ex.docs(c, how, analyze)
         if bigram:
-            docs = [lexical.bigrams(d) for d in docs]
+            docs = [bigram_terms(d) for d in docs]
         n = len(docs)
         ctx = [
             lexical.term_weights([(docs[i], 1.0)] + [(docs[i + o], w) for o, w in weights.items() if 0 <= i + o < n])
             for i in range(n)
         ]
         corpus = BM25Corpus(ctx, k1=k1, b=b, delta=delta)
-        qa = (lambda t: lexical.bigrams(analyze(t))) if bigram else analyze
+        qa: Analyzer = (lambda t: bigram_terms(analyze(t))) if bigram else analyze
         ex._bm25[key] = np.stack([corpus.score(qa(q.text)) for q in ex.b.by_conv[c]])
     return ex._bm25[key]
+
+
+def bigram_terms(terms: list[str]) -> list[str]:
+    """lexical.bigrams as terms of their own, 'a b' (an analysed term holds no space, so pairs stay apart)."""
+    return [" ".join(pair) for pair in lexical.bigrams(terms)]
 
 
 def sym(a1: float, a2: float = 0.0) -> dict[int, float]:
@@ -347,23 +376,28 @@ _W = re.compile(r"\w+")
 
 
 def an_nostop(text: str) -> list[str]:
-    return [lexical._stem(t) for t in _W.findall(text.lower())]
+    return [lexical.stem(t) for t in _W.findall(text.lower())]
 
 
 def an_nostem(text: str) -> list[str]:
-    return [t for t in _W.findall(text.lower()) if t not in lexical.STOP_WORDS]
+    return [t for t in _W.findall(text.lower()) if t not in STOP_WORDS]
+
+
+def sklearn_stop_words() -> frozenset[str]:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # type: ignore[import-untyped]
+
+    words: frozenset[str] = ENGLISH_STOP_WORDS
+    return words
 
 
 def an_sklearn(text: str) -> list[str]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS as SK
-
-    return [lexical._stem(t) for t in _W.findall(text.lower()) if t not in SK]
+    SK = sklearn_stop_words()
+    return [lexical.stem(t) for t in _W.findall(text.lower()) if t not in SK]
 
 
 def an_sklearn_union(text: str) -> list[str]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS as SK
-
-    return [lexical._stem(t) for t in _W.findall(text.lower()) if t not in SK and t not in lexical.STOP_WORDS]
+    SK = sklearn_stop_words()
+    return [lexical.stem(t) for t in _W.findall(text.lower()) if t not in SK and t not in STOP_WORDS]
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -371,31 +405,32 @@ def an_sklearn_union(text: str) -> list[str]:
 HDR = f"{'variant':58s} {'R@5':>6s} {'R@10':>6s} | {'c1 R5':>6s} {'c1R10':>6s} | {'c3 R5':>6s} {'c3R10':>6s} | {'c2R10':>6s} {'c4R10':>6s}"
 
 
-def row(name: str, r: dict) -> str:
+def row(name: str, r: Summary) -> str:
     return (
         f"{name:58s} {r['R5']:6.3f} {r['R10']:6.3f} | {r['c1_R5']:6.3f} {r['c1_R10']:6.3f} | "
         f"{r['c3_R5']:6.3f} {r['c3_R10']:6.3f} | {r['c2_R10']:6.3f} {r['c4_R10']:6.3f}"
     )
 
 
-RESULTS: list[tuple[str, dict]] = []
+RESULTS: list[tuple[str, Summary]] = []
+P = TypeVar("P", bound=Hashable)  # one point of a LOCO grid
 
 
-def loco(bench: Bench, grid: list[tuple], make_scorer, label: str) -> dict:
+def loco(bench: Bench, grid: Sequence[P], make_scorer: Callable[[str, P], np.ndarray], label: str) -> None:
     """Leave-one-conversation-out: for each conversation, choose the grid point with the best mean of
     R@5 and R@10 over the other four (question-weighted), evaluate it on the held-out one. Prints the
     pooled held-out figures, the in-sample best, and the parameters chosen per fold."""
-    pqs = {}
+    pqs: dict[P, dict[str, np.ndarray]] = {}
     for params in grid:
         pqs[params] = bench.per_question(lambda c, p=params: make_scorer(c, p))
     convs = list(bench.by_conv)
 
-    def obj(pq, cs):
+    def obj(pq: dict[str, np.ndarray], cs: list[str]) -> float:
         rows = np.concatenate([pq[c] for c in cs])
-        return rows.mean()
+        return float(rows.mean())
 
-    held = {}
-    chosen = {}
+    held: dict[str, np.ndarray] = {}
+    chosen: dict[str, P] = {}
     for c in convs:
         train = [x for x in convs if x != c]
         best = max(grid, key=lambda p: obj(pqs[p], train))
@@ -410,10 +445,9 @@ def loco(bench: Bench, grid: list[tuple], make_scorer, label: str) -> dict:
         print(f"    fold {c}: chose {chosen[c]}")
     RESULTS.append((f"{label} in-sample", r_in))
     RESULTS.append((f"{label} LOCO", r_loco))
-    return {"in": r_in, "loco": r_loco, "chosen": chosen, "best": best_all}
 
 
-def report(bench: Bench, name: str, scorer) -> dict:
+def report(bench: Bench, name: str, scorer: Scorer) -> Summary:
     r = bench.summarize(bench.per_question(scorer))
     RESULTS.append((name, r))
     print(row(name, r), flush=True)
@@ -433,7 +467,7 @@ def explore(ex: Explorer) -> None:
     D, L = ex.dense, ex.bm25
     DP = "date_prefix"
 
-    def fz(c, w=0.4, lex=None, how=DP):
+    def fz(c: str, w: float = 0.4, lex: np.ndarray | None = None, how: str = DP) -> np.ndarray:
         return (1 - w) * zscore(D(c, how)) + w * zscore(L(c, how) if lex is None else lex)
 
     section("baselines (reference figures: dense .510, BM25 .563, RRF .597, RRF+date .627)")
@@ -502,7 +536,16 @@ def dense_window(ex: Explorer, c: str) -> np.ndarray:
 
 
 def production_matrix(
-    ex: Explorer, c: str, w=None, lexw=None, nbw=None, k1=None, b=None, delta=None, bg=None, lp=None
+    ex: Explorer,
+    c: str,
+    w: float | None = None,
+    lexw: dict[int, float] | None = None,
+    nbw: dict[int, float] | None = None,
+    k1: float | None = None,
+    b: float | None = None,
+    delta: float | None = None,
+    bg: float | None = None,
+    lp: float | None = None,
 ) -> np.ndarray:
     """The production formula (memory_server.ranking.fusion) as a Q x N matrix, for fast grids / LOCO.
     delta = BM25+ delta, bg = bigram weight, lp = length prior weight (round 2; 0, 0, 0 = round 1)."""
@@ -528,7 +571,13 @@ def doc_lengths(ex: Explorer, c: str) -> np.ndarray:
     return np.array([len(d) for d in ex.docs(c, "production", analyze)], dtype=np.float64)
 
 
-ROUND1 = dict(delta=0.0, bg=0.0, lp=0.0)  # the round-1 production ranking
+class Round2Parts(TypedDict):
+    delta: float  # BM25+
+    bg: float  # bigram weight
+    lp: float  # length prior weight
+
+
+ROUND1: Round2Parts = {"delta": 0.0, "bg": 0.0, "lp": 0.0}  # the round-1 production ranking
 
 
 def run_ablation(ex: Explorer) -> None:
@@ -576,7 +625,7 @@ def run_loco(ex: Explorer) -> None:
         for bb in (0.5, 0.75)
     ]
 
-    def make(c, p):
+    def make(c: str, p: tuple[float, float, float, float, float]) -> np.ndarray:
         w, a, s, k1, bb = p
         return production_matrix(ex, c, w=w, lexw=sym(a, a), nbw=sym(s, s / 2), k1=k1, b=bb)
 
@@ -586,15 +635,15 @@ def run_loco(ex: Explorer) -> None:
     loco(ex.b, grid_fusion, lambda c, p: production_matrix(ex, c, w=p[0], lexw={}, nbw={}), "fusion only (w_lex)")
 
 
-def run_production(ex: Explorer, convs) -> None:
+def run_production(ex: Explorer, convs: dict[str, list[Turn]]) -> None:
     """Evaluate memory_server.ranking.fusion.rank() end to end (Candidate objects, per query) to check it matches."""
     section("production memory_server.ranking.fusion.rank() end to end")
     b = ex.b
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for c, qs in b.by_conv.items():
         cands = production_candidates(ex, c)
         pos = {t.dia_id: i for i, t in enumerate(convs[c])}
-        rows = []
+        rows: list[list[float]] = []
         for qi, q in enumerate(qs):
             hits = retrieval.rank(q.text, b.qvec[c][qi], cands, limit=10)
             order = np.array([h[0].id for h in hits])
@@ -607,7 +656,7 @@ def run_production(ex: Explorer, convs) -> None:
     report(b, "production formula (matrix form)", lambda c: production_matrix(ex, c))
 
 
-def production_candidates(ex: Explorer, c: str) -> list:
+def production_candidates(ex: Explorer, c: str) -> list[Candidate]:
     ts = ex.b.convs[c]
     texts = [retrieval.document_text(t.content, t.occurred_at) for t in ts]
     V = ex.b.embed(texts)
@@ -635,28 +684,31 @@ def run_latency(ex: Explorer, n: int = 150) -> None:
     V = np.stack([x.vector for x in cands])
     qs = [q.text for q in b.by_conv[c]][:n]
 
-    def embed_q(t):
-        return m.encode([t], normalize_embeddings=True, convert_to_numpy=True)[0]
+    def embed_q(t: str) -> np.ndarray:
+        vector: np.ndarray = m.encode([t], normalize_embeddings=True, convert_to_numpy=True)[0]
+        return vector
 
     for t in qs[:10]:  # warm-up
         embed_q(t)
 
-    def dense_only(t):
+    def dense_only(t: str) -> np.ndarray:
         qv = embed_q(t)
         s = V @ qv
         return np.argsort(-s)[:10]
 
-    def prod(t):
+    def prod(t: str) -> list[tuple[Candidate, float]]:
         return retrieval.rank(t, embed_q(t), cands, limit=10)
 
-    def prod_terms(t):
+    def prod_terms(t: str) -> list[tuple[Candidate, float]]:
         return retrieval.rank(t, embed_q(t), cands_terms, limit=10)
 
-    def rank_only(t, qv=embed_q(qs[0])):
+    def rank_only(t: str, qv: np.ndarray = embed_q(qs[0])) -> list[tuple[Candidate, float]]:
         return retrieval.rank(t, qv, cands, limit=10)
 
-    times = {k: [] for k in ("dense-only", "production", "production (stored terms)", "rank() alone")}
-    fns = {
+    times: dict[str, list[float]] = {
+        k: [] for k in ("dense-only", "production", "production (stored terms)", "rank() alone")
+    }
+    fns: dict[str, Callable[[str], object]] = {
         "dense-only": dense_only,
         "production": prod,
         "production (stored terms)": prod_terms,
@@ -682,14 +734,17 @@ def _ztop(S: np.ndarray, n: int) -> np.ndarray:
     """z-score with mean / sd taken over each row's top n only."""
     top = -np.sort(-S, axis=1)[:, :n]
     mu, sd = top.mean(1, keepdims=True), top.std(1, keepdims=True)
-    return (S - mu) / np.where(sd > 0, sd, 1.0)
+    z: np.ndarray = (S - mu) / np.where(sd > 0, sd, 1.0)
+    return z
 
 
-def _weighted_query_bm25(ex: Explorer, c: str, weighted_queries: list[dict[str, float]], delta: float = 0.0):
+def _weighted_query_bm25(
+    ex: Explorer, c: str, weighted_queries: list[dict[str, float]], delta: float = 0.0
+) -> tuple[np.ndarray, BM25Corpus]:
     """Round-1 lexical document (own + neighbour terms), scored for arbitrary term -> weight queries."""
     R = retrieval
     key = ("corpus", c, R.BM25_K1, R.BM25_B, delta)
-    if key not in ex._bm25:
+    if key not in ex._corpora:
         docs = ex.docs(c, "production", analyze)
         n = len(docs)
         W = R.LEXICAL_CONTEXT_WEIGHTS
@@ -697,8 +752,8 @@ def _weighted_query_bm25(ex: Explorer, c: str, weighted_queries: list[dict[str, 
             lexical.term_weights([(docs[i], 1.0)] + [(docs[i + o], w) for o, w in W.items() if 0 <= i + o < n])
             for i in range(n)
         ]
-        ex._bm25[key] = BM25Corpus(ctx, k1=R.BM25_K1, b=R.BM25_B, delta=delta)
-    corpus = ex._bm25[key]
+        ex._corpora[key] = BM25Corpus(ctx, k1=R.BM25_K1, b=R.BM25_B, delta=delta)
+    corpus = ex._corpora[key]
     rows = []
     for qw in weighted_queries:
         s = np.zeros(corpus.n_docs)
@@ -713,20 +768,26 @@ def _weighted_query_bm25(ex: Explorer, c: str, weighted_queries: list[dict[str, 
 
 def run_round2(ex: Explorer) -> None:
     """Round 2: ideas tried on top of the round-1 ranking (delta = bigram = length prior = 0)."""
-    from collections import Counter
-
     b = ex.b
     R = retrieval
     NB = R.NEIGHBOUR_SCORE_WEIGHTS
-    base = lambda c: production_matrix(ex, c, **ROUND1)  # noqa: E731
-    Dm = lambda c: ex.dense(c, "production")  # noqa: E731
-    Lm = lambda c, **kw: lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production", **kw)  # noqa: E731
-    F0 = lambda c: 0.6 * zscore(Dm(c)) + 0.4 * zscore(Lm(c))  # noqa: E731  round-1 fused, before blend
+
+    def base(c: str) -> np.ndarray:
+        return production_matrix(ex, c, **ROUND1)
+
+    def Dm(c: str) -> np.ndarray:
+        return ex.dense(c, "production")
+
+    def Lm(c: str) -> np.ndarray:
+        return lex_ctx(ex, c, R.LEXICAL_CONTEXT_WEIGHTS, R.BM25_K1, R.BM25_B, "production")
+
+    def F0(c: str) -> np.ndarray:  # round-1 fused, before blend
+        return 0.6 * zscore(Dm(c)) + 0.4 * zscore(Lm(c))
 
     section("round 2: query-adaptive fusion weight (w_q = per-query lexical weight, base .4)")
     report(b, "round-1 production", base)
 
-    def adaptive(c, mode, p):
+    def adaptive(c: str, mode: str, p: float) -> np.ndarray:
         zD, zL = zscore(Dm(c)), zscore(Lm(c))
         if mode in ("mean idf", "max idf"):
             _, corpus = _weighted_query_bm25(ex, c, [])
@@ -737,7 +798,15 @@ def run_round2(ex: Explorer) -> None:
                 st.append((np.mean(idf) if mode == "mean idf" else max(idf)) / ln)
             wq = np.clip(0.4 * (np.array(st) / (0.5 if mode == "mean idf" else 0.6)) ** p, 0, 0.9)
         else:  # spread: top1 - top10 gap ('gap') or top z ('top1') of each side
-            g = (lambda Z: Z.max(1)) if mode == "top1" else (lambda Z: (lambda s: s[:, 0] - s[:, 9])(-np.sort(-Z, 1)))
+
+            def g(Z: np.ndarray) -> np.ndarray:
+                if mode == "top1":
+                    top: np.ndarray = Z.max(1)
+                    return top
+                s = -np.sort(-Z, 1)
+                gap: np.ndarray = s[:, 0] - s[:, 9]
+                return gap
+
             r = (g(zL) / np.maximum(g(zD), 1e-9)) ** p
             wq = 0.4 * r / (0.4 * r + 0.6)
         wq = wq[:, None]
@@ -755,12 +824,16 @@ def run_round2(ex: Explorer) -> None:
             f"z over top-{n} lexical side only",
             lambda c, n=n: blend(0.6 * zscore(Dm(c)) + 0.4 * _ztop(Lm(c), n), NB),
         )
-    for g in (5, 10, 20):
-        report(b, f"z fusion + {g} x RRF(k=60)", lambda c, g=g: blend(F0(c) + g * rrf(Dm(c), Lm(c)), NB))
+    for rrf_weight in (5, 10, 20):
+        report(
+            b,
+            f"z fusion + {rrf_weight} x RRF(k=60)",
+            lambda c, g=rrf_weight: blend(F0(c) + g * rrf(Dm(c), Lm(c)), NB),
+        )
 
     section("round 2: RM3 lexical feedback (top-k fused results, m expansion terms, weight beta)")
 
-    def rm3(c, k, m, beta):
+    def rm3(c: str, k: int, m: int, beta: float) -> np.ndarray:
         P = base(c)
         docs = ex.docs(c, "production", analyze)
         _, corpus = _weighted_query_bm25(ex, c, [])
@@ -769,7 +842,7 @@ def run_round2(ex: Explorer) -> None:
             top = np.argsort(-P[qi], kind="stable")[:k]
             dw = np.exp(P[qi, top] - P[qi, top].max())
             dw /= dw.sum()
-            acc: Counter = Counter()
+            acc: defaultdict[str, float] = defaultdict(float)
             for d, w in zip(top, dw, strict=False):
                 for t, tf in Counter(docs[d]).items():
                     acc[t] += w * tf / max(1, len(docs[d]))
@@ -790,7 +863,7 @@ def run_round2(ex: Explorer) -> None:
     for d in (0.25, 0.5, 1.0):
         report(b, f"BM25+ delta={d}", lambda c, d=d: production_matrix(ex, c, delta=d, bg=0, lp=0))
 
-    def qmod(c, f):
+    def qmod(c: str, f: Callable[[Counter[str], BM25Corpus], dict[str, float]]) -> np.ndarray:
         _, corpus = _weighted_query_bm25(ex, c, [])
         qs = [f(Counter(analyze(q.text)), corpus) for q in b.by_conv[c]]
         return blend(0.6 * zscore(Dm(c)) + 0.4 * zscore(_weighted_query_bm25(ex, c, qs)[0]), NB)
@@ -802,17 +875,17 @@ def run_round2(ex: Explorer) -> None:
             f"idf^{pw} instead of idf",
             lambda c, pw=pw: qmod(
                 c,
-                lambda qc, co, pw=pw: {
-                    t: n * (co.idf(t) ** (pw - 1) if t in co._postings else 0) for t, n in qc.items()
-                },
+                lambda qc, co: {t: n * (co.idf(t) ** (pw - 1) if t in co._postings else 0) for t, n in qc.items()},
             ),
         )
 
-    def date_weighted(c, dw):
+    def date_weighted(c: str, dw: float) -> np.ndarray:
         key = ("datew", c, dw)
         if key not in ex._bm25:
             own = [
-                lexical.term_weights([(analyze(retrieval.format_date(t.occurred_at)), dw), (analyze(t.content), 1.0)])
+                lexical.term_weights(
+                    [(analyze(retrieval.format_date(t.occurred_at) or ""), dw), (analyze(t.content), 1.0)]
+                )
                 for t in b.convs[c]
             ]
             n = len(own)
@@ -833,7 +906,9 @@ def run_round2(ex: Explorer) -> None:
 
     section("round 2: second pass / session context (on the round-1 ranking)")
 
-    def gated(c, k):  # neighbour blend counting only neighbours inside the top-k of the fused score
+    def gated(
+        c: str, k: int
+    ) -> np.ndarray:  # neighbour blend counting only neighbours inside the top-k of the fused score
         F = F0(c)
         thr = -np.sort(-F, axis=1)[:, k - 1 : k]
         M = np.where(F >= thr, F, 0.0)
@@ -847,7 +922,7 @@ def run_round2(ex: Explorer) -> None:
         lambda c: F0(c) + sum(w * np.maximum(shift(F0(c), o), 0) for o, w in NB.items()),
     )
 
-    def second(c, k, w1):
+    def second(c: str, k: int, w1: float) -> np.ndarray:
         P = base(c)
         thr = -np.sort(-P, axis=1)[:, k - 1 : k]
         M = np.where(P >= thr, P, 0.0)
@@ -856,7 +931,7 @@ def run_round2(ex: Explorer) -> None:
     for k, w1 in [(10, 0.1), (30, 0.1), (30, 0.25)]:
         report(b, f"second pass: extra blend among top-{k}, +-1 weight {w1}", lambda c, k=k, w1=w1: second(c, k, w1))
 
-    def session_boost(c, g, k):
+    def session_boost(c: str, g: float, k: int) -> np.ndarray:
         P = base(c)
         _, sid = np.unique([t.occurred_at for t in b.convs[c]], return_inverse=True)
         out = P.copy()
@@ -870,7 +945,7 @@ def run_round2(ex: Explorer) -> None:
     for g, k in [(0.05, 3), (0.1, 1), (0.1, 3), (0.2, 3)]:
         report(b, f"same-session boost g={g} from the top-{k}", lambda c, g=g, k=k: session_boost(c, g, k))
 
-    def sim_gated(c, a):
+    def sim_gated(c: str, a: float) -> np.ndarray:
         V = b.embed([retrieval.document_text(t.content, t.occurred_at) for t in b.convs[c]])
         F = F0(c)
         out = F.copy()
@@ -891,16 +966,15 @@ def run_round2(ex: Explorer) -> None:
 
     section("round 2: dense query without stop words (one extra encode), mixed into the query vector")
     stop_free = {
-        c: b.embed(
-            [" ".join(t for t in _W.findall(q.text) if t.lower() not in lexical.STOP_WORDS) or q.text for q in qs]
-        )
+        c: b.embed([" ".join(t for t in _W.findall(q.text) if t.lower() not in STOP_WORDS) or q.text for q in qs])
         for c, qs in b.by_conv.items()
     }
 
-    def dense_mix(c, a):
+    def dense_mix(c: str, a: float) -> np.ndarray:
         qv = b.qvec[c] + a * stop_free[c]
         qv = qv / np.linalg.norm(qv, axis=1, keepdims=True)
-        return qv @ b.embed([retrieval.document_text(t.content, t.occurred_at) for t in b.convs[c]]).T
+        scores: np.ndarray = qv @ b.embed([retrieval.document_text(t.content, t.occurred_at) for t in b.convs[c]]).T
+        return scores
 
     for a in (0.5, 1.0):
         report(b, f"dense alone, stop-word-free query mix a={a}", lambda c, a=a: dense_mix(c, a))
@@ -994,8 +1068,6 @@ def session_only(ex: Explorer, c: str) -> np.ndarray:
 def run_round3(ex: Explorer) -> None:
     """Round 3: semantic query-term expansion (memory_server/ranking/expansion.py) on top of the round-2 ranking, with a
     leave-one-conversation-out grid over its three constants."""
-    from collections import Counter
-
     from memory_server.ranking import expansion
 
     b = ex.b
@@ -1013,11 +1085,11 @@ def run_round3(ex: Explorer) -> None:
 
     def expanded(c: str, tau: float, k: int, beta: float) -> np.ndarray:
         pool = sorted({w for t in b.convs[c] for w in expansion.vocabulary_words(render(t, "production"))})
-        pool_stems, pool_vectors = [lexical._stem(w) for w in pool], np.stack([vectors[w] for w in pool])
+        pool_stems, pool_vectors = [lexical.stem(w) for w in pool], np.stack([vectors[w] for w in pool])
         queries = []
         for q in b.by_conv[c]:
             terms = analyze(q.text)
-            weights = dict(Counter(terms))
+            weights: dict[str, float] = dict(Counter(terms))
             weights.update(
                 expansion.expansion_terms(
                     q.text, terms, vectors, pool_stems, pool_vectors, min_similarity=tau, neighbours=k, weight=beta
@@ -1036,7 +1108,8 @@ def run_round3(ex: Explorer) -> None:
         np.fill_diagonal(S, -np.inf)
         nearest = np.argsort(-S, axis=1)[:, :k]
         F = production_matrix(ex, c)
-        return F + g * (F[:, nearest] * np.take_along_axis(S, nearest, 1)[None]).sum(2) / k
+        smoothed: np.ndarray = F + g * (F[:, nearest] * np.take_along_axis(S, nearest, 1)[None]).sum(2) / k
+        return smoothed
 
     report(b, "round-2 ranking", lambda c: production_matrix(ex, c))
     for k, g in ((3, 0.2), (5, 0.1), (5, 0.4), (10, 0.2)):

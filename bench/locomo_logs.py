@@ -23,14 +23,14 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.locomo import CATEGORIES, DEFAULT_DATA, load, score, session_time  # noqa: E402
+from bench.locomo import CATEGORIES, DEFAULT_DATA, Question, load, score, session_time  # noqa: E402
 from bench.serverproc import SITE, Server  # noqa: E402
 
 INDEX_WAIT_S = 3600.0
@@ -69,9 +69,11 @@ def authority(storage: str) -> Iterator[dict[str, str]]:
 
 
 def ask(
-    server: Server, questions: list[dict[str, Any]], hit_id: Any, **filters: Any
+    server: Server, questions: list[Question], hit_id: Callable[[dict[str, Any]], str], **filters: Any
 ) -> tuple[list[list[str]], list[float]]:
-    found, latencies = [], []
+    """Each question through recall: the ids `hit_id` reads off its hits, and its latency."""
+    found: list[list[str]] = []
+    latencies: list[float] = []
     for q in questions:
         start = time.perf_counter()
         hits = server.recall(q["question"], limit=10, bucket=q["bucket"], **filters)

@@ -106,7 +106,7 @@ def sql(server: Server, statement: str, *args: Any) -> list[tuple[Any, ...]]:
     import psycopg
 
     with psycopg.connect(server.database_url, autocommit=True) as conn:
-        cur = conn.execute(statement.replace("?", "%s"), args)  # type: ignore[arg-type]
+        cur = conn.execute(statement.replace("?", "%s"), args)
         return [tuple(row) for row in cur.fetchall()] if cur.description else []
 
 

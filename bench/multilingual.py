@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="bench-multilingual-") as tmp:
         for mode in MODES if args.mode == "all" else (args.mode,):
-            report["modes"][mode] = run_mode(mode, corpus, pairs, Path(tmp))  # type: ignore[arg-type]
+            report["modes"][mode] = run_mode(mode, corpus, pairs, Path(tmp))
             print(
                 f"{mode}: "
                 + " ".join(f"{name} {r['hit@1']:.3f}" for name, r in report["modes"][mode]["results"].items()),

@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from memory_server.embeddings.base import Embedder  # noqa: E402
+from memory_server.embeddings.similarity import Similarity  # noqa: E402
 from memory_server.memories.params import RecallParams  # noqa: E402
 from memory_server.operations.memories import retrieval_scope  # noqa: E402
 from memory_server.services import open_services  # noqa: E402
@@ -57,7 +59,7 @@ class CachedEmbedder:
     """The real embedder with every vector it computes kept by text (documents and queries alike: the model is
     the same for both)."""
 
-    def __init__(self, inner: Any, path: Path) -> None:
+    def __init__(self, inner: Embedder, path: Path) -> None:
         self.inner = inner
         self.path = path
         self.vectors: dict[str, np.ndarray] = {}
@@ -75,11 +77,7 @@ class CachedEmbedder:
         return int(self.inner.dimension)
 
     @property
-    def max_seq_length(self) -> int:
-        return int(self.inner.max_seq_length)
-
-    @property
-    def similarity(self) -> Any:
+    def similarity(self) -> Similarity:
         return self.inner.similarity
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -116,7 +114,7 @@ class CachedEmbedder:
 class Store:
     """A fresh data directory with the server's services on it."""
 
-    def __init__(self, root: Path, embedder: Any) -> None:
+    def __init__(self, root: Path, embedder: Embedder) -> None:
         self.services = open_services(Settings(data_dir=root, embedding_threads=2))
         self.memories = self.services.load_memories(embedder=embedder)
         self.principal = self.services.local_principal("bench")
@@ -129,7 +127,9 @@ class Store:
         writes = self.memories.writes
         return writes.remember(self.principal, writes.validate(**body)).reference
 
-    def recall(self, query: str, bucket: str, limit: int = 10, **window: str) -> list[dict[str, Any]]:
+    def recall(
+        self, query: str, bucket: str, limit: int = 10, **window: Unpack[evolving_data.Window]
+    ) -> list[dict[str, Any]]:
         scope = retrieval_scope(self.principal, RecallParams(query=query, limit=limit, bucket=bucket, **window))
         return self.memories.retrieval.recall(scope, query, limit)
 
@@ -137,7 +137,7 @@ class Store:
         self.services.close()
 
 
-def run_locomo(root: Path, embedder: Any, modes: Sequence[str], variants: Sequence[str] = ()) -> dict[str, Any]:
+def run_locomo(root: Path, embedder: Embedder, modes: Sequence[str], variants: Sequence[str] = ()) -> dict[str, Any]:
     bodies, questions = locomo.load(locomo.DEFAULT_DATA)
     store = Store(root, embedder)
     try:
@@ -157,7 +157,7 @@ def run_locomo(root: Path, embedder: Any, modes: Sequence[str], variants: Sequen
         store.close()
 
 
-def run_profiles(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, Any]:
+def run_profiles(root: Path, embedder: Embedder, modes: Sequence[str]) -> dict[str, Any]:
     from bench import profiles
 
     dataset = profiles_data.generate(profiles_data.DEFAULT_SEED)
@@ -176,7 +176,7 @@ def run_profiles(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
         store.close()
 
 
-def run_evolving(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, Any]:
+def run_evolving(root: Path, embedder: Embedder, modes: Sequence[str]) -> dict[str, Any]:
     from bench import evolving
 
     dataset = evolving_data.generate(evolving_data.DEFAULT_SEED)
@@ -221,7 +221,7 @@ def run_evolving(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, A
     return out
 
 
-def run_multilingual(root: Path, embedder: Any, modes: Sequence[str]) -> dict[str, Any]:
+def run_multilingual(root: Path, embedder: Embedder, modes: Sequence[str]) -> dict[str, Any]:
     """bench/multilingual.py's languages and pairs, hit@1 / hit@5 / MRR@10."""
     from bench import multilingual
 

@@ -39,6 +39,7 @@ import httpx2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from memory_server.auth import admin as auth  # noqa: E402
+from memory_server.embeddings.base import Embedder  # noqa: E402
 from memory_server.memories.writes import document_terms  # noqa: E402
 from memory_server.ranking.fusion import document_text  # noqa: E402
 from memory_server.services import open_services  # noqa: E402
@@ -117,7 +118,7 @@ class Server:
             except httpx2.HTTPError:
                 pass
             if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stderr.read().decode())
+                raise RuntimeError(self.proc.stderr.read().decode() if self.proc.stderr else "")
             time.sleep(0.02)
 
     def peak_rss_mb(self) -> float:
@@ -140,7 +141,8 @@ class socket_port:
 
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
-        return self.sock.getsockname()[1]
+        port: int = self.sock.getsockname()[1]
+        return port
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
@@ -164,7 +166,8 @@ class Caller:
         result = response.json()["result"]
         if result.get("isError"):
             raise RuntimeError(result["content"][0]["text"])
-        return result["structuredContent"]
+        content: dict[str, Any] = result["structuredContent"]
+        return content
 
 
 async def timed(calls: int, make: Callable[[int], Awaitable[Any]]) -> list[float]:
@@ -174,6 +177,11 @@ async def timed(calls: int, make: Callable[[int], Awaitable[Any]]) -> list[float
         await make(i)
         samples.append(time.perf_counter() - start)
     return samples
+
+
+def appending(call: Caller, conversation_id: str, items: list[dict[str, Any]]) -> Callable[[int], Awaitable[Any]]:
+    """A step for `timed`: the same items appended to one conversation, each call."""
+    return lambda _: call("append_memory", conversation_id=conversation_id, items=items)
 
 
 def client() -> httpx2.AsyncClient:
@@ -201,13 +209,7 @@ async def bench_logs(tmp: Path, *, duration: float, read_items: int) -> dict[str
             call = Caller(server, http)
             out["append_ack"] = {}
             for size in (1, 10, 100):
-                payload = batch(size, size)
-                samples = await timed(
-                    200,
-                    lambda i, size=size, payload=payload: call(
-                        "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload
-                    ),
-                )
+                samples = await timed(200, appending(call, f"ack-{size:04d}-xx", batch(size, size)))
                 out["append_ack"][f"batch_{size}"] = summary(samples)
             out["append_throughput"] = {}
             # CPU seconds per request, server and this client: steadier than items/s on a shared machine,
@@ -532,7 +534,7 @@ def synthetic_vectors(embedded: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def corpus_vectors(embedder: Any, n: int) -> tuple[np.ndarray, bool | str]:
+def corpus_vectors(embedder: Embedder, n: int) -> tuple[np.ndarray, bool | str]:
     """Vectors of corpus_text(0..n-1) through document_text; cached between runs. Above EMBEDDED_UP_TO the
     rest are synthetic (`synthetic_vectors`), and the second value says so."""
     if n > EMBEDDED_UP_TO:
@@ -559,7 +561,7 @@ def day(n: int) -> str:
     return f"{(FIRST_DAY + timedelta(days=n)).isoformat()}T00:00:00Z"
 
 
-def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = None) -> dict[str, Any]:
+def load_corpus(data: Path, embedder: Embedder, n: int, database_url: str | None = None) -> dict[str, Any]:
     """Fill a data directory (and database) with n memories in BUCKETS buckets, reusing cached vectors."""
     vectors, cached = corpus_vectors(embedder, n)
     services = open_services(Settings(data_dir=data, database_url=database_url))
@@ -600,7 +602,7 @@ def load_corpus(data: Path, embedder: Any, n: int, database_url: str | None = No
     }
 
 
-async def bench_remember(tmp: Path, embedder: Any, *, single: int, bulk: int) -> dict[str, Any]:
+async def bench_remember(tmp: Path, embedder: Embedder, *, single: int, bulk: int) -> dict[str, Any]:
     server = Server(tmp / "remember")
     server.start()
     try:
@@ -660,7 +662,7 @@ async def cold_phase(server: Server, queries: list[str], buckets: list[str] | No
         server.stop()
 
 
-async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | None = None) -> dict[str, Any]:
+async def bench_search(tmp: Path, embedder: Embedder, size: int, database_url: str | None = None) -> dict[str, Any]:
     data = tmp / f"search-{size}"
     loaded = load_corpus(data, embedder, size, database_url)
     vectors = loaded.pop("vectors")
@@ -715,7 +717,9 @@ async def bench_search(tmp: Path, embedder: Any, size: int, database_url: str | 
             samples: dict[str, list[float]] = {phase: [] for phase in phases}
             for i in range(QUERIES):
                 for phase in phases:
-                    samples[phase] += await timed(1, lambda _, phase=phase, i=i: one(phase, i))
+                    begun = time.perf_counter()
+                    await one(phase, i)
+                    samples[phase].append(time.perf_counter() - begun)
             out.update({phase: summary(samples[phase]) for phase in phases})
         out["server_peak_rss_mb"] = server.peak_rss_mb()
     finally:

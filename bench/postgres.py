@@ -9,6 +9,7 @@ same server: batches of 10 inserted and committed by one connection, and the sam
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import resource
@@ -23,10 +24,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from memory_server.embeddings.base import Embedder  # noqa: E402
+
 from bench.perf import (  # noqa: E402
     Caller,
     Server,
     append_load,
+    appending,
     batch,
     bench_log_indexing,
     bench_reads,
@@ -94,13 +98,7 @@ async def bench_logs(tmp: Path, url: str, *, duration: float, read_items: int) -
             call = Caller(first, http)
             out["append_ack"] = {}
             for size in (1, 10, 100):
-                payload = batch(size, size)
-                samples = await timed(
-                    200,
-                    lambda i, size=size, payload=payload: call(
-                        "append_memory", conversation_id=f"ack-{size:04d}-xx", items=payload
-                    ),
-                )
+                samples = await timed(200, appending(call, f"ack-{size:04d}-xx", batch(size, size)))
                 out["append_ack"][f"batch_{size}"] = summary(samples)
             out["append_throughput"], out["append_cpu_ms_per_request"] = {}, {}
             for clients, servers in ((1, [first]), (8, [first]), (32, [first]), (32, replicas)):
@@ -137,16 +135,19 @@ def verify(url: str) -> int:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        stored, gapless = conn.execute(
+        row = conn.execute(
             "SELECT sum(n), bool_and(n = top + 1) FROM (SELECT count(*) AS n, max(seq) AS top FROM log_items"
             " WHERE conversation_id LIKE '%%conversation%%' GROUP BY conversation_id) AS c"
         ).fetchone()
+    if row is None:  # an aggregate without GROUP BY always gives one row
+        raise RuntimeError("no row from the verification query")
+    stored, gapless = row
     if not gapless:
         raise RuntimeError("a conversation of the load has a gap or a repeated seq")
     return int(stored)
 
 
-async def bench(args: Any, embedder: Any, only: set[str]) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, embedder: Embedder | None, only: set[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp_name, private_server() as url:
         tmp = Path(tmp_name)

@@ -27,7 +27,8 @@ SITE = "bench"
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -170,11 +171,13 @@ class Server:
         raise AssertionError("unreachable")
 
     def remember(self, memory: dict[str, Any]) -> str:
-        return self.request("POST", "/v1/memories", memory)["reference"]
+        reference: str = self.request("POST", "/v1/memories", memory)["reference"]
+        return reference
 
     def recall(self, query: str, *, limit: int = 10, **filters: Any) -> list[dict[str, Any]]:
         body = {"query": query, "limit": limit, **{k: v for k, v in filters.items() if v is not None}}
-        return self.request("POST", "/v1/recall", body)["results"]
+        results: list[dict[str, Any]] = self.request("POST", "/v1/recall", body)["results"]
+        return results
 
     def forget(self, reference: str) -> None:
         self.request("DELETE", f"/v1/memories/{reference}")

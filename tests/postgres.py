@@ -88,7 +88,8 @@ def _free_port() -> int:
     # Only names the socket file (the server has no TCP listener); a free TCP port keeps the name unique.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class PostgresServer:

@@ -29,7 +29,7 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from bench.datasets.common import MONTHS, MONTHS_SHORT, at, month_end, month_start, months_between, next_month, rfc3339
 
@@ -639,6 +639,13 @@ class Memory:
         return body
 
 
+class Window(TypedDict, total=False):
+    """A past question's time window, under the names of recall's filters."""
+
+    occurred_after: str
+    occurred_before: str
+
+
 @dataclass
 class Question:
     id: str
@@ -647,7 +654,7 @@ class Question:
     subkind: str  # current, as_of, changed_in, before
     slot: str
     gold: str  # memory key
-    window: dict[str, str] = field(default_factory=dict)  # occurred_after / occurred_before, past questions
+    window: Window = field(default_factory=Window)  # past questions only
 
 
 @dataclass
@@ -909,6 +916,7 @@ def _questions(rng: random.Random, subjects: list[Subject], slots: list[Slot]) -
             kinds = ["as_of", "before"] + (["changed_in"] if k > 0 else [])
             kind = rng.choice(kinds)
             qid = f"{slot.id}:v{k + 1}:{kind}"
+            window: Window
             if kind == "as_of":
                 inside = months_between(start, end)
                 quarters = [
@@ -954,6 +962,7 @@ __all__ = [
     "Memory",
     "Question",
     "Slot",
+    "Window",
     "generate",
     "month_end",
     "period_of",

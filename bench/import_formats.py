@@ -32,9 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from memory_server.admin.export_lines import MemoryRecord, numbered_lines, parse_line  # noqa: E402
 from memory_server.admin.foreign import FORMATS  # noqa: E402
 from memory_server.admin.foreign.records import Candidate  # noqa: E402
-from memory_server.admin.export_lines import MemoryRecord, numbered_lines, parse_line  # noqa: E402
 from memory_server.logs.validation import LogLimits  # noqa: E402
 from memory_server.memories.validation import validate_new  # noqa: E402
 

@@ -8,7 +8,9 @@ budget, and that REST and MCP see the same data.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import re
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,8 +19,10 @@ from typing import Any
 import httpx2
 import numpy as np
 import pytest
+from fastapi.routing import APIRoute
 
 from memory_server.api.app import create_app
+from memory_server.api.rest.app import RestRoute
 from memory_server.auth import admin as auth
 from memory_server.ranking.fusion import document_text
 
@@ -170,6 +174,56 @@ async def test_openapi_is_served_without_credentials_and_documents_everything(li
     }
     memory = doc["components"]["schemas"]["Memory"]["properties"]
     assert {"reference", "created_at", "updated_at", "provenance"} <= set(memory)
+
+
+def stated_bounds(name: str, schema: dict[str, Any]) -> str | None:
+    """How a route's description states a numeric parameter's range and default, from the parameter's own
+    schema: "`limit` (1-50, default 5)", or up to the range alone where the schema has no default."""
+    ranged = next((s for s in [schema, *schema.get("anyOf", [])] if "minimum" in s), None)
+    if ranged is None:
+        return None
+    low, high = (f"{v:g}" if isinstance(v, float) else str(v) for v in (ranged["minimum"], ranged.get("maximum")))
+    span = f"`{name}` ({low}-{high}" if ranged.get("maximum") is not None else f"`{name}` (>= {low}"
+    return span if schema.get("default") is None else f"{span}, default {schema['default']})"
+
+
+async def test_every_route_states_what_it_does_and_its_bounds(shared: LiveServer) -> None:
+    """Each /v1 operation has a summary and a description, with its configured limits filled in, and the
+    description states each numeric parameter's range and default as the parameter's schema has them."""
+    async with client(shared, None) as http:
+        doc = (await http.get("/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    operations = [(path, method, op) for path, ops in doc["paths"].items() for method, op in ops.items()]
+    assert len(operations) == 12
+    for path, method, op in operations:
+        where = f"{method.upper()} {path}"
+        assert path.startswith("/v1/"), where
+        assert op.get("summary", "").strip(), where
+        description = op.get("description", "")
+        assert description.strip(), where
+        assert not re.search(r"\{[a-z_]+\}", description), (where, description)  # every {max_payload} filled in
+        parameters = {p["name"]: p["schema"] for p in op.get("parameters", []) if p["in"] == "query"}
+        body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+        if "$ref" in body:
+            parameters |= schemas[body["$ref"].rsplit("/", 1)[1]]["properties"]
+        for name, schema in parameters.items():
+            stated = stated_bounds(name, schema)
+            assert stated is None or stated in description, (where, stated, description)
+
+
+def test_no_route_description_comes_from_a_docstring(tmp_path: Path) -> None:
+    """Route texts are written on the route decorators (summary=, description=), one way for every route; a
+    handler's docstring, if it has one, is for developers and never becomes the OpenAPI description."""
+    app = create_app(make_settings(tmp_path / "data"))
+    try:
+        rest = next(route.app for route in app.routes if isinstance(route, RestRoute))
+        routes = [route for route in rest.api.state.route_table if isinstance(route, APIRoute)]
+        assert len(routes) == 12
+        for route in routes:
+            assert route.summary and route.description, route.path
+            assert route.description != inspect.cleandoc(route.endpoint.__doc__ or ""), (route.path, route.methods)
+    finally:
+        app.state.services.close()
 
 
 # --- saved memories: remember, get, list --------------------------------------------------------------

@@ -8,13 +8,12 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query
 from fastapi.responses import JSONResponse
 
 from memory_server.api.rest.errors import COMMON, documented
-from memory_server.api.rest.params import AppendBody, ItemsQuery
+from memory_server.api.rest.params import AppendBody, ItemsQuery, bounds
 from memory_server.api.rest.security import BasicCaller, valid_unicode
 from memory_server.api.schemas import AppendResult, ConversationDeleted, ConversationsResult, ItemsResult
 from memory_server.errors import InvalidParameters
 from memory_server.logs.params import (
     REST_REPLAY_LIMIT,
-    TAIL_COUNT,
     AppendParams,
     DeleteConversationParams,
     IdempotencyKey,
@@ -55,9 +54,11 @@ def log_routes(ops: LogOperations) -> APIRouter:
             **documented(*COMMON, 404),
         },
         summary="Append to a conversation log (Basic only)",
-        description=f"Append 1-{MAX_ITEMS} JSON objects as one all-or-nothing batch; the acknowledgement "
-        "means durable. 201 when appended; 200 with duplicate=true for a retry with an idempotency key "
-        "already used on this conversation. Same as the `append_memory` tool.",
+        description=f"Append one all-or-nothing batch of at least one and at most {MAX_ITEMS} JSON objects (each "
+        "at most {max_payload} serialized, the batch at most {max_batch}; larger is payload_too_large); the "
+        "acknowledgement means durable. 201 when appended; 200 with duplicate=true for a retry with an idempotency "
+        "key already used on this conversation (the key in the body or the `Idempotency-Key` header; with both, "
+        "they must be equal). Same as the `append_memory` tool.",
     )
     async def append(
         conversation_id: ConversationId,
@@ -87,11 +88,11 @@ def log_routes(ops: LogOperations) -> APIRouter:
         response_model=ItemsResult,
         responses=documented(*COMMON, 404),
         summary="Read a conversation log (Basic only)",
-        description=f"Two modes. Replay (like `replay_memory`) when `offset` or `limit` is given: up to "
-        f"`limit` items (default {REST_REPLAY_LIMIT}) from `offset` (default 0); page on with offset = last "
-        f"seq + 1 until a short page. Tail (like `recall_memory`) otherwise: the last `count` items (default "
-        f"{TAIL_COUNT}). `count` together with `offset` or `limit` is invalid_parameters. Items are "
-        "ascending by seq; an unknown conversation reads as empty.",
+        description="Two modes. Replay (like `replay_memory`) when `offset` or `limit` is given: up to "
+        f"{bounds(ReplayParams, 'limit', REST_REPLAY_LIMIT)} items from {bounds(ReplayParams, 'offset')}; page on "
+        f"with offset = last seq + 1 until a short page. Tail (like `recall_memory`) otherwise: the last "
+        f"{bounds(TailParams, 'count')} items. `count` together with `offset` or `limit` is invalid_parameters. "
+        "Items are ascending by seq; an unknown conversation reads as empty.",
     )
     async def read_items(
         conversation_id: ConversationId, principal: BasicCaller, query: Annotated[ItemsQuery, Query()]
@@ -119,7 +120,8 @@ def log_routes(ops: LogOperations) -> APIRouter:
         "of every saved memory whose provenance names it (the memories stay, without "
         "provenance.conversation_id and provenance.seq). It disappears from every read at once; the "
         "answer comes once nothing of it is left. An append to it while it is being deleted waits, "
-        "then starts a new log at seq 0. 404 not_found if the site has no such conversation.",
+        "then starts a new log at seq 0. Answers `{conversation_id, deleted: true, item_count, memories_unlinked}` "
+        "(memories_unlinked counts the memories it unlinked); 404 not_found if the site has no such conversation.",
     )
     async def delete_conversation(
         conversation_id: Annotated[str, Path(pattern=CONVERSATION_ID.pattern, description=f"{CONVERSATION_ID_RULE}.")],
@@ -133,9 +135,11 @@ def log_routes(ops: LogOperations) -> APIRouter:
         response_model=ConversationsResult,
         responses=documented(*COMMON),
         summary="List conversations (Basic only)",
+        description="The site's conversations with their item counts, newest activity (the last append or "
+        f"import) first, {bounds(ListQuery, 'limit')} per page. Follow `next_cursor` until it is "
+        "null; a cursor this server did not issue is invalid_parameters. Same as the `list_conversations` tool.",
     )
     async def list_conversations(principal: BasicCaller, query: Annotated[ListQuery, Query()]) -> JSONResponse:
-        """The site's conversations, newest activity first. Same as the `list_conversations` tool."""
         return JSONResponse(dict(await ops.conversations(principal, query)))
 
     return router

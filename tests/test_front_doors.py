@@ -51,7 +51,8 @@ class Front:
     def __init__(self, root: Path, **env: str) -> None:
         self.data = root / "data"
         self.secret = parse_fields(run_cli("site", "create", "acme", data_dir=self.data).stdout)["secret"]
-        self.process = ServerProcess(self.data, env=server_env(**env)).start()
+        # Ready, not only healthy: several tests read memories, which wait for the model.
+        self.process = ServerProcess(self.data, env=server_env(**env)).start().wait_ready()
         self.base = self.process.base
         self.settings = make_settings(self.data)
 

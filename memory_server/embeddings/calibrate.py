@@ -19,7 +19,7 @@ from memory_server.embeddings.e5 import VARIANTS, package_file
 from memory_server.embeddings.e5_image import read_image
 from memory_server.embeddings.e5_tokenizer import E5Tokenizer
 from memory_server.embeddings.encoder_graph import build_tapped_graph
-from memory_server.embeddings.graph_embedder import open_session
+from memory_server.embeddings.graph_embedder import open_session, padded
 from memory_server.embeddings.int8 import CALIBRATION_DIR, maxima_file
 
 TEXTS_FILE = CALIBRATION_DIR / "texts.txt"
@@ -42,13 +42,7 @@ def measure(model_file: Path) -> dict[str, np.ndarray]:
     rows = [[tokenizer.bos, *ids[:width], tokenizer.eos] for ids in tokenizer.ids_batch(calibration_texts())]
     maxima: dict[str, np.ndarray] = {}
     for start in range(0, len(rows), _BATCH):
-        batch = rows[start : start + _BATCH]
-        length = max(map(len, batch))
-        ids = np.full((len(batch), length), tokenizer.pad, dtype=np.int64)
-        mask = np.zeros((len(batch), length), dtype=np.float32)
-        for row, tokens in enumerate(batch):
-            ids[row, : len(tokens)] = tokens
-            mask[row, : len(tokens)] = 1.0
+        ids, mask = padded(rows[start : start + _BATCH], tokenizer.pad)
         outputs = session.run(list(taps.values()), {"word_vectors": image.word_vectors(ids), "mask": mask})
         for tap, values in zip(taps, outputs, strict=True):
             peak = (np.abs(values) * mask[..., None]).reshape(-1, values.shape[-1]).max(axis=0)

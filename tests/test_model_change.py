@@ -65,6 +65,24 @@ def recall(services: Services, query: str) -> tuple[list[str], str | None]:
     return [h["content"] for h in memories.retrieval.recall(scope, query, 5)], memories.retrieval.notice()
 
 
+def test_words_alone_find_memories_whose_every_word_is_common(
+    tmp_path: Path, embedder: Embedder, minilm_embedder: Embedder, storage_backend: str
+) -> None:
+    """While the memories are embedded again recall has the lexical index alone, whose bounded prefetch skips
+    terms held by more memories than it reads; a question made only of such words still finds memories."""
+    data = tmp_path / "data"
+    things = ("spare routers", "winter tyres", "old invoices", "camping gear")
+    save_facts(data, minilm_embedder, facts=[f"Crate number {n} holds {things[n % 4]}." for n in range(600)])
+    services, memories = services_with(data, embedder)
+    try:
+        assert memories.reembedding.active
+        found, notice = recall(services, "What do the crates hold?")
+        assert notice is not None and len(found) == 5
+        assert all(fact.startswith("Crate number") for fact in found)
+    finally:
+        services.close()
+
+
 def test_a_new_model_embeds_every_memory_again_while_recall_answers(
     tmp_path: Path, embedder: Embedder, minilm_embedder: Embedder, storage_backend: str
 ) -> None:

@@ -4,7 +4,8 @@ A store of N memories is filled with all-MiniLM-L6-v2 vectors (bench/perf.py's c
 `memory-server serve` process is started on it with the default model (multilingual-e5-small). While it embeds
 every memory again in the background, a client asks `recall` through REST without pause and `/readyz` is read
 every second: reported are the time to the end of the re-embedding, the memories embedded a second, and every
-recall's status and latency (during the re-embedding and after it), with the server's peak memory.
+recall's status, latency and whether it found anything (during the re-embedding and after it), with the server's
+peak memory.
 
     python bench/migration.py [--size 100000] [--json OUT]
 """
@@ -35,7 +36,12 @@ QUERIES = [corpus_text(i).split(" (note")[0] for i in range(0, 2000, 40)]
 
 
 def ask_until(
-    server: Server, done: threading.Event, samples: dict[str, list[float]], statuses: dict[int, int], notices: list[int]
+    server: Server,
+    done: threading.Event,
+    samples: dict[str, list[float]],
+    statuses: dict[int, int],
+    notices: list[int],
+    empty: dict[str, int],
 ) -> None:
     with httpx2.Client(timeout=30, headers={"Authorization": server.auth}) as http:
         n = 0
@@ -48,9 +54,12 @@ def ask_until(
             elapsed = time.perf_counter() - start
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
             if response.status_code == 200:
-                during = "notice" in response.json()
+                body = response.json()
+                during = "notice" in body
                 samples["during" if during else "after"].append(elapsed)
                 notices.append(int(during))
+                if not body["results"]:
+                    empty["during" if during else "after"] += 1
             n += 1
 
 
@@ -67,8 +76,9 @@ def run(size: int) -> dict[str, Any]:
         samples: dict[str, list[float]] = {"during": [], "after": []}
         statuses: dict[int, int] = {}
         notices: list[int] = []
+        empty = {"during": 0, "after": 0}
         done = threading.Event()
-        asker = threading.Thread(target=ask_until, args=(server, done, samples, statuses, notices), daemon=True)
+        asker = threading.Thread(target=ask_until, args=(server, done, samples, statuses, notices, empty), daemon=True)
         asker.start()
         progress: list[dict[str, Any]] = []
         try:
@@ -93,6 +103,7 @@ def run(size: int) -> dict[str, Any]:
         "reembedding_seconds": round(finished, 1),
         "memories_per_second": round(embedded / finished, 1) if finished else None,
         "recall_statuses": statuses,
+        "recall_empty": empty,
         "recall_during": summary(samples["during"]) if samples["during"] else None,
         "recall_after": summary(samples["after"]) if samples["after"] else None,
         "peak_rss_mb": peak,
@@ -109,7 +120,8 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     print(
         f"\n{args.size:,} memories embedded again in {report['reembedding_seconds']} s "
-        f"({report['memories_per_second']}/s); recall answered {report['recall_statuses']}; "
+        f"({report['memories_per_second']}/s); recall answered {report['recall_statuses']}, "
+        f"with no result {report['recall_empty']}; "
         f"during p50/p99 {report['recall_during']}; after {report['recall_after']}; "
         f"peak RSS {report['peak_rss_mb']} MB"
     )

@@ -333,22 +333,29 @@ class CandidateSource:
         except Exception as exc:
             raise Unavailable(f"the vector index is unavailable: {exc}") from exc
 
-    def lexical_ids(self, scope: Scope, query: str, *, words_alone: bool = False) -> list[int]:
+    def lexical_ids(self, scope: Scope, query: str) -> list[int]:
         """Up to PREFETCH visible memories the lexical index finds for the query, at a cost bounded by
         `lexical_postings` rather than by the corpus (BM25 over a common term reads its whole posting list,
         growing with the corpus): the memories holding the query's rarest terms (postings adding up to at
         most `postings_budget`), best first by BM25. Memories reached only through common terms come from
-        the dense prefetch and their neighbours; with `words_alone` (no dense side to reach them) a query
-        whose every term is common is matched on one of them, the rarest as far as they were counted."""
+        the dense prefetch and their neighbours."""
         terms = sorted(set(analyze_query(query)))
         if not terms:
             return []
         top = self.store.top_id()
-        freqs = self.doc_freqs(terms, top)
-        selective = prefetch_terms(freqs, self.postings_budget(top))
-        if not selective and words_alone:
-            selective = prefetch_terms(freqs, max(freqs.values(), default=0))[:1]
+        selective = prefetch_terms(self.doc_freqs(terms, top), self.postings_budget(top))
         return self.store.best_by_terms(scope, selective, self.prefetch) if selective else []
+
+    def words_alone_ids(self, scope: Scope, query: str, wanted: int) -> list[int]:
+        """`lexical_ids` when there is no dense side to reach the memories holding only common terms (while
+        they are embedded again): when the bounded prefetch finds fewer than `wanted`, every term of the
+        query is searched, at a cost that grows with the corpus for as long as that lasts."""
+        found = self.lexical_ids(scope, query)
+        if len(found) >= wanted:
+            return found
+        terms = [term for term, df in self.doc_freqs(sorted(set(analyze_query(query)))).items() if df > 0]
+        more = self.store.best_by_terms(scope, sorted(terms), self.prefetch) if terms else []
+        return list(dict.fromkeys([*found, *more]))
 
     def postings_budget(self, memories: int) -> int:
         """The lexical prefetch's postings budget in a store of about `memories` (its highest id)."""

@@ -146,7 +146,7 @@ class Retrieval:
     def _by_words(self, scope: Scope, query: str, limit: int) -> list[dict[str, Any]]:
         """While the stored vectors are another model's: the lexical index's best for the query, which sees
         every memory whatever its vector, scored by rank."""
-        ids = self.source.lexical_ids(scope, query, words_alone=True)
+        ids = self.source.words_alone_ids(scope, query, limit)
         return self._hits([(row_id, 1.0 / (1.0 + rank)) for rank, row_id in enumerate(ids)], limit, scope)
 
     def _adjustment(

@@ -53,7 +53,7 @@ class Q4Blocks:
 @dataclass(frozen=True)
 class Int8Columns:
     """A [rows, cols] weight matrix as int8 [cols, rows] with one scale per row of the original (an output):
-    w = value * scale. onnxruntime multiplies it with int8 activations (MatMulInteger), several times faster
+    w = value * scale. onnxruntime multiplies it with int8 activations (MatMulIntegerToFloat), several times faster
     than float on CPUs with integer dot-product instructions.
 
     `smooth` (one factor per input) moves the range of a few outlier input channels into the weights: the

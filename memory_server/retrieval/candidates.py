@@ -339,23 +339,32 @@ class CandidateSource:
         growing with the corpus): the memories holding the query's rarest terms (postings adding up to at
         most `postings_budget`), best first by BM25. Memories reached only through common terms come from
         the dense prefetch and their neighbours."""
-        terms = sorted(set(analyze_query(query)))
-        if not terms:
-            return []
-        top = self.store.top_id()
-        selective = prefetch_terms(self.doc_freqs(terms, top), self.postings_budget(top))
-        return self.store.best_by_terms(scope, selective, self.prefetch) if selective else []
+        freqs, top = self._query_doc_freqs(query)
+        return self._best_by_terms(scope, prefetch_terms(freqs, self.postings_budget(top)))
 
     def words_alone_ids(self, scope: Scope, query: str, wanted: int) -> list[int]:
         """`lexical_ids` when there is no dense side to reach the memories holding only common terms (while
         they are embedded again): when the bounded prefetch finds fewer than `wanted`, every term of the
         query is searched, at a cost that grows with the corpus for as long as that lasts."""
-        found = self.lexical_ids(scope, query)
-        if len(found) >= wanted:
+        freqs, top = self._query_doc_freqs(query)
+        selective = prefetch_terms(freqs, self.postings_budget(top))
+        found = self._best_by_terms(scope, selective)
+        held = sorted(term for term, df in freqs.items() if df > 0)
+        if len(found) >= wanted or len(held) == len(selective):  # nothing left out that could add more
             return found
-        terms = [term for term, df in self.doc_freqs(sorted(set(analyze_query(query)))).items() if df > 0]
-        more = self.store.best_by_terms(scope, sorted(terms), self.prefetch) if terms else []
-        return list(dict.fromkeys([*found, *more]))
+        return list(dict.fromkeys([*found, *self._best_by_terms(scope, held)]))
+
+    def _query_doc_freqs(self, query: str) -> tuple[dict[str, int], int]:
+        """The query's distinct analysed terms (sorted) with their document frequencies, and the highest
+        memory id they were counted at."""
+        terms = sorted(set(analyze_query(query)))
+        if not terms:
+            return {}, 0
+        top = self.store.top_id()
+        return self.doc_freqs(terms, top), top
+
+    def _best_by_terms(self, scope: Scope, terms: list[str]) -> list[int]:
+        return self.store.best_by_terms(scope, terms, self.prefetch) if terms else []
 
     def postings_budget(self, memories: int) -> int:
         """The lexical prefetch's postings budget in a store of about `memories` (its highest id)."""

@@ -198,8 +198,8 @@ def fused_scores(
     w_lexical: float | None = None,
     lexical_context: dict[int, float] | None = None,
     neighbour_weights: dict[int, float] | None = None,
-    k1: float = BM25_K1,
-    b: float = BM25_B,
+    k1: float | None = None,
+    b: float | None = None,
     delta: float | None = None,
     bigram_weight: float | None = None,
     length_prior: float | None = None,
@@ -210,6 +210,8 @@ def fused_scores(
     `expansion`: extra lexical query terms with weights (memory_server/ranking/expansion.py), unigram side only."""
     lexical_context = LEXICAL_CONTEXT_WEIGHTS if lexical_context is None else lexical_context
     neighbour_weights = NEIGHBOUR_SCORE_WEIGHTS if neighbour_weights is None else neighbour_weights
+    k1 = BM25_K1 if k1 is None else k1
+    b = BM25_B if b is None else b
     delta = BM25_DELTA if delta is None else delta
     bigram_weight = BIGRAM_WEIGHT if bigram_weight is None else bigram_weight
     length_prior = LENGTH_PRIOR_WEIGHT if length_prior is None else length_prior

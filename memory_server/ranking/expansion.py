@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from memory_server.embeddings.similarity import IDENTITY, Scale
-from memory_server.ranking.languages import STOP_WORDS
+from memory_server.ranking.languages import MARKS, STOP_WORDS
 from memory_server.ranking.lexical import stem
 
 # Cosine between single-word embeddings above which a candidate word counts as a near-synonym.
@@ -40,7 +40,7 @@ EXPANSION_NEIGHBOURS = 3
 EXPANSION_WEIGHT = 0.5
 
 # Letters only: numbers, dates and ids have no useful neighbours in an embedding space.
-_LETTERS = re.compile(r"[^\W\d_]+", re.UNICODE)
+_LETTERS = re.compile(f"[^\\W\\d_](?:[^\\W\\d_]|[{MARKS}])*")
 _MIN_LENGTH = 3
 
 

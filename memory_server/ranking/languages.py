@@ -61,9 +61,9 @@ STOP_WORDS: frozenset[str] = frozenset(
     """.split()
 )
 
-# The most frequent function words of each Latin-script language (from Snowball's stop lists, cut to the
-# words that are not also ordinary words elsewhere). They are removed before matching and they are the
-# evidence detection counts.
+# The most frequent function words of each language (from Snowball's stop lists where it has one, cut to the
+# words that are not also ordinary words elsewhere). They are removed before matching, and in Latin script
+# they are the evidence detection counts.
 _FUNCTION_WORDS = {
     "es": """
         de la que el en y a los del se las por un para con no una su al lo como más pero sus le ya este sí
@@ -145,6 +145,18 @@ _FUNCTION_WORDS = {
         наконец два об другой хоть после над больше тот через эти нас про всего них какая много разве три
         эту моя впрочем хорошо свою этой перед иногда лучше чуть том нельзя такой им более всегда конечно
         всю между сколько""",
+    "el": """
+        ο η το οι τα του της των τον την τους τις και να σε με για από που είναι ήταν ότι θα δεν δε μη μην
+        ένα ένας μια μία ενός μιας στο στη στην στον στα στους στις στου στης αλλά ή όπως ως ποιος ποια
+        ποιο ποιοι ποιες ποιου ποιας ποιον ποιους τι πότε πού πώς πόσο πόσα πόσοι πόσες γιατί αυτός αυτή
+        αυτό αυτοί αυτές αυτά αυτού αυτής αυτών αυτόν αυτήν επίσης έχει είχε έχουν είχαν""",
+    "ar": """
+        في من على إلى الى عن مع هذا هذه ذلك تلك التي الذي الذين هو هي هم هن كان كانت يكون أن إن أنه أو و
+        ثم ما ماذا متى أين كيف لماذا كم هل لا لم لن قد بين عند كل بعد قبل حتى منذ أي""",
+    "hi": """
+        का के की है हैं था थे थी में से को और पर यह वह ये वे एक भी तो ही लिए किया कर कि जो क्या कब कहाँ
+        कहां कैसे कौन किस किसने किसे कितना कितने कितनी नहीं ने या इस उस इन उन अपने अपना अपनी हो होता
+        होती होते गया गई गए""",
 }
 FUNCTION_WORDS: dict[str, frozenset[str]] = {
     DEFAULT: STOP_WORDS,
@@ -167,8 +179,28 @@ _LETTER_LANGUAGE = {letter: lang for lang, letters in _LETTERS.items() for lette
 # Scripts written without spaces between words: their runs are cut into overlapping character pairs.
 _UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u0e00-\u0e7f\u0e80-\u0eff\u1100-\u11ff"
 UNSPACED_RUN = re.compile(f"[{_UNSPACED}]+")
-# A word: a run of word characters of a spaced script, or a run of an unspaced one.
-WORD = re.compile(f"[{_UNSPACED}]+|[^\\W{_UNSPACED}]+")
+
+
+def _mark_ranges() -> str:
+    """A character class body of the combining marks (Unicode categories M*) outside the unspaced scripts: the
+    vowel signs of Devanagari and other Indic scripts, Arabic's vowel marks, the accents of decomposed Latin.
+    They are inside words, though a regular expression's `\\w` does not match them."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x300, 0x10000):
+        char = chr(code)
+        if unicodedata.category(char)[0] != "M" or UNSPACED_RUN.match(char):
+            continue
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in ranges)
+
+
+MARKS = _mark_ranges()
+# A word: a word character of a spaced script and what follows it of those and of combining marks, or a run of
+# an unspaced script.
+WORD = re.compile(f"[{_UNSPACED}]+|[^\\W{_UNSPACED}](?:[^\\W{_UNSPACED}]|[{MARKS}])*")
 # Other scripts by the first word of their Unicode character names.
 _SCRIPTS = {"CYRILLIC": "ru", "GREEK": "el", "ARABIC": "ar", "DEVANAGARI": "hi", "HEBREW": "he"}
 _UKRAINIAN = frozenset("іїєґ")
@@ -190,7 +222,7 @@ def query_languages(text: str) -> tuple[str, ...]:
 
 def _detect(text: str) -> tuple[str, str | None]:
     """(language, a weaker candidate or None)."""
-    lowered = text.lower()
+    lowered = unicodedata.normalize("NFC", text).lower()
     if not lowered.isascii():
         script = _non_latin_language(lowered)
         if script is not None:

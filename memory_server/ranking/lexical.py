@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -68,7 +69,8 @@ def analyze_query(query: str, languages: tuple[str, ...] | None = None) -> list[
 def _terms(text: str, languages: tuple[str, ...]) -> list[str]:
     stops = [stop_words(language) for language in languages]
     terms: list[str] = []
-    for word in WORD.findall(text.lower()):
+    # Composed, so that a letter typed as a base and an accent is the letter its language's stemmer knows.
+    for word in WORD.findall(unicodedata.normalize("NFC", text).lower()):
         if UNSPACED_RUN.match(word):
             terms += [word[i : i + 2] for i in range(len(word) - 1)] if len(word) > 1 else [word]
         elif not any(word in stop for stop in stops):

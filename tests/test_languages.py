@@ -21,6 +21,8 @@ from memory_server.ranking.lexical import analyze, analyze_query
         ("与销售团队的会议在星期二举行。", "zh"),
         ("営業チームとの会議は火曜日です。", "ja"),
         ("การประชุมกับทีมขายจะจัดขึ้นในวันอังคาร", "th"),
+        ("កិច្ចប្រជុំជាមួយក្រុមលក់គឺនៅថ្ងៃអង្គារ", "km"),
+        ("အရောင်းအဖွဲ့နှင့် အစည်းအဝေးသည် အင်္ဂါနေ့တွင်ဖြစ်သည်", "my"),
         ("Η συνάντηση με την ομάδα πωλήσεων είναι την Τρίτη.", "el"),
         ("الاجتماع مع فريق المبيعات يوم الثلاثاء.", "ar"),
         ("बिक्री टीम के साथ बैठक मंगलवार को है।", "hi"),
@@ -50,6 +52,9 @@ def test_each_language_is_stemmed_by_its_own_stemmer_and_loses_its_function_word
 def test_scripts_without_spaces_become_pairs_of_characters():
     assert analyze("销售团队") == ["销售", "售团", "团队"]
     assert analyze("会議 meeting") == ["会議", "meet"]
+    # Khmer and Burmese are written without spaces too: a sentence is not one term.
+    assert analyze("ភាសាខ្មែរ") == ["ភា", "ាស", "សា", "ាខ", "ខ្", "្ម", "មែ", "ែរ"]
+    assert len(analyze("မြန်မာဘာသာစကား")) == len("မြန်မာဘာသာစကား") - 1
 
 
 def test_vowel_signs_stay_inside_their_words():

@@ -65,8 +65,8 @@ PURGE_BATCH = 200
 
 # What `document_terms` writes: version 2 added the date terms; 3 reads days written with a two-digit year
 # ("3 May '23"); 4 analyses each memory in its own language; 5 keeps combining marks inside words (Hindi's vowel
-# signs) and drops Greek, Arabic and Hindi function words. A store whose terms are older has them written again
-# at start-up (memory_server/memories/system.py `repair`) and by `reindex`.
+# signs), cuts Burmese and Khmer into pairs and drops Greek, Arabic and Hindi function words. A store whose terms
+# are older has them written again at start-up (memory_server/memories/system.py `repair`) and by `reindex`.
 TERMS_VERSION = 5
 
 

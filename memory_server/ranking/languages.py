@@ -6,7 +6,8 @@ tone marks). No evidence means English, the language the analyzer has always ass
 microseconds a text and needs no model, so every memory and every query is detected.
 
 A language gets a Snowball stemmer (PyStemmer) and stop words where it has them; text in a script written
-without spaces (Chinese, Japanese, Korean, Thai) is cut into overlapping pairs of characters instead.
+without spaces (Chinese, Japanese, Korean, Thai, Lao, Burmese, Khmer) is cut into overlapping pairs of
+characters instead.
 """
 
 from __future__ import annotations
@@ -176,8 +177,12 @@ _LETTERS = {
 }
 _LETTER_LANGUAGE = {letter: lang for lang, letters in _LETTERS.items() for letter in letters}
 
-# Scripts written without spaces between words: their runs are cut into overlapping character pairs.
-_UNSPACED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u0e00-\u0e7f\u0e80-\u0eff\u1100-\u11ff"
+# Scripts written without spaces between words: their runs are cut into overlapping character pairs (kana, Han,
+# Hangul, Thai, Lao, Myanmar, Khmer).
+_UNSPACED = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u0e00-\u0e7f\u0e80-\u0eff\u1100-\u11ff"
+    "\u1000-\u109f\u1780-\u17ff"
+)
 UNSPACED_RUN = re.compile(f"[{_UNSPACED}]+")
 
 
@@ -201,7 +206,9 @@ MARKS = _mark_ranges()
 # A word: a word character of a spaced script and what follows it of those and of combining marks, or a run of
 # an unspaced script.
 WORD = re.compile(f"[{_UNSPACED}]+|[^\\W{_UNSPACED}](?:[^\\W{_UNSPACED}]|[{MARKS}])*")
-# Other scripts by the first word of their Unicode character names.
+# The scripts written without spaces that are one language's, and the other scripts, by the first word of their
+# Unicode character names.
+_UNSPACED_LANGUAGES = {"HANGUL": "ko", "THAI": "th", "LAO": "lo", "MYANMAR": "my", "KHMER": "km"}
 _SCRIPTS = {"CYRILLIC": "ru", "GREEK": "el", "ARABIC": "ar", "DEVANAGARI": "hi", "HEBREW": "he"}
 _UKRAINIAN = frozenset("іїєґ")
 
@@ -241,10 +248,10 @@ def _non_latin_language(lowered: str) -> str | None:
     script, count = scripts.most_common(1)[0]
     if script in ("LATIN", "") or count * 4 < total:
         return None
-    if script in ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI"):
+    if script in ("CJK", "HIRAGANA", "KATAKANA", *_UNSPACED_LANGUAGES):
         if scripts["HIRAGANA"] or scripts["KATAKANA"]:
             return "ja"
-        return {"HANGUL": "ko", "THAI": "th"}.get(script, "zh")
+        return _UNSPACED_LANGUAGES.get(script, "zh")
     language = _SCRIPTS.get(script, DEFAULT)
     return "uk" if language == "ru" and any(c in _UKRAINIAN for c in letters) else language
 

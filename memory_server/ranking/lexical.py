@@ -2,8 +2,8 @@
 
 `analyze(text)` is the one analyzer used everywhere text is matched by words: it detects the text's language
 (memory_server/ranking/languages.py), lowercases, splits into words, drops that language's stop words and stems with
-its Snowball stemmer (PyStemmer); runs of a script written without spaces (Chinese, Japanese, Korean, Thai)
-become overlapping pairs of characters.
+its Snowball stemmer (PyStemmer); runs of a script written without spaces (Chinese, Japanese, Korean, Thai, Lao,
+Burmese, Khmer) become overlapping pairs of characters.
 The server stores the analysed form of each memory (space-joined, see `analyzed_text`) in an SQLite FTS5
 column with the plain `unicode61` tokenizer, so FTS5 candidate generation and the Python scorer see the
 same terms; nothing is downloaded at run time (the stop-word list lives in this module).
@@ -55,7 +55,8 @@ def stop_words(language: str) -> frozenset[str]:
 
 def analyze(text: str, language: str | None = None) -> list[str]:
     """The terms of `text` in order, repeats kept (term frequency matters to BM25): its words lowercased,
-    without stop words, stemmed; a run of Chinese, Japanese, Korean or Thai as its pairs of characters.
+    without stop words, stemmed; a run of Chinese, Japanese, Korean, Thai, Lao, Burmese or Khmer as its pairs of
+    characters.
     `language`: the text's language code when known (else detected)."""
     return _terms(text, (language or detect(text),))
 

@@ -64,6 +64,10 @@ def test_vowel_signs_stay_inside_their_words():
     assert vocabulary_words("भारत की राजधानी") == ["भारत", "राजधानी"]
 
 
+def test_a_turkish_capital_i_lowercases_to_the_letter_typed_in_lowercase():
+    assert analyze("İstanbul'da toplantı") == analyze("istanbul'da toplantı")
+
+
 def test_text_typed_as_letters_and_separate_accents_analyses_as_composed_text():
     for text in ("A avaliação do acadêmico", "Tôi đang ăn phở ở Hà Nội", "Café München"):
         decomposed = unicodedata.normalize("NFD", text)

@@ -213,6 +213,13 @@ _SCRIPTS = {"CYRILLIC": "ru", "GREEK": "el", "ARABIC": "ar", "DEVANAGARI": "hi",
 _UKRAINIAN = frozenset("іїєґ")
 
 
+def folded(text: str) -> str:
+    """`text` composed (NFC: an accent typed apart from its letter is the letter its language's stemmer knows) and
+    lowercased, with the dot that lowercasing a Turkish capital İ leaves on its i removed ("İstanbul" is
+    "istanbul")."""
+    return unicodedata.normalize("NFC", text).lower().replace("i\u0307", "i")
+
+
 def detect(text: str) -> str:
     """The language code of `text`: the script its letters are mostly written in, then, for Latin script,
     the language whose function words and letters occur most (English when nothing tells)."""
@@ -229,12 +236,12 @@ def query_languages(text: str) -> tuple[str, ...]:
 
 def _detect(text: str) -> tuple[str, str | None]:
     """(language, a weaker candidate or None)."""
-    lowered = unicodedata.normalize("NFC", text).lower()
-    if not lowered.isascii():
-        script = _non_latin_language(lowered)
+    text = folded(text)
+    if not text.isascii():
+        script = _non_latin_language(text)
         if script is not None:
             return script, None
-    return _latin_language(lowered)
+    return _latin_language(text)
 
 
 def _non_latin_language(lowered: str) -> str | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -32,6 +31,7 @@ from memory_server.ranking.languages import (
     UNSPACED_RUN,
     WORD,
     detect,
+    folded,
     query_languages,
 )
 
@@ -70,8 +70,7 @@ def analyze_query(query: str, languages: tuple[str, ...] | None = None) -> list[
 def _terms(text: str, languages: tuple[str, ...]) -> list[str]:
     stops = [stop_words(language) for language in languages]
     terms: list[str] = []
-    # Composed, so that a letter typed as a base and an accent is the letter its language's stemmer knows.
-    for word in WORD.findall(unicodedata.normalize("NFC", text).lower()):
+    for word in WORD.findall(folded(text)):
         if UNSPACED_RUN.match(word):
             terms += [word[i : i + 2] for i in range(len(word) - 1)] if len(word) > 1 else [word]
         elif not any(word in stop for stop in stops):

@@ -28,6 +28,7 @@ from memory_server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCOR
 from memory_server.ranking.lexical import analyze_query, prefetch_terms
 from memory_server.ranking.term_arrays import TERM_IDS
 from memory_server.retrieval.vocabulary import WordVectors
+from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.protocols import CandidateStore
 from memory_server.storage.records import CandidateRow
 from memory_server.storage.scope import Scope
@@ -372,10 +373,18 @@ class CandidateSource:
         return min(self.lexical_postings, share)
 
     def doc_freqs(self, terms: Sequence[str], top: int | None = None) -> dict[str, int]:
-        """How many memories hold each term, counted up to the postings budget + 1. Reading them walks each
-        term's postings (linear in the corpus, up to the budget on PostgreSQL), and they only choose how the
-        prefetch asks the lexical index, so they are cached while the corpus has grown or shrunk by at most
-        1% (judged by the highest memory id)."""
+        """How many memories hold each term, counted up to the postings budget + 1. The lexical index holds a
+        term as FTS5's tokens of it (accents folded, a Hindi word in pieces), so a term counts its rarest
+        token's memories: at least as many as hold the term, as a search for the term finds them."""
+        tokens = {term: fts_tokens(term) for term in terms}
+        counted = self._token_doc_freqs(sorted({token for held in tokens.values() for token in held}), top)
+        return {term: min((counted[token] for token in held), default=0) for term, held in tokens.items()}
+
+    def _token_doc_freqs(self, terms: Sequence[str], top: int | None) -> dict[str, int]:
+        """How many memories hold each of FTS5's tokens. Reading them walks each token's postings (linear in
+        the corpus, up to the budget on PostgreSQL), and they only choose how the prefetch asks the lexical
+        index, so they are cached while the corpus has grown or shrunk by at most 1% (judged by the highest
+        memory id)."""
         top = self.store.top_id() if top is None else top
         fresh = max(100, top // 100)
         cache = self._df_cache

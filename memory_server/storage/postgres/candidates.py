@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.postgres.lexicon import bm25_order, fts_tokens, instances
+from memory_server.storage.postgres.lexicon import bm25_order, instances
 from memory_server.storage.postgres.scope import scope_sql
 from memory_server.storage.records import CandidateRow
 from memory_server.storage.scope import Scope

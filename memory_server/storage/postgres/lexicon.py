@@ -4,10 +4,7 @@ SQLite indexes each memory's analysed terms (memory_server.ranking.lexical) in a
 `unicode61 remove_diacritics 2`, and ranks a prefetch with `bm25()`. For `recall` to rank the same on both
 backends, PostgreSQL must see the same tokens and compute the same scores:
 
-- `fts_tokens` is FTS5's tokenizer itself. Analysed text is almost always plain ASCII words, which unicode61
-  splits on every non-alphanumeric byte and lowercases; anything else (an underscore joins `\\w` runs the
-  analyzer keeps, diacritics, scripts whose categories SQLite's tables place differently) is tokenized by an
-  in-memory FTS5 table of the same Python sqlite3 the SQLite backend runs on.
+- `fts_tokens` (memory_server/storage/fts5.py) is FTS5's tokenizer itself: the rows hold each memory's tokens.
 - `bm25_order` is FTS5's bm25(): k1 1.2, b 0.75, idf ln((N - n + 0.5) / (n + 0.5)) raised to 1e-6 when not
   positive, N and the average length over the whole table, each phrase's frequency its count of
   instances in the row, terms summed in query order, ties in id order (FTS5 yields rowids ascending and
@@ -18,39 +15,10 @@ backends, PostgreSQL must see the same tokens and compute the same scores:
 from __future__ import annotations
 
 import math
-import re
-import sqlite3
-import threading
 from collections.abc import Mapping, Sequence
 
-# Must stay the tokenizer of SQLite's memories_fts (memory_server/storage/sqlite/schema.py).
-TOKENIZER = "unicode61 remove_diacritics 2"
 K1, B = 1.2, 0.75
 MIN_IDF = 1e-6
-
-_ASCII_TOKEN = re.compile(r"[A-Za-z0-9]+")
-_local = threading.local()
-
-
-def fts_tokens(text: str) -> list[str]:
-    """The tokens FTS5 indexes for `text`, in order."""
-    if text.isascii():
-        return [token.lower() for token in _ASCII_TOKEN.findall(text)]
-    return _fts5_tokens(text)
-
-
-def _fts5_tokens(text: str) -> list[str]:
-    conn: sqlite3.Connection | None = getattr(_local, "conn", None)
-    if conn is None:
-        conn = sqlite3.connect(":memory:")
-        conn.execute(f"CREATE VIRTUAL TABLE t USING fts5 (terms, tokenize = '{TOKENIZER}')")
-        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab (t, 'instance')")
-        _local.conn = conn
-    conn.execute("INSERT INTO t (rowid, terms) VALUES (1, ?)", (text,))
-    try:
-        return [str(row[0]) for row in conn.execute('SELECT term FROM v ORDER BY "offset"')]
-    finally:
-        conn.execute("DELETE FROM t")
 
 
 def instances(tokens: Sequence[str], phrase: Sequence[str]) -> int:

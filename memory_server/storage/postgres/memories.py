@@ -19,10 +19,10 @@ from psycopg.rows import dict_row
 
 from memory_server.errors import InvalidParameters, Unavailable
 from memory_server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
+from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.listing import order_column
 from memory_server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.postgres.lexicon import fts_tokens
 from memory_server.storage.postgres.scope import scope_sql
 from memory_server.storage.records import (
     BY_CREATED,

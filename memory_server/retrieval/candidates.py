@@ -59,7 +59,7 @@ LARGE_SCOPES = 4096  # scopes remembered as large (cleared when full)
 
 # A cached candidate: its version (updated_at) and the candidate's fields (a plain tuple, see `Row`).
 Entry = tuple[str, Row]
-DF_CACHE_TERMS = 100_000  # distinct query terms whose document frequency is kept (see `doc_freqs`)
+DF_CACHE_TERMS = 100_000  # distinct query tokens whose document frequency is kept (see `doc_freqs`)
 # How far (in conversation seq) the ranking looks at neighbours; prefetched candidates bring theirs along.
 NEIGHBOUR_REACH = max(abs(o) for o in (*LEXICAL_CONTEXT_WEIGHTS, *NEIGHBOUR_SCORE_WEIGHTS))
 
@@ -380,7 +380,7 @@ class CandidateSource:
         counted = self._token_doc_freqs(sorted({token for held in tokens.values() for token in held}), top)
         return {term: min((counted[token] for token in held), default=0) for term, held in tokens.items()}
 
-    def _token_doc_freqs(self, terms: Sequence[str], top: int | None) -> dict[str, int]:
+    def _token_doc_freqs(self, tokens: Sequence[str], top: int | None) -> dict[str, int]:
         """How many memories hold each of FTS5's tokens. Reading them walks each token's postings (linear in
         the corpus, up to the budget on PostgreSQL), and they only choose how the prefetch asks the lexical
         index, so they are cached while the corpus has grown or shrunk by at most 1% (judged by the highest
@@ -389,16 +389,16 @@ class CandidateSource:
         fresh = max(100, top // 100)
         cache = self._df_cache
         out: dict[str, int] = {}
-        for term in terms:
-            hit = cache.get(term)
+        for token in tokens:
+            hit = cache.get(token)
             if hit is not None and abs(top - hit[1]) <= fresh:
-                out[term] = hit[0]
-        missing = [t for t in terms if t not in out]
+                out[token] = hit[0]
+        missing = [token for token in tokens if token not in out]
         if missing:
             # Counted only as far as the budget: a term more frequent than it is never searched.
             found = self.store.doc_freqs(missing, up_to=self.lexical_postings)
             if len(cache) > DF_CACHE_TERMS:
                 cache.clear()  # rare; refilled by the next queries
-            cache.update((term, (df, top)) for term, df in found.items())
+            cache.update((token, (df, top)) for token, df in found.items())
             out.update(found)
         return out

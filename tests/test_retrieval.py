@@ -186,6 +186,29 @@ def test_a_query_whose_words_but_names_occur_nowhere_leans_on_the_dense_side(mon
     assert np.array_equal(fused(bike), fused(bike, w_lexical=retrieval.W_LEXICAL))
 
 
+def test_in_such_a_query_a_name_most_candidates_hold_weighs_nothing_lexically(monkeypatch):
+    # Ana's own memories: most name her, the first-person one does not, and none says "pets"
+    cands = [
+        cand(1, "I adopted a greyhound called Luna", (1, 0.3, 0, 0)),
+        cand(2, "Ana's dentist is Dr. Silva", (1, 0.35, 0, 0)),
+        cand(3, "Ana works as a nurse", (0.2, 1, 0, 0)),
+        cand(4, "Ana flew to Kyoto in May", (0, 1, 0.2, 0)),
+        cand(5, "Ana takes her coffee black", (0, 1, 0, 0.2)),
+        cand(6, "Ana — gym: Tuesdays", (0, 1, 0.3, 0.3)),
+        *fillers(10, n=4),
+    ]
+    docs = retrieval.CandidateSet(cands).documents
+    pets, kyoto = "Does Ana have any pets?", "Which city did Ana visit, Kyoto?"
+    assert share(pets, docs) == 0
+    assert retrieval.without_common_names(pets, retrieval.analyze_query(pets), docs) == ["pet"]
+    # a name few candidates hold still counts
+    assert "kyoto" in retrieval.without_common_names(kyoto, retrieval.analyze_query(kyoto), docs)
+    q = unit(1, 0, 0, 0)
+    assert ids(rank(pets, q, cands, limit=1)) == [1]
+    monkeypatch.setattr(retrieval, "COMMON_NAME_SHARE", 1.0)  # the name counted: its short memories rise
+    assert ids(rank(pets, q, cands, limit=1)) == [2]
+
+
 def test_when_the_sides_disagree_the_fusion_leans_on_the_side_whose_best_stands_out():
     # the dense side puts 1 far above the rest; the lexical side prefers 2, which says "coffee" twice
     cands = [

@@ -71,6 +71,9 @@ LENGTH_PRIOR_WEIGHT = 0.2
 # scores on names alone, a nearly flat signal that lifts short memories: such a query leans on the dense side.
 NAME_ONLY_W_LEXICAL = 0.25
 NAME_ONLY_LENGTH_PRIOR = 0.1
+# In such a query, a name more than this share of the candidates hold (whose memories they all are) weighs
+# nothing lexically: it cannot tell them apart, and z-scored, its flat signal would count like a selective one.
+COMMON_NAME_SHARE = 0.4
 
 # When the two sides put different candidates first, follow the side whose best stands further above the rest
 # (see `disagreement_factor`); with a query word most candidates hold, the lexical side separates little.
@@ -92,11 +95,22 @@ LANGUAGES: PerText[str] = PerText(lambda text, occurred_at: detect(text))
 _NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b([A-Z][a-z]+)")  # capitalised, not starting the text or a sentence
 
 
+def name_terms(query: str) -> set[str]:
+    """The terms of the query's names: capitalised words within a sentence."""
+    languages = query_languages(query)
+    return {term for word in _NAME.findall(query.strip()) for term in analyze_query(word, languages)}
+
+
 def content_terms(query: str, query_terms: Sequence[str]) -> list[str]:
     """The query's distinct terms other than names and date terms."""
-    languages = query_languages(query)
-    names = {term for word in _NAME.findall(query.strip()) for term in analyze_query(word, languages)}
+    names = name_terms(query)
     return [term for term in dict.fromkeys(query_terms) if term not in names and not is_date_term(term)]
+
+
+def without_common_names(query: str, query_terms: Sequence[str], docs: CandidateDocuments) -> list[str]:
+    """`query_terms` without the names that more than COMMON_NAME_SHARE of the candidates' own texts hold."""
+    common = {term for term in name_terms(query) if content_term_share([term], docs) > COMMON_NAME_SHARE}
+    return [term for term in query_terms if term not in common]
 
 
 def content_term_share(terms: Sequence[str], docs: CandidateDocuments) -> float:
@@ -224,13 +238,16 @@ def fused_scores(
     docs = pool.documents
     context = [(neighbours[off], w) for off, w in lexical_context.items() if w]
     query_terms = analyze_query(query)
+    if w_lexical is None:
+        terms = content_terms(query, query_terms)
+        share = content_term_share(terms, docs)
+        if not share:
+            query_terms = without_common_names(query, query_terms, docs)
     lex = docs.bm25(query_terms, k1=k1, b=b, delta=delta, context=context, extra_terms=expansion)
     if bigram_weight:
         lex = lex + bigram_weight * docs.bigram_bm25(query_terms, k1=k1, b=b, delta=delta, context=context)
     dense_z, lexical_z = _zscore(dense), _zscore(lex)
     if w_lexical is None:
-        terms = content_terms(query, query_terms)
-        share = content_term_share(terms, docs)
         w_lexical = W_LEXICAL
         if not share:
             w_lexical, length_prior = NAME_ONLY_W_LEXICAL, min(length_prior, NAME_ONLY_LENGTH_PRIOR)

@@ -10,13 +10,24 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from storage_support import WHEN, document, memory, remember
 
+from memory_server.logs.deletion import LogRetention, delete_conversation
 from memory_server.storage.factory import open_storage
 from memory_server.storage.protocols import Storage
-from memory_server.storage.records import CREATED, DUPLICATE, TURN, IndexingProgress, NewMemory, ToIndex, Words
+from memory_server.storage.records import (
+    CREATED,
+    DUPLICATE,
+    TURN,
+    IndexingProgress,
+    LogDeletion,
+    NewMemory,
+    ToIndex,
+    Words,
+)
 from memory_server.storage.scope import Scope
 
 from conftest import execute, make_settings
@@ -167,7 +178,8 @@ async def test_a_purge_deletes_the_turns_and_unlinks_the_memories(storage: Stora
     assert inserted is not None
     linked = remember(storage, sid, "noted", provenance={"conversation_id": "conv-0001", "seq": 3})
     storage.outbox.clear_all_deletions()
-    assert storage.logs.delete_conversation(sid, "conv-0001") is not None
+    marked = storage.logs.delete_conversation(sid, "conv-0001")
+    assert marked is not None and (marked.turns, marked.linked) == (7, 1)
     steps = []
     while True:
         step = storage.logs.purge_step(sid, "conv-0001", 4)
@@ -179,3 +191,30 @@ async def test_a_purge_deletes_the_turns_and_unlinks_the_memories(storage: Stora
     assert storage.memories.by_ids([i.row_id for i in inserted if i.row_id is not None]) == {}
     assert storage.memories.get(Scope(sid), linked.reference).provenance == {}  # type: ignore[union-attr]
     assert set(storage.outbox.deletions()) == {i.row_id for i in inserted}  # queued for the vector index
+
+
+async def test_a_deletion_reports_what_it_deleted_when_another_purger_finished_it(storage: Storage) -> None:
+    """The retention task (or another server) may purge a conversation between this call's mark and its purge."""
+    sid = site(storage)
+    await storage.logs.append(sid, "conv-0001", texts("a", "b", "c"), None, index=True)
+    [at] = storage.logs.to_index(10)
+    batch = [(turn(at, n, w), document(w, seed=n)) for n, w in enumerate("abc")]
+    assert storage.memories.insert_turns(at, 3, 0, batch, Words()) is not None
+    remember(storage, sid, "noted", provenance={"conversation_id": "conv-0001", "seq": 1})
+    logs = storage.logs
+
+    class RetentionFirst:
+        """The store, with every marked conversation purged by another purger right after a mark."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(logs, name)
+
+        def delete_conversation(self, site_id: int, conversation_id: str) -> LogDeletion | None:
+            marked = logs.delete_conversation(site_id, conversation_id)
+            LogRetention(logs).run_once()
+            return marked
+
+    deleted = delete_conversation(RetentionFirst(), sid, "conv-0001")  # type: ignore[arg-type]
+    assert deleted is not None
+    assert (deleted.item_count, deleted.turns_deleted, deleted.memories_unlinked) == (3, 3, 1)
+    assert logs.purging(10) == [] and logs.delete_conversation(sid, "conv-0001") is None

@@ -229,8 +229,9 @@ async def test_a_deleted_conversation_is_hidden_at_once_then_purged_in_small_ste
     assert before is not None
 
     marked = logs.delete_conversation(sid, "conv-0001")
-    assert marked == LogDeletion(conversation_id="conv-0001", item_count=8, started=True)
-    assert logs.delete_conversation(sid, "conv-0001") == LogDeletion("conv-0001", 8, started=False)
+    # linked: the two memories naming it as a string, not a number, on this site
+    assert marked == LogDeletion(conversation_id="conv-0001", item_count=8, started=True, linked=2)
+    assert logs.delete_conversation(sid, "conv-0001") == LogDeletion("conv-0001", 8, started=False, linked=2)
     assert logs.delete_conversation(sid, "conv-unknown") is None
     # Hidden from every read at once, before anything is purged.
     assert logs.tail(sid, "conv-0001", 10) == [] and logs.replay(sid, "conv-0001", 0, 10) == []

@@ -74,16 +74,17 @@ def delete_conversation(
 ) -> Deleted | None:
     """Delete a conversation with its items, idempotency keys, indexed turns and memory links; None if there is no such
     conversation. Blocking: returns once nothing of it is left. A conversation already being deleted (by
-    another request or the retention task) is finished here too."""
+    another request or the retention task) is finished here too. The counts are those of the conversation as
+    it was marked, whoever purges it (the retention task may take steps beside this call)."""
     marked = store.delete_conversation(site_id, conversation_id)
     if marked is None:
         return None
-    purged = purge(store, site_id, conversation_id, budget=budget)
+    purge(store, site_id, conversation_id, budget=budget)
     return Deleted(
         conversation_id=conversation_id,
         item_count=marked.item_count,
-        memories_unlinked=purged.unlinked,
-        turns_deleted=purged.turns,
+        memories_unlinked=marked.linked,
+        turns_deleted=marked.turns,
     )
 
 

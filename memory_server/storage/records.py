@@ -51,6 +51,10 @@ class LogDeletion:
     conversation_id: str
     item_count: int
     started: bool  # False: it was being deleted already (this call joins that deletion)
+    # When it was marked: its indexed turns, and the other memories whose provenance names it. Another purger
+    # (the retention task, another server) may purge them before this call does.
+    turns: int = 0
+    linked: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,7 +253,8 @@ class PostgresLogStore:
                     "UPDATE conversations SET deleting = true WHERE site_id = %s AND conversation_id = %s",
                     [site_id, conversation_id],
                 )
-            return LogDeletion(conversation_id=conversation_id, item_count=int(row[0]), started=not row[1])
+            turns, linked = held_by(conn, site_id, conversation_id)
+            return LogDeletion(conversation_id, int(row[0]), started=not row[1], turns=turns, linked=linked)
 
         # Run again after a lost COMMIT, it finds the mark: the same deletion.
         return self._db.write(mark, idempotent=True)
@@ -389,6 +390,18 @@ def import_log_items(
         if first is None or int(first[0]) != batch[0][0]:
             raise RacedImport(conversation_id)
     return outcomes
+
+
+def held_by(conn: Conn, site_id: int, conversation_id: str) -> tuple[int, int]:
+    """A conversation's indexed turns and the other memories linked to it, as `purge_step` finds them."""
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE kind = 'turn' AND conversation_id = %s),"
+        " count(*) FILTER (WHERE kind <> 'turn' AND (provenance::jsonb) ->> 'conversation_id' = %s"
+        " AND jsonb_typeof(provenance::jsonb -> 'conversation_id') = 'string')"
+        " FROM memories WHERE site_id = %s",
+        [conversation_id, conversation_id, site_id],
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
 
 def purge_step(conn: Conn, site_id: int, conversation_id: str, budget: int) -> PurgeStep:

@@ -153,7 +153,8 @@ class SqliteLogStore:
                     "UPDATE conversations SET deleting = 1 WHERE site_id = ? AND conversation_id = ?",
                     (site_id, conversation_id),
                 )
-            return LogDeletion(conversation_id=conversation_id, item_count=int(row[0]), started=not row[1])
+            turns, linked = held_by(conn, site_id, conversation_id)
+            return LogDeletion(conversation_id, int(row[0]), started=not row[1], turns=turns, linked=linked)
 
         return self._writer.run_sync(mark)
 
@@ -359,6 +360,20 @@ def import_log_items(
             bucket=bucket,
         )
     return outcomes
+
+
+def held_by(conn: sqlite3.Connection, site_id: int, conversation_id: str) -> tuple[int, int]:
+    """A conversation's indexed turns and the other memories linked to it, as `purge_step` finds them."""
+    turns = conn.execute(
+        "SELECT count(*) FROM memories WHERE site_id = ? AND conversation_id = ? AND kind = 'turn'",
+        (site_id, conversation_id),
+    ).fetchone()[0]
+    linked = conn.execute(
+        "SELECT count(*) FROM memories WHERE site_id = ? AND kind != 'turn'"
+        " AND json_extract(provenance, '$.conversation_id') = ?",
+        (site_id, conversation_id),
+    ).fetchone()[0]
+    return int(turns), int(linked)
 
 
 def purge_step(conn: sqlite3.Connection, site_id: int, conversation_id: str, budget: int) -> PurgeStep:

@@ -30,16 +30,6 @@ RETENTION_PAUSE_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
-class Purged:
-    items: int = 0
-    keys: int = 0
-    unlinked: int = 0  # memories that lost their link to the conversation
-    turns: int = 0  # its indexed turns, deleted
-    steps: int = 0
-    done: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Deleted:
     conversation_id: str
     item_count: int
@@ -55,16 +45,13 @@ def purge(
     budget: int = PURGE_BUDGET,
     stop: threading.Event | None = None,
     pause_s: float = 0.0,
-) -> Purged:
-    """Purge a conversation marked for deletion, one small transaction at a time, until it is gone (or
-    `stop` is set: the next purger finishes it)."""
-    items = keys = unlinked = turns = steps = 0
+) -> bool:
+    """Purge a conversation marked for deletion, one small transaction at a time, until it is gone (True) or
+    `stop` is set (False: the next purger finishes it)."""
     while True:
         step = store.purge_step(site_id, conversation_id, budget)
-        items, keys, unlinked, steps = items + step.items, keys + step.keys, unlinked + step.unlinked, steps + 1
-        turns += step.turns
         if step.done or (stop is not None and stop.is_set()):
-            return Purged(items=items, keys=keys, unlinked=unlinked, turns=turns, steps=steps, done=step.done)
+            return step.done
         if pause_s:
             time.sleep(pause_s)
 
@@ -117,9 +104,7 @@ class LogRetention:
             for site_id, conversation_id in pending:
                 if stop.is_set():
                     break
-                if purge(
-                    self.store, site_id, conversation_id, budget=self.budget, stop=stop, pause_s=self.pause_s
-                ).done:
+                if purge(self.store, site_id, conversation_id, budget=self.budget, stop=stop, pause_s=self.pause_s):
                     purged += 1
             if marked < EXPIRE_BATCH and len(pending) < EXPIRE_BATCH:
                 break

@@ -7,6 +7,9 @@ the turn's position), then every question of categories 1-4 is asked through the
 and over categories 1-4, as a table and as JSON, with the time spent storing and querying.
 
     python bench/locomo.py [--data PATH] [--mode production|dense|lexical|all] [--json OUT]
+
+The data (`--data`, default bench/data/locomo/locomo_dev.json) is LoCoMo's development split, five of its ten
+conversations (bench/data/README.md).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from memory_server.api.mcp.server import build_mcp  # noqa: E402
 from memory_server.services import open_services  # noqa: E402
 from memory_server.settings import Settings  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+# The development split, in the repository with its source and licence (bench/data/locomo/README.md).
+DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "locomo" / "locomo_dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 MODES = ("dense", "lexical", "production")
 

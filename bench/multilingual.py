@@ -2,8 +2,9 @@
 
 Data: XQuAD (the same paragraphs and questions in English, Spanish, German, Russian, Chinese, Vietnamese, and
 more) and FaQuAD (Portuguese), in SQuAD v1.1 layout, one file per language: `xquad.<lang>.json`,
-`faquad.pt.json` (`--data DIR`). Every paragraph is one memory (`POST /v1/memories`) in its language's bucket;
-every question one `POST /v1/recall` (limit 10) in a bucket; the gold is the question's own paragraph.
+`faquad.pt.json` (`--data DIR`, default bench/data/multilingual/, the development halves). Every paragraph is
+one memory (`POST /v1/memories`) in its language's bucket; every question one `POST /v1/recall` (limit 10) in a
+bucket; the gold is the question's own paragraph.
 A language L is asked in its own bucket; a pair Q->M asks language Q's questions in the bucket of language M's
 paragraphs (the same paragraphs, translated): "es->en" is a Spanish question about memories written in
 English. Reported per language and pair: hit@1 (the gold first), hit@5 and MRR@10, for each ranking on its own
@@ -29,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.serverproc import Server  # noqa: E402
 
 MODES = ("dense", "lexical", "production")
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multilingual"
+# The development halves, in the repository with their sources and licences (bench/data/multilingual/README.md).
+DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "multilingual"
 DEFAULT_LANGUAGES = "en,es,de,ru,zh,vi,pt"
 DEFAULT_PAIRS = "es:en,en:es,de:en,zh:en"
 

@@ -12,7 +12,7 @@ and a variant costs a minute or two. A variant is a set of module constants chan
                             [--set MODULE.NAME=VALUE]... [--vary "SETTING;SETTING"]... [--json OUT]
 
 `--vary`: LoCoMo only, rank again with each set of recall-time settings over the memories stored once.
-Reported: LoCoMo R@5 / R@10 per category (leave-one-conversation-out is bench/locomo_explore.py's); profiles
+Reported: LoCoMo R@5 / R@10 per category (leave-one-conversation-out figures are in docs/ranking.md); profiles
 R@1 / R@5 / R@10 per category; evolving top-1 and R@3 per kind in the modes "nothing" (no links, no windows, no
 recency), "recency", "windows", "windows recency", "links", "links recency" and "all three" (links, windows and
 recency), as bench/evolving.py's modes. On 2026-12-03 its production, dense and

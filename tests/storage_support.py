@@ -1,4 +1,6 @@
-"""Helpers of the storage contract tests: records to store, a corpus to rank, appender processes."""
+"""Helpers of the storage contract suite (one file per store, tests/README.md lists them): the `storage`
+fixture (each test on SQLite and on PostgreSQL) and `both` (the two side by side), records to store, a corpus
+to rank, appender processes."""
 
 from __future__ import annotations
 
@@ -6,18 +8,51 @@ import json
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from memory_server.ranking.lexical import analyzed_text
+from memory_server.storage.factory import open_storage
 from memory_server.storage.protocols import Storage
 from memory_server.storage.records import Document, Kept, NewMemory, Words
+
+from conftest import make_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WHEN = "2024-05-01T10:00:00.000000Z"
 DIM = 8
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    if request.param == "sqlite":
+        settings = make_settings(tmp_path / "data")
+    else:
+        settings = make_settings(tmp_path / "data", database_url=request.getfixturevalue("postgres_url"))
+    opened = open_storage(settings)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def both(tmp_path: Path, postgres_url: str) -> Iterator[tuple[Storage, Storage]]:
+    sqlite = open_storage(make_settings(tmp_path / "data"))
+    postgres = open_storage(make_settings(tmp_path / "data", database_url=postgres_url))
+    try:
+        yield sqlite, postgres
+    finally:
+        sqlite.close()
+        postgres.close()
+
+
+def site(storage: Storage, name: str = "acme") -> int:
+    return storage.sites.create_site(name, f"hash-of-{name}")
 
 
 def memory(content: str, **fields: Any) -> NewMemory:

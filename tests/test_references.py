@@ -5,7 +5,8 @@ A reference is a repository path (`memory_server/ranking/fusion.py`, `docs/spec.
 relative to the package or the citing file's folder), a bare file name (`fusion.py`, which must exist somewhere
 in the repository), a dotted module (`memory_server.api.mcp.fast_path`, optionally followed by a name the module
 defines), or an absolute path to a document on some machine (a file under /tmp or /work is not something a
-reader of the repository can open).
+reader of the repository can open). String literals of the Python sources are checked for absolute paths only:
+a path on this machine (/work, /tmp, a home folder) that a clone elsewhere would not have.
 The contract is docs/spec.md: a citation of an outside specification is a dead reference too.
 """
 
@@ -57,6 +58,8 @@ ABSOLUTE_DOCUMENT = re.compile(r"(?<![\w.~-])(/(?:tmp|work|home|root|Users)/[\w.
 LOGGER = re.compile(r"getLogger\(\"([\w.]+)\"\)")
 OUTSIDE_ROOT = re.compile(r"(?<![\w.~-])(/work/[\w./-]+)")
 OUTSIDE_SPEC = re.compile(r"\bSPEC\b")
+# A path on one machine in a string literal: data read from outside the repository, a cache at a fixed place.
+MACHINE_PATH = re.compile(r"(?<![\w.~-])(/(?:work|tmp|home|root|Users)/[\w.-][\w./-]*)")
 
 # References that look like repository files but are meant otherwise; each with the reason.
 INTENTIONAL = {
@@ -67,6 +70,12 @@ INTENTIONAL = {
     "Support/Claude/claude_desktop_config.json": "Claude Desktop's file on macOS (~/Library/Application Support)",
     "dist/htmx.min.js": "a path inside the npm package a vendored file came from",
 }
+# Absolute paths in string literals that are meant; each with the reason.
+INTENTIONAL_LITERALS = {
+    "/home/me": "the folder an example filesystem MCP server is given in a client's configuration",
+}
+# Files whose string literals are examples of what the checks find.
+LITERAL_EXAMPLES = ("tests/test_references.py",)
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,21 @@ def python_prose(path: Path) -> Iterator[tuple[int, str]]:
         if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
             for offset, line in enumerate(first.value.value.splitlines()):
                 yield first.lineno + offset, line
+
+
+def python_literals(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of every string literal, f-strings' literal parts included."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def machine_paths(path: Path, literals: Iterator[tuple[int, str]]) -> Iterator[Dead]:
+    where = str(path.relative_to(ROOT))
+    for number, text in literals:
+        for match in MACHINE_PATH.finditer(text):
+            if match.group(1) not in INTENTIONAL_LITERALS:
+                yield Dead(where, number, match.group(1))
 
 
 def _definitions(body: list[ast.stmt]) -> Iterator[ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -250,6 +274,27 @@ def all_dead_references() -> list[Dead]:
 def test_prose_names_only_files_and_modules_that_exist() -> None:
     dead = all_dead_references()
     assert not dead, f"{len(dead)} dead references:\n" + "\n".join(map(str, dead))
+
+
+def test_string_literals_name_no_path_on_this_machine() -> None:
+    """Code reads its data from the repository (bench/data/) or from where it is told, never from a fixed place
+    on one machine."""
+    scanned = [path for path in python_files() if str(path.relative_to(ROOT)) not in LITERAL_EXAMPLES]
+    found = [dead for path in scanned for dead in machine_paths(path, python_literals(path))]
+    assert not found, f"{len(found)} absolute paths in string literals:\n" + "\n".join(map(str, found))
+    assert all(reason for reason in INTENTIONAL_LITERALS.values())
+
+
+def test_the_literal_check_finds_what_it_is_for(tmp_path: Path) -> None:
+    source = tmp_path / "example.py"
+    source.write_text(
+        'DATA = Path("/work/shared/data/locomo/locomo_dev.json")\n'
+        'CACHE = f"/tmp/locomo_cache/{name}"\n'
+        'FINE = ("/home/me", "/usr/bin/chromium", "bench/data/locomo", "a/tmp/b", "~/work/x")\n',
+        encoding="utf-8",
+    )
+    found = [(dead.line, dead.reference) for dead in machine_paths(ROOT / "x.py", python_literals(source))]
+    assert found == [(1, "/work/shared/data/locomo/locomo_dev.json"), (2, "/tmp/locomo_cache/")]
 
 
 def test_the_checks_find_what_they_are_for() -> None:

@@ -72,4 +72,4 @@ bench-client: install-test
 	$(BIN)/python bench/client.py --json bench/results/client.json
 
 clean:
-	rm -rf $(VENV) data $(TS_HARNESS)/node_modules
+	rm -rf $(VENV) $(TS_HARNESS)/node_modules

@@ -50,6 +50,7 @@ class Services:
     closers: list[Callable[[], None]] = field(default_factory=list)
     observe_embedder: Callable[[Embedder], Embedder] | None = None  # metrics, when an app serves these
     _stop: threading.Event = field(default_factory=threading.Event)
+    memories_settled: threading.Event = field(default_factory=threading.Event)  # loaded, or failed to
 
     def __post_init__(self) -> None:
         self.memory_ops = MemoryOperations(self.loaded_memories, self.settings)
@@ -103,8 +104,10 @@ class Services:
         except Exception as exc:
             self.memory_error = str(exc)
             log.error("saved memories unavailable: %s", exc)
+            self.memories_settled.set()
             raise
         self.memories = memories
+        self.memories_settled.set()
         # What start-up made (the model, the index, the words) lives as long as the process: kept out of the
         # collector's full passes, which otherwise walk it every few hundred recalls (a 30 ms pause at 100k).
         gc.freeze()

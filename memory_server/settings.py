@@ -13,11 +13,20 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from memory_server.local.paths import default_data_dir
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMORY_", extra="ignore")
 
-    data_dir: Path = Field(Path("./data"), description="Where SQLite and the embedded index live.")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description=(
+            "Where SQLite and the embedded index live. Unset: the per-user data location (~/.local/share/"
+            "memory-server on Linux, ~/Library/Application Support/memory-server on macOS, "
+            "%LOCALAPPDATA%\\memory-server on Windows), which every local client shares."
+        ),
+    )
     database_url: SecretStr | None = Field(
         None,
         description=(
@@ -29,6 +38,14 @@ class Settings(BaseSettings):
     port: int = Field(8765, ge=0, le=65535, description="HTTP port.")
     transport: Literal["http", "stdio"] = Field("http", description="MCP transport for `serve`.")
     stdio_site: str = Field("default", description="The site a stdio server acts for (no credential).")
+    owner_idle_s: float = Field(
+        600.0,
+        ge=0,
+        description=(
+            "Seconds the process that owns a store for stdio clients stays running, model loaded, once its last "
+            "client has gone; then it exits and the next client starts it again."
+        ),
+    )
 
     tool_profile: Literal["full", "public"] = Field("full", description="Which tool parameters are exposed.")
     context_header: str = Field("### XMemo Context", description="First line of recall_context's text.")
@@ -133,16 +150,49 @@ class Settings(BaseSettings):
         10_000,
         ge=1,
         description=(
-            "Registered OAuth clients that have never completed a sign-in, at most; beyond, registrations get 503 "
-            "until some expire or sign in."
+            "Registered OAuth clients that have never completed a sign-in, at most (all addresses); beyond, a "
+            "registration removes the oldest such client of the address network holding the most (never one "
+            "in the middle of a sign-in; if every one is, 503 with Retry-After)."
+        ),
+    )
+    oauth_max_unused_clients_per_network: int = Field(
+        1000,
+        ge=1,
+        description=(
+            "Of oauth_max_unused_clients, at most this many registered from one network (an IPv4 /24, an IPv6 "
+            "/48); beyond, a registration from it removes one of that network's, from its address holding the most."
+        ),
+    )
+    oauth_max_unused_clients_per_address: int = Field(
+        100,
+        ge=1,
+        description=(
+            "Of oauth_max_unused_clients, at most this many registered from one client address (an IPv6 /64); "
+            "beyond, a registration from it removes that address's oldest."
         ),
     )
     oauth_max_pending: int = Field(
         1000,
         ge=1,
         description=(
-            "Authorization requests waiting on the consent page, at most (all clients); beyond, /authorize "
-            "answers temporarily_unavailable."
+            "Authorization requests waiting on the consent page, at most (all addresses); beyond, a new one "
+            "removes the oldest of the address network holding the most (one whose page was never opened first)."
+        ),
+    )
+    oauth_max_pending_per_network: int = Field(
+        100,
+        ge=1,
+        description=(
+            "Of oauth_max_pending, at most this many from one network (an IPv4 /24, an IPv6 /48); beyond, a new "
+            "one from it removes one of that network's, from its address holding the most."
+        ),
+    )
+    oauth_max_pending_per_address: int = Field(
+        10,
+        ge=1,
+        description=(
+            "Of oauth_max_pending, at most this many from one client address (an IPv6 /64); beyond, a new one "
+            "from it removes that address's oldest."
         ),
     )
 

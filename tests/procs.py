@@ -40,6 +40,7 @@ def server_env(**extra: str) -> dict[str, str]:
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         MEMORY_LOG_LEVEL="WARNING",
+        MEMORY_OWNER_IDLE_S="3",  # the owner a stdio client starts leaves soon after the test's last client
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

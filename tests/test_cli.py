@@ -247,3 +247,18 @@ def test_help_lists_the_stable_commands() -> None:
     assert done.returncode == 0
     for command in ("serve", "site", "token"):
         assert command in done.stdout
+
+
+def test_help_leads_with_what_a_newcomer_runs() -> None:
+    env = server_env(COLUMNS="200")  # one line per command
+    listed = run_cli("--help", env=env).stdout
+    commands = listed.split("Start here")[1].splitlines()
+    names = [line.split()[1] for line in commands if line.startswith("│ ") and len(line.split()) > 2]
+    assert names[:2] == ["serve", "client-config"], names
+    assert {"import", "export", "backup", "doctor", "reindex", "site", "token"} <= set(names[2:])
+    assert listed.index("Start here") < listed.index("Data") < listed.index("Access")
+    importing = " ".join(run_cli("import", "--help", env=env).stdout.split())
+    assert "--from mcp-memory|mem0|markdown" in importing.split("Memories keep")[0]  # in the summary
+    serving = run_cli("serve", "--help", env=env).stdout
+    for default in ("default: http", "default: 127.0.0.1", "default: 8765", "default: the per-user data directory"):
+        assert default in serving, default

@@ -79,11 +79,12 @@ SCHEMAS = {
         _entry({"type": {"const": "stdio"}, **LOCAL}, ["command"]),
         _entry({"type": {"const": "http"}, "url": {"type": "string"}, "headers": _strings()}, ["type", "url"]),
     ),
-    # Codex's config.toml: [mcp_servers.NAME] with command, args, env, or url and http_headers.
+    # Codex's config.toml: [mcp_servers.NAME] with command, args, env, env_vars, or url and http_headers or
+    # env_http_headers (a header's name to the variable holding its value).
     "codex": _file(
         "mcp_servers",
-        _entry(LOCAL, ["command"]),
-        _entry({"url": {"type": "string"}, "http_headers": _strings()}, ["url"]),
+        _entry({**LOCAL, "env_vars": STRING_LIST}, ["command"]),
+        _entry({"url": {"type": "string"}, "http_headers": _strings(), "env_http_headers": _strings()}, ["url"]),
     ),
 }
 
@@ -105,23 +106,33 @@ def parsed(client: str, text: str) -> dict[str, Any]:
 
 
 def claude_code_entry(line: str) -> dict[str, Any]:
+    """`claude mcp add NAME --transport T ...` read back (the name first: `--env` takes several values)."""
     words = shlex.split(line)
-    assert words[:3] == ["claude", "mcp", "add"]
+    assert words[:4] == ["claude", "mcp", "add", "memory"]
     transport = words[words.index("--transport") + 1]
     if transport == "http":
-        rest = words[5:]
-        name, url = rest[0], rest[1]
+        url = words[words.index("--transport") + 2]
         headers = dict(words[i + 1].split(": ", 1) for i, w in enumerate(words) if w == "--header")
-        assert name == "memory"
         return {"type": "http", "url": url, "headers": headers}
     env = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--env")
     dashes = words.index("--")
-    assert words[dashes - 1] == "memory"
     return {"type": "stdio", "command": words[dashes + 1], "args": words[dashes + 2 :], "env": env}
 
 
-def remote(client: str, document: dict[str, Any]) -> tuple[str, dict[str, str]]:
-    """The URL and headers an HTTP entry makes its client send (mcp-remote's for Claude Desktop)."""
+def credential(err: str) -> tuple[str, str]:
+    """The variable (or VS Code input) and the header value the notes on stderr say to set."""
+    lines = err.strip().splitlines()
+    for line in lines:
+        if line.strip().startswith("export "):
+            variable, _, value = line.strip().removeprefix("export ").partition("=")
+            return variable, shlex.split(value)[0]
+    vscode = next(line for line in lines if line.startswith("VS Code asks for the header"))
+    return vscode.split("(", 1)[1].split(")", 1)[0], lines[lines.index(vscode) + 1].strip()
+
+
+def remote(client: str, document: dict[str, Any], err: str) -> tuple[str, dict[str, str]]:
+    """The URL and headers an HTTP entry makes its client send (mcp-remote's for Claude Desktop), with the
+    variable it names set as stderr said."""
     server = next(iter(document[{"vscode": "servers", "codex": "mcp_servers"}.get(client, "mcpServers")].values()))
     if client == "claude-desktop":
         args, env = server["args"], server["env"]
@@ -131,8 +142,13 @@ def remote(client: str, document: dict[str, Any]) -> tuple[str, dict[str, str]]:
                 name, value = args[i + 1].split(":", 1)
                 headers[name] = value.replace("${AUTH_HEADER}", env["AUTH_HEADER"])
         return args[args.index("mcp-remote") + 1], headers
-    url = server.get("url") or server["serverUrl"]
-    return url, server.get("headers") or server["http_headers"]
+    variable, value = credential(err)
+    if client == "codex":
+        assert server["env_http_headers"] == {"Authorization": variable}
+        return server["url"], {"Authorization": value}
+    named = {"claude-code": "${%s}", "vscode": "${input:%s}"}.get(client, "${env:%s}") % variable
+    assert server["headers"] == {"Authorization": named}  # a reference, never the credential
+    return server.get("url") or server["serverUrl"], {"Authorization": value}
 
 
 def local(client: str, document: dict[str, Any]) -> tuple[str, list[str], dict[str, str]]:
@@ -206,8 +222,9 @@ async def test_http_entries_with_a_new_token_fit_each_schema_and_call_tools(serv
         assert "made token " in err
         document = parsed(client, out)
         jsonschema.validate(document, SCHEMAS[client])
-        url, headers = remote(client, document)
+        url, headers = remote(client, document, err)
         assert url == server.url and headers["Authorization"].startswith("Bearer mst_")
+        assert (headers["Authorization"] in out) == (client == "claude-desktop")  # its file expands nothing
         async with Client(StreamableHttpTransport(url, headers=headers), timeout=60) as session:
             made = await session.call_tool(
                 "remember", {"content": f"Client {client} was set up ({n}).", "bucket": "agents"}
@@ -219,6 +236,8 @@ async def test_http_entries_with_a_new_token_fit_each_schema_and_call_tools(serv
             assert outside.is_error and outside.content[0].text.startswith("forbidden: ")  # the token's bounds
     listed = run_cli("token", "list", "--site", "default", data_dir=server.data_dir).stdout
     assert listed.count("buckets=agents") == 6
+    for client in (*JSON_CLIENTS, "claude-code", "codex"):  # each labelled with its client's name
+        assert listed.count(f"label: {client}\t") == 1
 
 
 async def test_http_entry_with_the_site_credential_reaches_the_logs(server: ServerProcess) -> None:
@@ -227,7 +246,7 @@ async def test_http_entry_with_the_site_credential_reaches_the_logs(server: Serv
         "cursor", "--transport", "http", "--secret", secret, data_dir=server.data_dir, MEMORY_PORT=str(server.port)
     )
     assert code == 0, err
-    url, headers = remote("cursor", parsed("cursor", out))
+    url, headers = remote("cursor", parsed("cursor", out), err)
     assert headers["Authorization"] == "Basic " + base64.b64encode(f"default:{secret}".encode()).decode()
     async with Client(StreamableHttpTransport(url, headers=headers), timeout=60) as session:
         ack = await session.call_tool("append_memory", {"conversation_id": "conv-config-0002", "items": [{"b": 2}]})
@@ -408,3 +427,161 @@ def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
     ):
         _, err, code = config(*args, data_dir=data)
         assert code == 1 and err.count("\n") == 1 and says in err, (args, err)
+
+
+# --- credentials: never in a project's file, private where they must be ------------------------------------
+
+
+def _site(data: Path) -> str:
+    made = run_cli("site", "create", "default", data_dir=data)
+    assert made.returncode == 0, made.stderr
+    return parse_fields(made.stdout)["secret"]
+
+
+def _tokens(data: Path) -> list[list[str]]:
+    listed = run_cli("token", "list", "--site", "default", data_dir=data).stdout
+    return [line.split("\t") for line in listed.splitlines()[1:]]
+
+
+@pytest.mark.parametrize("client", ["claude-code", "vscode", "cursor", "windsurf", "codex"])
+def test_written_files_name_the_credential_never_hold_it(tmp_path: Path, client: str) -> None:
+    data = tmp_path / "data"
+    secret = _site(data)
+    basic = base64.b64encode(f"default:{secret}".encode()).decode()
+    target = tmp_path / "project" / ("config.toml" if client == "codex" else "mcp.json")
+    for args in (["--token"], ["--secret", secret, "--name", "memory-basic"]):
+        _, err, code = config(
+            client, "--transport", "http", *args, "--write", "--config-file", str(target), data_dir=data
+        )
+        assert code == 0, err
+        _, value = credential(err)  # stderr says what to set, and where
+        assert value.startswith(("Bearer mst_", "Basic "))
+    text = target.read_text()
+    assert "mst_" not in text and basic not in text and secret not in text
+    document = tomllib.loads(text) if client == "codex" else json.loads(text)
+    jsonschema.validate(document, SCHEMAS[client])
+    if client == "vscode":  # asked for once, as a password, kept in VS Code's secret storage
+        assert {i["id"] for i in document["inputs"]} == {"mcp-memory-authorization", "mcp-memory-basic-authorization"}
+        assert all(i["password"] is True and i["type"] == "promptString" for i in document["inputs"])
+
+
+def test_stdio_entries_hold_no_secret_setting_and_pin_only_a_given_data_dir(tmp_path: Path) -> None:
+    secrets = {
+        "MEMORY_DATABASE_URL": "postgresql://memory:pw-not-in-files@db.example/memory",
+        "MEMORY_QDRANT_API_KEY": "qdrant-key-not-in-files",
+    }
+    named = {
+        "claude-code": "${MEMORY_DATABASE_URL}",
+        "cursor": "${env:MEMORY_DATABASE_URL}",
+        "vscode": "${env:MEMORY_DATABASE_URL}",
+        "windsurf": "${env:MEMORY_DATABASE_URL}",
+    }
+    home = tmp_path / "home"
+    env = server_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), CODEX_HOME="", **secrets)
+    for client in (*JSON_CLIENTS, "claude-code", "codex"):
+        done = run_cli("client-config", client, env=env)  # no --data-dir, no MEMORY_DATA_DIR
+        assert done.returncode == 0, done.stderr
+        assert "pw-not-in-files" not in done.stdout and "qdrant-key-not-in-files" not in done.stdout
+        document = parsed(client, done.stdout)
+        jsonschema.validate(document, SCHEMAS[client])
+        _, args, entry_env = local(client, document)
+        assert "--data-dir" not in args and args[-1] == "serve"  # the per-user default applies
+        server = document[{"vscode": "servers", "codex": "mcp_servers"}.get(client, "mcpServers")]["memory"]
+        if client == "codex":
+            assert server["env_vars"] == list(secrets)
+        elif client == "claude-desktop":
+            assert not set(secrets) & set(entry_env) and "MEMORY_DATABASE_URL" in done.stderr
+        else:
+            assert entry_env["MEMORY_DATABASE_URL"] == named[client]
+    given = run_cli("client-config", "cursor", env={**env, "MEMORY_DATA_DIR": str(tmp_path / "d")})
+    assert local("cursor", parsed("cursor", given.stdout))[1][-2:] == ["--data-dir", str((tmp_path / "d").resolve())]
+
+
+def test_a_file_holding_a_credential_and_its_backups_are_the_owners_only(tmp_path: Path) -> None:
+    data, home = tmp_path / "data", tmp_path / "home"
+    _site(data)
+    target = home / ".config" / "Claude" / "claude_desktop_config.json"
+    target.parent.mkdir(parents=True)
+    target.write_text('{"mcpServers": {}}')
+    target.chmod(0o644)
+    _, err, code = config("claude-desktop", "--transport", "http", "--token", "--write", data_dir=data, home=home)
+    assert code == 0, err
+    assert "mst_" in target.read_text()  # Claude Desktop expands nothing: the credential is in the file
+    _, err, code = config(
+        "claude-desktop", "--transport", "http", "--token", "--write", "--replace", data_dir=data, home=home
+    )
+    assert code == 0, err
+    backups = list(target.parent.glob("*.bak"))
+    assert len(backups) == 2
+    for path in (target, *backups):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_replacing_an_entry_revokes_the_token_it_held_or_says_it_is_live(tmp_path: Path) -> None:
+    data, home = tmp_path / "data", tmp_path / "home"
+    _site(data)
+    _, err, code = config("claude-desktop", "--transport", "http", "--token", "--write", data_dir=data, home=home)
+    assert code == 0, err
+    (first,) = _tokens(data)
+    _, err, code = config(
+        "claude-desktop", "--transport", "http", "--token", "--write", "--replace", data_dir=data, home=home
+    )
+    assert code == 0 and f"revoked token {first[0]}, which the replaced entry held" in err
+    states = {row[0]: row[3] for row in _tokens(data)}
+    assert states[first[0]].startswith("revoked") and list(states.values()).count("active") == 1
+
+    _, err, code = config("cursor", "--transport", "http", "--token", "--write", data_dir=data, home=home)
+    assert code == 0, err
+    cursor_token = next(row[0] for row in _tokens(data) if row[4] == "label: cursor")
+    _, err, code = config("cursor", "--transport", "http", "--token", "--write", "--replace", data_dir=data, home=home)
+    assert code == 0, err
+    assert "still live" in err and cursor_token in err and "memory-server token revoke" in err
+
+
+def test_a_symbolic_link_is_written_through(tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "mcp.json"
+    real.parent.mkdir()
+    real.write_text('{"mcpServers": {"other": {"command": "x"}}}')
+    link = tmp_path / "home" / ".cursor" / "mcp.json"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    _, err, code = config("cursor", "--write", "--config-file", str(link), data_dir=tmp_path / "data")
+    assert code == 0, err
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert set(json.loads(real.read_text())["mcpServers"]) == {"other", "memory"}
+    assert f"through the link {link}" in err
+    assert list(real.parent.glob("mcp.json.*.bak")) and not list(link.parent.glob("*.bak"))
+
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "nowhere.json")
+    _, err, code = config("cursor", "--write", "--config-file", str(dangling), data_dir=tmp_path / "data")
+    assert code == 1 and err.strip().splitlines()[-1].startswith(f"error: {dangling} is a symbolic link to")
+    assert dangling.is_symlink() and not (tmp_path / "nowhere.json").exists()
+
+
+def test_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    data = tmp_path / "data"
+    _site(data)
+    fifo = tmp_path / "mcp.json"
+    os.mkfifo(fifo)
+    _, err, code = config("cursor", "--write", "--config-file", str(fifo), data_dir=data)
+    assert (
+        code == 1
+        and err.strip().splitlines()[-1] == f"error: {fifo} is not a regular file (a FIFO); nothing was written"
+    )
+    _, err, code = config("codex", "--write", "--config-file", "/dev/null", data_dir=data)
+    assert code == 1 and "/dev/null is not a regular file (a device)" in err
+    # A token made for an entry that could not be written is revoked: it would be live and in no file.
+    _, err, code = config(
+        "cursor", "--transport", "http", "--token", "--write", "--config-file", str(fifo), data_dir=data
+    )
+    assert code == 1 and "revoked the new token" in err
+    assert [row[3].split()[0] for row in _tokens(data)] == ["revoked"]
+
+
+def test_claude_code_project_write_says_it_must_be_approved(tmp_path: Path) -> None:
+    target = tmp_path / "project" / ".mcp.json"
+    _, err, code = config("claude-code", "--write", "--config-file", str(target), data_dir=tmp_path / "data")
+    assert code == 0 and "Claude Code asks you to approve" in err

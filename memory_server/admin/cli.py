@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from memory_server.admin import access, data, serve  # noqa: F401  # register their commands on `app`
+from memory_server.admin import access, data, owner, serve  # noqa: F401  # register their commands on `app`
 from memory_server.admin.client_config import command as client_config  # noqa: F401
 from memory_server.admin.common import app
 from memory_server.errors import AppError
@@ -45,6 +45,44 @@ def _unwrap_help(group: typer.Typer) -> None:
 
 
 _unwrap_help(app)
+
+# `memory-server --help` leads with what a newcomer runs, then the rest by what it is for.
+PANELS = {
+    "serve": "Start here",
+    "client-config": "Start here",
+    "import": "Data",
+    "export": "Data",
+    "backup": "Data",
+    "doctor": "Data",
+    "reindex": "Data",
+    "conversation": "Data",
+    "site": "Access",
+    "token": "Access",
+}
+ORDER = list(PANELS)
+
+
+def _front_page(group: typer.Typer) -> None:
+    def name(info: typer.models.CommandInfo | typer.models.TyperInfo) -> str:
+        if info.name:
+            return info.name
+        callback = info.callback
+        return callback.__name__.replace("_", "-") if callback else ""
+
+    def position(info: typer.models.CommandInfo | typer.models.TyperInfo) -> int:
+        return ORDER.index(name(info)) if name(info) in ORDER else len(ORDER)
+
+    group.registered_commands.sort(key=position)
+    group.registered_groups.sort(key=position)
+    infos: list[typer.models.CommandInfo | typer.models.TyperInfo] = [
+        *group.registered_commands,
+        *group.registered_groups,
+    ]
+    for info in infos:
+        info.rich_help_panel = PANELS.get(name(info), "More")
+
+
+_front_page(app)
 
 
 def main() -> None:

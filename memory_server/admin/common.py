@@ -26,7 +26,14 @@ app.add_typer(site_app, name="site")
 app.add_typer(token_app, name="token")
 app.add_typer(conversation_app, name="conversation")
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory (MEMORY_DATA_DIR).")]
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Data directory (MEMORY_DATA_DIR; default: the per-user data directory, "
+        "~/.local/share/memory-server on Linux, ~/Library/Application Support/memory-server on macOS).",
+    ),
+]
 
 
 def _print_version(value: bool) -> None:

@@ -62,6 +62,7 @@ def run_checks(
                 )
                 return
             yield from _guarded("permissions", lambda: _check_permissions(settings))
+            yield from _guarded("owner", lambda: _check_owner(settings))
             sqlite = state.storage = SqliteState()
             yield from _guarded("sqlite", lambda: sqlite_checks(settings.db_path, sqlite))
         if state.storage.conn is None:
@@ -112,6 +113,23 @@ def _check_permissions(settings: Settings) -> Iterator[Check]:
     if any(p != data_dir for p in readable):
         fix += f" && chmod 600 {data_dir}/memory.db*"
     yield Check("permissions", WARN, f"other users of this machine can read {', '.join(str(p) for p in readable)}", fix)
+
+
+def _check_owner(settings: Settings) -> Iterator[Check]:
+    """The process that owns the store for local clients (memory_server/local), if one runs."""
+    from memory_server.local.paths import UnsafePath, store_paths
+    from memory_server.local.status import describe, owner_status
+
+    paths = store_paths(settings.data_dir)
+    try:
+        status = owner_status(paths)
+    except UnsafePath as exc:
+        yield Check("owner", FAIL, str(exc), f"remove {paths.socket}; the next client starts an owner")
+        return
+    if status is None:
+        yield Check("owner", OK, f"none running (the next client starts one at {paths.socket})")
+    else:
+        yield Check("owner", OK, describe(status))
 
 
 def _check_model(

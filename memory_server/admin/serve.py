@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import stat
 import sys
 from typing import TYPE_CHECKING, Annotated
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from memory_server.admin.common import DataDir, announce, app, fail, load_settings
+from memory_server.local.sites import UNISSUED_SECRET as UNISSUED_SECRET  # the name others import
+from memory_server.local.sites import create_stdio_site
 from memory_server.settings import Settings
 
 if TYPE_CHECKING:  # imported when used: the CLI starts fast
@@ -19,16 +22,13 @@ if TYPE_CHECKING:  # imported when used: the CLI starts fast
     from memory_server.storage.protocols import SiteStore
 
 DEFAULT_SITE = "default"
-# The secret hash of a site a stdio server created: nobody was shown a secret, and no secret verifies against
-# it (it is not an scrypt hash). The first HTTP start issues one and prints it.
-UNISSUED_SECRET = "unissued"
 
 
 @app.command()
 def serve(
-    transport: Annotated[str | None, typer.Option(help="http or stdio (MEMORY_TRANSPORT).")] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address (MEMORY_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (MEMORY_PORT).")] = None,
+    transport: Annotated[str | None, typer.Option(help="http or stdio (MEMORY_TRANSPORT; default: http)")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (MEMORY_HOST; default: 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (MEMORY_PORT; default: 8765)")] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Serve the MCP tools over streamable HTTP (default) or stdio."""
@@ -62,6 +62,7 @@ def _serve_http(settings: Settings) -> None:
     from memory_server.api.app import create_app
     from memory_server.auth.admin import ensure_site
     from memory_server.auth.bootstrap import bootstrap_or_exit
+    from memory_server.local.paths import former_default_notice
 
     # The port first, then the index, then the database: a port in use, a second server on the same data
     # directory or a damaged database fail before anything is created, each with its own message. An index
@@ -70,6 +71,7 @@ def _serve_http(settings: Settings) -> None:
         sock = serving.bind(settings.host, settings.port)
     except serving.PortInUse as exc:
         fail(exc)
+    lock_fd = _take_store(settings)
     index = _open_index_for_serving(settings)
     services = _open_services_for_serving(settings, index)
     issued = _issue_unissued_secrets(services.storage.sites)  # sites a stdio server created
@@ -98,7 +100,47 @@ def _serve_http(settings: Settings) -> None:
             username=name,
             secret=new,
         )
+    if lock_fd is not None:
+        _serve_local_clients(services, lock_fd, f"HTTP at {base}/mcp")
+    notice = former_default_notice(settings.data_dir, explicit="data_dir" in settings.model_fields_set)
+    if notice is not None:
+        logging.getLogger("memory_server.serve").warning(notice)
     serving.run(create_app(settings, services=services, index=index), settings, sock)
+
+
+def _take_store(settings: Settings) -> int | None:
+    """With the embedded index the data directory is one process's: this server becomes the store's owner,
+    taking it over from an owner that serves only stdio clients (they follow it here)."""
+    if settings.index_backend != "embedded" or not hasattr(socket, "AF_UNIX"):
+        return None
+    from memory_server.local.paths import UnsafePath, store_paths
+    from memory_server.local.takeover import StoreBusy, take_store
+    from memory_server.version import __version__
+
+    try:
+        return take_store(store_paths(settings.data_dir), __version__)
+    except (StoreBusy, UnsafePath, OSError) as exc:
+        fail(exc)
+
+
+def _serve_local_clients(services: Services, lock_fd: int, serving: str) -> None:
+    """Local stdio clients' bridges join this server over the owner socket, in a thread of their own."""
+    import atexit
+    import threading
+
+    import anyio
+
+    from memory_server.local.paths import store_paths
+    from memory_server.local.sessions import OwnerSocket, bind_socket
+
+    paths = store_paths(services.settings.data_dir)
+    try:
+        sock = bind_socket(paths)
+    except OSError as exc:
+        fail(RuntimeError(f"cannot listen for local clients at {paths.socket}: {exc.strerror or exc}"))
+    owner = OwnerSocket(services, paths, serving=serving, lock_fd=lock_fd)
+    atexit.register(owner.unlink)
+    threading.Thread(target=anyio.run, args=(owner.serve, sock), name="local-clients", daemon=True).start()
 
 
 def _issue_unissued_secrets(sites: SiteStore) -> list[tuple[str, str]]:
@@ -140,10 +182,29 @@ def _open_index_for_serving(settings: Settings) -> VectorIndex:
     return index
 
 
+def open_services_or_raise(settings: Settings) -> Services:
+    """The services of a store's owner (memory_server/local/owner.py): a failure is its to report."""
+    from memory_server.services import open_services
+
+    services = open_services(settings, integrity_budget_s=settings.integrity_check_s)
+    _warn_if_exposed(settings)
+    return services
+
+
+def _warn_if_exposed(settings: Settings) -> None:
+    from memory_server.storage.files import exposed
+
+    if settings.data_dir.is_dir() and exposed(settings.data_dir):
+        logging.getLogger("memory_server").warning(
+            "the data directory %s can be read by other users of this machine; run: chmod 700 %s",
+            settings.data_dir,
+            settings.data_dir,
+        )
+
+
 def _open_services_for_serving(settings: Settings, index: VectorIndex | None) -> Services:
     """The services over a checked database; warns about an exposed data directory."""
     from memory_server.services import open_services
-    from memory_server.storage.files import exposed
     from memory_server.storage.health import DatabaseDamaged
 
     try:
@@ -154,16 +215,27 @@ def _open_services_for_serving(settings: Settings, index: VectorIndex | None) ->
         fail(exc)
     if index is not None:
         services.closers.append(index.close)
-    if settings.data_dir.is_dir() and exposed(settings.data_dir):
-        logging.getLogger("memory_server").warning(
-            "the data directory %s can be read by other users of this machine; run: chmod 700 %s",
-            settings.data_dir,
-            settings.data_dir,
-        )
+    _warn_if_exposed(settings)
     return services
 
 
 def _serve_stdio(settings: Settings) -> None:
+    """A bridge to the store's owner (memory_server/local/bridge.py), which it starts when there is none; where
+    the platform has no Unix sockets, a server of its own."""
+    if not hasattr(socket, "AF_UNIX"):
+        _serve_stdio_alone(settings)
+        return
+    from memory_server.local.bridge import run_bridge
+    from memory_server.local.paths import former_default_notice, store_paths
+    from memory_server.version import __version__
+
+    notice = former_default_notice(settings.data_dir, explicit="data_dir" in settings.model_fields_set)
+    if notice is not None:
+        logging.getLogger("memory_server.serve").warning(notice)
+    run_bridge(store_paths(settings.data_dir), site=settings.stdio_site, version=__version__)
+
+
+def _serve_stdio_alone(settings: Settings) -> None:
     from memory_server.api.mcp.server import build_mcp
 
     services = _open_services_for_serving(settings, None)
@@ -174,24 +246,10 @@ def _serve_stdio(settings: Settings) -> None:
         services.close()
         fail(exc)
     services.start_maintenance()
-    _create_stdio_site(services.storage.sites, settings.stdio_site)
+    create_stdio_site(services.storage.sites, settings.stdio_site)
     principal = services.local_principal(settings.stdio_site)
     mcp = build_mcp(services, local=lambda: principal)
     try:
         mcp.run(transport="stdio", show_banner=False)
     finally:
         services.close()
-
-
-def _create_stdio_site(sites: SiteStore, name: str) -> None:
-    """A stdio server needs no credential, so its site is created without one (UNISSUED_SECRET); the first HTTP
-    start on the data directory issues the secret and prints it."""
-    from memory_server.auth.secrets import check_site_name
-    from memory_server.errors import AppError
-
-    if sites.site_id(name) is not None:
-        return
-    try:
-        sites.create_site(check_site_name(name), UNISSUED_SECRET)
-    except AppError:  # a bad MEMORY_STDIO_SITE is reported by local_principal; a concurrent creator won
-        pass

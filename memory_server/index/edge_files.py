@@ -102,7 +102,8 @@ def locked_message(path: Path, holder: str) -> str:
     return (
         f"the embedded index at {path} is in use by another process (pid {holder}). "
         "Run one server process per data directory; for several processes use the server "
-        "backend (a Qdrant server) instead of the embedded one."
+        "backend (a Qdrant server) instead of the embedded one. If it is the process serving local "
+        "clients, `memory-server owner stop` frees the store (the next client starts it again)."
     )
 
 

@@ -4,16 +4,22 @@
   `%APPDATA%\\Claude\\`, Linux `~/.config/Claude/`), `mcpServers.NAME` = `{command, args, env}`. Its file
   takes local (stdio) servers only: a remote one goes through the `mcp-remote` bridge (`npx mcp-remote URL
   --header Authorization:${AUTH_HEADER}`, the header's value in `env`, since a space inside `args` does not
-  survive).
-- Claude Code: `claude mcp add ...` on the command line; its project file `.mcp.json` has `mcpServers.NAME` =
-  `{type: "stdio", command, args, env}` or `{type: "http", url, headers}`.
-- Cursor: `~/.cursor/mcp.json`, `mcpServers.NAME` = `{command, args, env}` or `{url, headers}`.
+  survive). It expands no variables: the only entry that holds a credential, in a file of the user's own.
+- Claude Code: `claude mcp add NAME ...` on the command line (the name before `--env`, which takes several
+  values); its project file `.mcp.json` has `mcpServers.NAME` = `{type: "stdio", command, args, env}` or
+  `{type: "http", url, headers}`, and `${VAR}` in them is read from the environment (in every scope).
+- Cursor: `~/.cursor/mcp.json`, `mcpServers.NAME` = `{command, args, env}` or `{url, headers}`; `${env:VAR}`.
 - VS Code: `.vscode/mcp.json` of the workspace (or the user profile's `mcp.json`), `servers.NAME` =
-  `{type: "stdio", command, args, env}` or `{type: "http", url, headers}`.
+  `{type: "stdio", command, args, env}` or `{type: "http", url, headers}`; `inputs` of type `promptString`
+  with `password: true` are asked for once and kept in its secret storage (`${input:ID}`), `${env:VAR}`.
 - Windsurf: `~/.codeium/windsurf/mcp_config.json`, `mcpServers.NAME` = `{command, args, env}` or
-  `{serverUrl, headers}`.
+  `{serverUrl, headers}`; `${env:VAR}`.
 - Codex: `~/.codex/config.toml` (`$CODEX_HOME/config.toml`), a table `[mcp_servers.NAME]` with `command`,
-  `args`, `env`, or `url` and `http_headers`.
+  `args`, `env`, `env_vars` (names passed on from Codex's environment), or `url` and `env_http_headers`
+  (header name to the variable holding its value).
+
+No entry written to a file a project shares holds a credential: the Authorization header, and the settings
+that hold a password (`SECRET_SETTINGS`), are references to the environment (or VS Code's prompt).
 """
 
 from __future__ import annotations
@@ -27,26 +33,38 @@ from pathlib import Path
 from typing import Any
 
 CLIENTS = ("claude-desktop", "claude-code", "cursor", "vscode", "windsurf", "codex")
+# Settings a stdio server needs from the user's environment that hold a password or key: an entry names them
+# for the client to pass on from its own environment (`${VAR}`, `${env:VAR}`, Codex's `env_vars`), never
+# their values.
+SECRET_SETTINGS = ("MEMORY_DATABASE_URL", "MEMORY_QDRANT_API_KEY")
 
 
 @dataclass(frozen=True)
 class Launch:
-    """A stdio server: the process a client starts."""
+    """A stdio server: the process a client starts. `passed`: settings taken from the client's environment."""
 
     command: str
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    passed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Remote:
-    """An HTTP server: its MCP URL and the header that authenticates."""
+    """An HTTP server: its MCP URL and the Authorization header's value, which entries read from the
+    environment variable `variable` (VS Code: asks for it, as the input of that id)."""
 
     url: str
-    headers: dict[str, str]
+    authorization: str
+    variable: str
 
 
 Connection = Launch | Remote
+
+
+def variable_for(name: str) -> str:
+    """The environment variable that holds the Authorization header of server `name`."""
+    return f"MCP_{name.upper().replace('-', '_')}_AUTHORIZATION"
 
 
 def servers_key(client: str) -> str:
@@ -54,44 +72,80 @@ def servers_key(client: str) -> str:
     return {"vscode": "servers", "codex": "mcp_servers"}.get(client, "mcpServers")
 
 
+def reference(client: str, variable: str) -> str:
+    """How the client's file names an environment variable's value."""
+    return "${" + variable + "}" if client == "claude-code" else "${env:" + variable + "}"
+
+
+def input_id(variable: str) -> str:
+    return variable.lower().replace("_", "-")
+
+
+def holds_credential(client: str, connection: Connection) -> bool:
+    """Whether the entry holds a credential itself: only Claude Desktop's bridge, whose file expands nothing."""
+    return client == "claude-desktop" and isinstance(connection, Remote)
+
+
 def entry(client: str, connection: Connection) -> dict[str, Any]:
     """The value of the client's `servers_key[NAME]` for this connection."""
     if isinstance(connection, Launch):
-        launch: dict[str, Any] = {
-            "command": connection.command,
-            "args": list(connection.args),
-            "env": dict(connection.env),
-        }
-        return {"type": "stdio", **launch} if client in ("claude-code", "vscode") else launch
-    headers = dict(connection.headers)
+        return _launch(client, connection)
     if client == "claude-desktop":
         return _bridge(connection)
+    if client == "codex":
+        return {"url": connection.url, "env_http_headers": {"Authorization": connection.variable}}
+    if client == "vscode":
+        value = "${input:" + input_id(connection.variable) + "}"
+    else:
+        value = reference(client, connection.variable)
+    headers = {"Authorization": value}
     if client == "windsurf":
         return {"serverUrl": connection.url, "headers": headers}
-    if client == "codex":
-        return {"url": connection.url, "http_headers": headers}
     if client in ("claude-code", "vscode"):
         return {"type": "http", "url": connection.url, "headers": headers}
     return {"url": connection.url, "headers": headers}  # cursor
 
 
+def _launch(client: str, launch: Launch) -> dict[str, Any]:
+    env = dict(launch.env)
+    values: dict[str, Any] = {"command": launch.command, "args": list(launch.args), "env": env}
+    if client == "codex":
+        if launch.passed:
+            values["env_vars"] = list(launch.passed)
+    elif client != "claude-desktop":  # Claude Desktop expands nothing: those settings are left out (see notes)
+        env.update({variable: reference(client, variable) for variable in launch.passed})
+    return {"type": "stdio", **values} if client in ("claude-code", "vscode") else values
+
+
+def inputs(client: str, connection: Connection) -> list[dict[str, Any]]:
+    """VS Code's `inputs` the entry uses: the header, asked for once as a password and kept by VS Code."""
+    if client != "vscode" or not isinstance(connection, Remote):
+        return []
+    return [
+        {
+            "type": "promptString",
+            "id": input_id(connection.variable),
+            "description": f"Authorization header of memory-server at {connection.url} (Bearer ... or Basic ...)",
+            "password": True,
+        }
+    ]
+
+
 def _bridge(remote: Remote) -> dict[str, Any]:
     """Claude Desktop's file takes local servers only: `mcp-remote` speaks stdio to it and HTTP to the server.
-    Each header travels as `Name:${VAR}` with its value in `env` (a space in `args` is split by the app)."""
+    The header travels as `Authorization:${AUTH_HEADER}` with its value in `env` (a space in `args` is split
+    by the app)."""
     args = ["-y", "mcp-remote", remote.url]
     if remote.url.startswith("http://"):
         args.append("--allow-http")  # mcp-remote refuses plain http for anything but localhost otherwise
-    env = {}
-    for n, (name, value) in enumerate(remote.headers.items()):
-        variable = "AUTH_HEADER" if n == 0 else f"HEADER_{n}"
-        args += ["--header", f"{name}:${{{variable}}}"]
-        env[variable] = value
-    return {"command": "npx", "args": args, "env": env}
+    args += ["--header", "Authorization:${AUTH_HEADER}"]
+    return {"command": "npx", "args": args, "env": {"AUTH_HEADER": remote.authorization}}
 
 
 def document(client: str, name: str, connection: Connection) -> dict[str, Any]:
     """What the client's file holds for this one server."""
-    return {servers_key(client): {name: entry(client, connection)}}
+    wanted = inputs(client, connection)
+    return {**({"inputs": wanted} if wanted else {}), servers_key(client): {name: entry(client, connection)}}
 
 
 def render(client: str, name: str, connection: Connection) -> str:
@@ -104,15 +158,16 @@ def render(client: str, name: str, connection: Connection) -> str:
 
 
 def claude_mcp_add(name: str, connection: Connection) -> str:
+    """The line for Claude Code's CLI. The name comes first: `--env` and `--header` take several values and
+    would take the name for one. `${VAR}` stays unexpanded (single-quoted) for Claude Code to read."""
     if isinstance(connection, Remote):
-        words = ["claude", "mcp", "add", "--transport", "http", name, connection.url]
-        for header, value in connection.headers.items():
-            words += ["--header", f"{header}: {value}"]
-    else:
-        words = ["claude", "mcp", "add", "--transport", "stdio"]
-        for variable, value in connection.env.items():
-            words += ["--env", f"{variable}={value}"]
-        words += [name, "--", connection.command, *connection.args]
+        words = ["claude", "mcp", "add", name, "--transport", "http", connection.url]
+        words += ["--header", "Authorization: " + reference("claude-code", connection.variable)]
+        return shlex.join(words) + "\n"
+    words = ["claude", "mcp", "add", name, "--transport", "stdio"]
+    for variable, value in _launch("claude-code", connection)["env"].items():
+        words += ["--env", f"{variable}={value}"]
+    words += ["--", connection.command, *connection.args]
     return shlex.join(words) + "\n"
 
 

@@ -197,3 +197,24 @@ def test_codex_reads_the_written_tables(clis: Path, home: Path, tmp_path: Path, 
     assert transport["env_http_headers"] == {"Authorization": variable} and not transport["http_headers"]
     listed = run(["codex", "mcp", "list", "--json"], env, home / "project")
     assert {server["name"] for server in json.loads(listed.stdout)} == {"memory", "memory-http"}
+
+
+def test_two_claude_code_servers_on_the_per_user_store_both_connect(clis: Path, home: Path, tmp_path: Path) -> None:
+    """Two entries made without --data-dir, as a user adds one per project: both start a server on the per-user
+    store at once (Claude Code checks them side by side) and both connect, sharing its one owner."""
+    data_home = tmp_path / "xdg-data"
+    env = client_env(clis, home, XDG_DATA_HOME=str(data_home))
+    for name in ("memory", "memory-too"):
+        printed = run_cli("client-config", "claude-code", "--name", name, env=env)
+        assert printed.returncode == 0, printed.stderr
+        assert "--data-dir" not in printed.stdout  # the per-user default, not pinned
+        added = run(
+            ["bash", "-c", printed.stdout.replace("claude mcp add ", "claude mcp add --scope user ")], env, home
+        )
+        assert added.returncode == 0, added.stdout + added.stderr
+    listed = run(["claude", "mcp", "list"], env, home)
+    assert "memory: " in listed.stdout and "memory-too: " in listed.stdout, listed.stdout + listed.stderr
+    assert listed.stdout.count("✔ Connected") == 2, listed.stdout + listed.stderr
+    store = data_home / "memory-server"
+    assert (store / "memory.db").is_file()
+    run_cli("owner", "stop", "--data-dir", str(store), env=env)

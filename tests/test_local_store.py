@@ -384,3 +384,72 @@ def test_an_owner_of_another_version_is_named_with_what_to_do(tmp_path: Path, st
     finally:
         older.kill()
         older.wait()
+
+
+# --- the owner's life, and where the store is ----------------------------------------------------------
+
+
+async def test_an_owner_without_clients_exits_after_its_idle_time(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with stdio_client(data, MEMORY_OWNER_IDLE_S="1") as client:
+        await call(client, "append_memory", {"conversation_id": "conv-idle-0001", "items": [{"n": 1}]})
+        status = owner_status(data)
+        assert status is not None
+    deadline = time.monotonic() + 30
+    while owner_status(data) is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert owner_status(data) is None and not (data / "owner.sock").exists()
+    assert not running(status["pid"])
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and has not exited (a zombie waiting for its parent has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+async def test_without_a_data_directory_every_client_uses_the_per_user_store(
+    tmp_path: Path, stop_owner: list[Path]
+) -> None:
+    data_home = tmp_path / "xdg-data"
+    store = data_home / "memory-server"
+    stop_owner.append(store)
+    env = server_env(MEMORY_TRANSPORT="stdio", XDG_DATA_HOME=str(data_home))
+
+    def client(cwd: Path) -> Client:
+        cwd.mkdir(exist_ok=True)
+        transport = StdioTransport(
+            command=sys.executable, args=["-m", "memory_server", "serve"], env=env, cwd=str(cwd), keep_alive=False
+        )
+        return Client(transport, timeout=120)
+
+    # Two projects, two working directories: one store.
+    async with client(tmp_path / "project-a") as first, client(tmp_path / "project-b") as second:
+        await call(first, "append_memory", {"conversation_id": "conv-home-0001", "items": [{"n": 1}]})
+        listed = await call(second, "list_conversations", {})
+        assert [c["conversation_id"] for c in listed["conversations"]] == ["conv-home-0001"]
+    assert (store / "memory.db").is_file() and not (tmp_path / "project-a" / "data").exists()
+    assert os.stat(store).st_mode & 0o777 == 0o700
+
+
+def test_a_store_left_in_dot_data_is_named_at_start_up(tmp_path: Path) -> None:
+    """The default used to be ./data: a server started beside such a store says where the memory is."""
+    old = tmp_path / "data"
+    old.mkdir()
+    (old / "memory.db").write_bytes(b"")
+    data_home = tmp_path / "xdg-data"
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_server", "serve", "--transport", "stdio"],
+        cwd=tmp_path,
+        env=server_env(XDG_DATA_HOME=str(data_home)),
+        input=b"",
+        capture_output=True,
+        timeout=120,
+    )
+    said = done.stderr.decode()
+    assert f"a memory store exists in {old}" in said and f"--data-dir {old}" in said, said
+    assert str(data_home / "memory-server") in said
+    run_cli("owner", "stop", "--data-dir", str(data_home / "memory-server"))

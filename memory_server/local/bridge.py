@@ -267,6 +267,11 @@ class Bridge:
                     for _, line, message in waiting:
                         if not self._send(line, message):
                             self._queue.append((time.monotonic(), line, message))
+                    if self._stdin_closed.is_set():  # the client left before the owner answered: end the session
+                        try:
+                            conn.shutdown(socket.SHUT_WR)
+                        except OSError:
+                            pass
                 return conn, rest
             if deadline is not None and time.monotonic() > deadline:
                 raise BridgeFailure(f"no memory-server owner started for {self.paths.data_dir}; see {self.paths.log}")

@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx2
 
-from memory_server.storage.postgres.database import Database
+from memory_server.storage.postgres.database import RECONNECT_TIMEOUT_S, Database
 
 from procs import ServerProcesses, parse_fields, run_cli, server_env, server_processes  # noqa: F401
 from tests.failover_load import Ledger, Replica, Survival, note, run_failover, searched, verify
-from tests.postgres import PostgresServer, ReplicatedPostgres, ReplicatedPostgresFactory
+from tests.postgres import PostgresDatabases, PostgresServer, ReplicatedPostgres, ReplicatedPostgresFactory
 
 SITE = "acme"
 STANDBY_AWAY_S = 1.0
@@ -142,3 +143,29 @@ def test_a_host_that_never_answers_is_passed_over_after_the_urls_connect_timeout
             assert db.read(lambda conn: conn.execute("SELECT 1").fetchone()) == (1,)
         finally:
             db.close()
+
+
+def test_a_request_waiting_through_a_long_outage_is_served_once_the_server_is_back(
+    postgres_server: PostgresServer, postgres_databases: PostgresDatabases
+) -> None:
+    """Longer than a pool tries to reopen its connections: it gives each slot up after a few seconds and opens
+    one again only when a request comes to wait, so a request already waiting asks again every
+    WAIT_SLICE_S. It is served once PostgreSQL is back (as a standby promoted late is reached), within its
+    retry budget, rather than failing at the end of it."""
+    outage_s = RECONNECT_TIMEOUT_S * 4
+    db = Database(postgres_databases.create(), retry_budget_s=outage_s * 3)
+    try:
+        db.write(lambda conn: conn.execute("CREATE TABLE t (x int)"), single=True)
+        postgres_server.stop("fast")
+        try:
+            with ThreadPoolExecutor(1) as worker:
+                waiting = worker.submit(db.write, lambda conn: conn.execute("INSERT INTO t VALUES (1)"), single=True)
+                time.sleep(outage_s)
+                assert not waiting.done()
+                postgres_server.start()
+                waiting.result()
+        finally:
+            postgres_server.ensure_running()
+        assert db.read(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()) == (1,)
+    finally:
+        db.close()

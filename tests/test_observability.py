@@ -27,7 +27,9 @@ from memory_server.services import open_services
 from memory_server.settings import Settings
 from memory_server.storage.factory import open_storage
 
+from procs import ServerProcess, parse_fields, run_cli, server_env
 from tests.conftest import LiveServer, ThreadedServer, admin, free_port, make_settings, wait_ready
+from tests.postgres import PostgresDatabases, PostgresServer
 
 ACCESS_LOGGER = "memory_server.access"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -388,3 +390,31 @@ def test_storage_probe_notices_the_database_file_replaced_or_gone(tmp_path: Path
         assert any("replaced" in reason for reason in storage.probe())
     finally:
         storage.close()
+
+
+def test_a_503_while_postgresql_is_down_is_logged_as_unavailable_not_as_a_rejected_credential(
+    tmp_path: Path, postgres_server: PostgresServer, postgres_databases: PostgresDatabases
+) -> None:
+    """A credential the store could not check was refused by no one: its line says `basic-unavailable`."""
+    data = tmp_path / "data"
+    env = server_env(MEMORY_DATABASE_URL=postgres_databases.create(), MEMORY_LOG_LEVEL="INFO")
+    secret = parse_fields(run_cli("site", "create", "acme", data_dir=data, env=env).stdout)["secret"]
+    with ServerProcess(data, env=env) as server:
+        postgres_server.stop("fast")
+        try:
+            down = httpx2.get(
+                f"{server.base}/v1/memories", auth=("acme", secret), headers={"X-Request-ID": "down-1"}, timeout=60
+            )
+        finally:
+            postgres_server.start()
+        assert down.status_code == 503 and "retry-after" in down.headers, down.text
+        wrong = httpx2.get(
+            f"{server.base}/v1/memories", auth=("acme", "not-it"), headers={"X-Request-ID": "wrong-1"}, timeout=60
+        )
+        assert wrong.status_code == 401
+        deadline = time.monotonic() + 10  # the line is written after the response is sent
+        while "id=wrong-1" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = {line.split(" id=")[1].split()[0]: line for line in server.log().splitlines() if " id=" in line}
+    assert lines["down-1"].endswith("auth=basic-unavailable"), lines["down-1"]
+    assert lines["wrong-1"].endswith("auth=basic-rejected"), lines["wrong-1"]

@@ -36,6 +36,7 @@ from memory_server.embeddings.base import Embedder
 from memory_server.index.base import VectorIndex
 from memory_server.services import Services, open_services
 from memory_server.settings import Settings
+from memory_server.storage.oauth_records import Quota
 
 
 def create_app(
@@ -126,7 +127,18 @@ def oauth(settings: Settings, services: Services, sign_in: SignInGuard) -> list[
         code_s=settings.oauth_code_s,
         unused_client_s=settings.oauth_unused_client_s,
     )
-    capacity = Capacity(max_unused_clients=settings.oauth_max_unused_clients, max_pending=settings.oauth_max_pending)
+    capacity = Capacity(
+        unused_clients=Quota(
+            total=settings.oauth_max_unused_clients,
+            per_network=settings.oauth_max_unused_clients_per_network,
+            per_address=settings.oauth_max_unused_clients_per_address,
+        ),
+        pending=Quota(
+            total=settings.oauth_max_pending,
+            per_network=settings.oauth_max_pending_per_network,
+            per_address=settings.oauth_max_pending_per_address,
+        ),
+    )
     provider = SiteAuthorizationServer(
         services.storage.oauth,
         issuer=settings.public_base,

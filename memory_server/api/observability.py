@@ -99,7 +99,7 @@ class RequestObservabilityMiddleware:
             "status": status,
             "duration_ms": round(seconds * 1000, 2),
             "site": getattr(principal, "site", None),
-            "auth": getattr(principal, "kind", None) or _presented_scheme(scope),
+            "auth": getattr(principal, "kind", None) or _presented_scheme(scope, status),
             "client": client[0] if client else None,
         }
         if path in PROBE_PATHS:  # polled every few seconds; /readyz's body says why it is not ready
@@ -136,13 +136,15 @@ def _request_id(scope: Scope) -> str:
     return uuid.uuid4().hex
 
 
-def _presented_scheme(scope: Scope) -> str:
-    """For requests without a principal: which scheme was offered (never the credential itself)."""
+def _presented_scheme(scope: Scope, status: int) -> str:
+    """For requests without a principal: which scheme was offered (never the credential itself), and
+    whether it was refused or, with a 503, could not be checked (the store unavailable: nothing was refused)."""
     header = _header(scope, b"authorization")
     if not header:
         return "none"
     scheme = header.strip().partition(" ")[0].lower()
-    return f"{scheme}-rejected" if scheme in ("basic", "bearer") else "other-rejected"
+    outcome = "unavailable" if status == 503 else "rejected"
+    return f"{scheme}-{outcome}" if scheme in ("basic", "bearer") else f"other-{outcome}"
 
 
 def _loggable_path(path: str) -> str:

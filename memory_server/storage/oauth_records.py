@@ -27,6 +27,35 @@ class Bounds:
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    """Where an anonymous request came from, as the caps share it out: the client's address (an IPv6 one
+    by its /64) and its network (an IPv4 /24, an IPv6 /48). Empty: not known (stored before it was kept)."""
+
+    address: str = ""
+    network: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """How many rows of one kind callers without a credential may make the store hold: in all, from one
+    network, from one address. Beyond a share, the new row takes the place of an older one (see the store)."""
+
+    total: int
+    per_network: int
+    per_address: int
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What adding a row under a Quota did: `added`, after removing `evicted` older rows to make room; or
+    not added (nothing removed), and `retry_at` (unix seconds) is when room is sure to have been made."""
+
+    added: bool
+    evicted: int = 0
+    retry_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class OAuthClient:
     """A dynamically registered client (RFC 7591)."""
 
@@ -36,6 +65,7 @@ class OAuthClient:
     metadata: str  # JSON: the registered metadata, without the secret
     created_at: float
     granted_at: float | None = None  # when a code of it was last exchanged; None: it never signed in
+    source: Source = Source()  # who registered it
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +76,7 @@ class PendingAuthorization:
     params: str  # JSON: the validated request (redirect URI, PKCE challenge, state, scopes, resource)
     expires_at: float
     csrf_hash: str | None = None  # the consent form's CSRF token, once the page was shown
+    source: Source = Source()  # who asked
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from memory_server.storage.oauth_records import (
     OAuthGrant,
     OAuthTokenRecord,
     PendingAuthorization,
+    Source,
 )
 from memory_server.storage.records import Row
 
@@ -43,6 +44,7 @@ def client_of(row: Row) -> OAuthClient:
         metadata=row["metadata"],
         created_at=float(row["created_at"]),
         granted_at=_float(row["granted_at"]),
+        source=Source(row["source_address"], row["source_network"]),
     )
 
 
@@ -52,6 +54,7 @@ def pending_of(row: Row) -> PendingAuthorization:
         params=row["params"],
         expires_at=float(row["expires_at"]),
         csrf_hash=row["csrf_hash"],
+        source=Source(row["source_address"], row["source_network"]),
     )
 
 

@@ -11,14 +11,18 @@ the grant it belongs to is revoked (RFC 6749 §10.5, OAuth 2.1 §4.3.1), so whoe
 them, the legitimate client signs in again.
 
 Registration and authorization need no credential, so what they store is bounded (`Capacity`): a
-registration's size (see `clients`), a `state` of at most MAX_STATE characters, at most
-`max_unused_clients` registrations that never signed in (each forgotten after `unused_client_s`) and at
-most `max_pending` requests waiting on the consent page (each forgotten after `request_s`).
+registration's size (see `clients`), a `state` of at most MAX_STATE characters, registrations that never
+signed in (each forgotten after `unused_client_s`) and requests waiting on the consent page (each forgotten
+after `request_s`), each kind capped in all, per network and per address (`sources`). A new one past a share
+takes the place of the oldest of whoever holds the most (`memory_server.storage.oauth_admission`), so a flood
+from some addresses costs others nothing; a registration is refused (503, Retry-After) only when every
+candidate is in the middle of a sign-in.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -42,6 +46,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl, ConfigDict, ValidationError
 
 from memory_server.api.oauth.clients import RegisteredClient, check_registration
+from memory_server.api.oauth.sources import current_source
 from memory_server.auth.oauth import (
     ACCESS_PREFIX,
     CODE_PREFIX,
@@ -57,12 +62,14 @@ from memory_server.errors import InvalidParameters, Unavailable
 from memory_server.storage.oauth_records import (
     ACCESS,
     REFRESH,
+    Admission,
     Bounds,
     IssuedToken,
     NewGrant,
     OAuthClient,
     OAuthCode,
     PendingAuthorization,
+    Quota,
 )
 from memory_server.storage.protocols import OAuthStore
 from memory_server.timestamps import now_rfc3339
@@ -86,10 +93,10 @@ class Lifetimes:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """What callers without a credential can make the store hold, at most."""
+    """What callers without a credential can make the store hold, at most (the defaults of settings.py)."""
 
-    max_unused_clients: int = 10_000
-    max_pending: int = 1000
+    unused_clients: Quota = Quota(total=10_000, per_network=1000, per_address=100)
+    pending: Quota = Quota(total=1000, per_network=100, per_address=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,24 +162,38 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
             RegisteredClient.model_validate_json(metadata)
         except ValidationError as exc:
             raise RegistrationError("invalid_client_metadata", str(exc.errors()[0]["msg"])) from None
+        source = current_source()
         client = OAuthClient(
             client_id=client_info.client_id,
             secret_hash=digest(secret) if secret else None,
             client_name=client_info.client_name,
             metadata=metadata,
             created_at=self._clock(),
+            source=source,
         )
 
-        def add() -> bool:
+        def add() -> Admission:
             self._store.forget_unused_clients(registered_before=self._unused_since())
-            return self._store.add_client(client, max_unused=self.capacity.max_unused_clients)
+            return self._store.add_client(client, quota=self.capacity.unused_clients)
 
-        if not await _run(add):
-            log.warning(
-                "a client registration was refused: %d registered clients have not signed in yet",
-                self.capacity.max_unused_clients,
+        admission = await _run(add)
+        if admission.evicted:
+            log.debug(
+                "a client registration from %s took the place of %d unused ones", source.address, admission.evicted
             )
-            raise Unavailable("too many registered clients have not signed in yet; retry later")
+        if not admission.added:
+            retry_after = _seconds_until(admission.retry_at, client.created_at)
+            log.warning(
+                "a client registration from %s was refused: every registration that has not signed in and may "
+                "make room is in the middle of a sign-in (retry in %d s)",
+                source.address,
+                retry_after,
+            )
+            refusal = Unavailable(
+                f"too many registered clients are in the middle of a sign-in; retry in {retry_after} s"
+            )
+            refusal.retry_after = retry_after
+            raise refusal
 
     def _unused_since(self) -> float:
         """Registrations older than this that never signed in are expired."""
@@ -188,17 +209,21 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
         if params.state is not None and len(params.state) > MAX_STATE:
             raise AuthorizeError("invalid_request", f"state is longer than {MAX_STATE} characters")
         request_id = new_secret()
-        now = self._clock()
+        now, source = self._clock(), current_source()
         pending = PendingAuthorization(
-            client_id=client.client_id, params=params.model_dump_json(), expires_at=now + self.lifetimes.request_s
+            client_id=client.client_id,
+            params=params.model_dump_json(),
+            expires_at=now + self.lifetimes.request_s,
+            source=source,
         )
-        limit = self.capacity.max_pending
-        if not await _run(lambda: self._store.add_request(digest(request_id), pending, now=now, max_pending=limit)):
-            log.warning("an authorization request was refused: %d are waiting on the consent page", limit)
-            raise AuthorizeError(
-                "temporarily_unavailable",
-                "too many sign-ins are waiting for their site's owner; retry in a few minutes",
+        quota = self.capacity.pending
+        admission = await _run(lambda: self._store.add_request(digest(request_id), pending, now=now, quota=quota))
+        if admission.evicted:
+            log.debug(
+                "an authorization request from %s took the place of %d older ones", source.address, admission.evicted
             )
+        if not admission.added:  # the store makes room for every request; kept should that ever change
+            raise AuthorizeError("temporarily_unavailable", "too many sign-ins are waiting; retry in a minute")
         return f"{self.issuer}{CONSENT_PATH}?{urlencode({'request': request_id})}"
 
     async def consent_view(self, request_id: str) -> ConsentView | None:
@@ -396,6 +421,11 @@ class SiteAuthorizationServer(OAuthAuthorizationServerProvider[IssuedCode, Grant
     async def revoke_token(self, token: GrantAccessToken | GrantRefreshToken) -> None:
         """RFC 7009: either token of a grant ends the whole grant (its other tokens with it)."""
         await _run(self._store.revoke_grant, token.grant_id)
+
+
+def _seconds_until(at: float | None, now: float) -> int:
+    """Retry-After for room that is sure at `at` (unix seconds): at least 1."""
+    return max(1, math.ceil(at - now)) if at is not None else 1
 
 
 async def _run(work: Callable[..., T], *args: object) -> T:

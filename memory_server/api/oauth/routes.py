@@ -13,8 +13,9 @@ endpoints get our client authenticator (digests, see `clients`); revocation is o
 `client_secret` even of a public client, which has none); the token endpoint refuses a `resource` other
 than ours (RFC 8707: the SDK passes it on to no one); `/register` and `/authorize`, which store something
 for anyone who asks, are limited per client address (`PerAddress`: 429 with Retry-After before the body is
-read); and every route sits behind `OAuthEdge`, which bounds the body and turns a failure below (a busy or
-full store) into a 503 with an OAuth error body, never a 500.
+read), and what they store counts against that address's shares of the caps (see `provider`); and every
+route sits behind `OAuthEdge`, which bounds the body and turns a failure below (a busy or unavailable store)
+into a 503 with an OAuth error body and Retry-After, never a 500.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ from memory_server.api.middleware import AddressWindow, ClientGone, read_body, r
 from memory_server.api.oauth.clients import DigestClientAuthenticator
 from memory_server.api.oauth.consent import ConsentPage
 from memory_server.api.oauth.provider import CONSENT_PATH, GrantAccessToken, GrantRefreshToken, SiteAuthorizationServer
+from memory_server.api.oauth.sources import requester
 from memory_server.auth.oauth import canonical_resource
 from memory_server.auth.principal import SCOPES
-from memory_server.errors import AppError, RateLimited
+from memory_server.errors import AppError, RateLimited, Unavailable
 from memory_server.storage.health import StorageHealth
 
 log = logging.getLogger("memory_server.oauth")
@@ -72,6 +74,8 @@ def authorization_metadata(issuer: str) -> OAuthMetadata:
     metadata.scopes_supported = list(SCOPES)
     # Public clients (PKCE, no secret) register with "none"; OAuth 2.1 expects servers to take them.
     metadata.token_endpoint_auth_methods_supported = ["client_secret_post", "client_secret_basic", "none"]
+    # ... and revoke with their client_id alone (`revoke` below), as at the token endpoint.
+    metadata.revocation_endpoint_auth_methods_supported = ["client_secret_post", "client_secret_basic", "none"]
     metadata.authorization_response_iss_parameter_supported = True  # every redirect carries `iss` (RFC 9207)
     return metadata
 
@@ -198,21 +202,27 @@ def oauth_error(status: int, error: str, description: str) -> JSONResponse:
 
 class PerAddress:
     """At most so many requests per client address per minute; beyond, 429 with Retry-After, before the
-    body is read or anything is stored."""
+    body is read or anything is stored. The address is the provider's too (`sources.requester`): what the
+    request stores counts against its address's and network's shares."""
 
     def __init__(self, app: ASGIApp, window: AddressWindow) -> None:
         self.app = app
         self._window = window
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        address = client[0] if client else "unknown"
         if scope["type"] == "http" and scope.get("method") != "OPTIONS":  # a CORS preflight stores nothing
-            client = scope.get("client")
             try:
-                self._window.take(client[0] if client else "unknown")
+                self._window.take(address)
             except RateLimited as exc:
                 await _send(send, 429, "rate_limited", exc.message, retry_after=exc.retry_after)
                 return
-        await self.app(scope, receive, send)
+        token = requester.set(address)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            requester.reset(token)
 
 
 class OAuthEdge:
@@ -250,7 +260,10 @@ class OAuthEdge:
                 return
             status = failure.status if failure.status != 500 else 503
             error = "temporarily_unavailable" if status >= 500 else "invalid_request"
-            await _send(send, status, error, failure.message)
+            retry_after: int | None = getattr(failure, "retry_after", None)
+            if status == 503 and retry_after is None:
+                retry_after = Unavailable.retry_after
+            await _send(send, status, error, failure.message, retry_after=retry_after)
 
 
 async def _send(send: Send, status: int, error: str, description: str, *, retry_after: int | None = None) -> None:

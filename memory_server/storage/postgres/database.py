@@ -15,8 +15,10 @@ noticed before use (the socket is readable: the server's goodbye or EOF) and rep
 Failover: with a multi-host URL (`host=A,B&port=P,Q&target_session_attrs=read-write`) every new connection
 tries the hosts in order and keeps the first that accepts writes. While none does (the primary is gone, the
 standby not promoted yet), a pooled connection's opening is tried again every CONNECT_POLL_S for up to
-RECONNECT_TIMEOUT_S, so the pools reach a promoted standby within about that poll, not after the pool's own
-back-off (a second, then two).
+RECONNECT_TIMEOUT_S, then once more at once, and then its slot is given up: the pools never pause on their
+own back-off (a second, then two). A pool opens a connection for a slot given up only when a request comes
+to wait for one, so a request waits WAIT_SLICE_S at a time and then asks again: while requests come, some
+opening is always polling, and a standby promoted however late is reached within about a poll and a slice.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any, Self, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from memory_server.errors import AppError, Unavailable
 from memory_server.logging_setup import Throttle
@@ -60,12 +62,18 @@ CONNECT_TIMEOUT_S = 10
 SYNC_POOL = (1, 8)  # min, max connections for the blocking stores (worker threads)
 ASYNC_POOL = (1, 16)  # min, max connections for appends
 FIRST_DELAY_S, MAX_DELAY_S = 0.02, 0.5
-# A pool retries a lost connection with doubling pauses (1 s, 2 s, 4 s, ...). Giving the slot up after this
-# long bounds the pause after an outage: the next request that waits grows the pool, connecting at once.
+# How long one opening of a pooled connection keeps trying (see PooledConnection).
 RECONNECT_TIMEOUT_S = 2.0
+# A pool retries a failed opening after doubling pauses (1 s, 2 s, ...) until its reconnect_timeout has
+# passed since the first failure, then gives the slot up. Zero: one more try at once, no pause (the opening's
+# own polling is the only wait), so no pool sleeps through a promotion; a slot given up is opened again for
+# the next request that waits.
+POOL_RECONNECT_TIMEOUT_S = 0.0
 # While no server accepts writes, a pooled connection tries the hosts again this often: at most a pool's
 # 3 workers at once, so a standby is asked up to 15 times a second per pool until it is promoted.
 CONNECT_POLL_S = 0.2
+# A request waits for a pooled connection this long at a time, then asks again (see the module's docstring).
+WAIT_SLICE_S = 0.5
 SESSION = "SET synchronous_commit = on"
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
@@ -193,7 +201,7 @@ class Database:
             kwargs=connect_options(url),
             configure=_configure,
             timeout=retry_budget_s,
-            reconnect_timeout=RECONNECT_TIMEOUT_S,
+            reconnect_timeout=POOL_RECONNECT_TIMEOUT_S,
         )
         self._pool.open(wait=False)
         self._loop = LoopThread("postgres-appends")
@@ -250,13 +258,13 @@ class Database:
 
     @contextmanager
     def _connection(self, attempts: Attempts) -> Iterator[Conn]:
-        conn = self._pool.getconn(timeout=attempts.remaining())
+        conn = self._getconn(attempts)
         for _ in range(SYNC_POOL[1]):
             if usable(conn):
                 break
             conn.close()  # closed: the pool opens a replacement
             self._pool.putconn(conn)
-            conn = self._pool.getconn(timeout=attempts.remaining())
+            conn = self._getconn(attempts)
         try:
             yield conn
         except psycopg.errors.ReadOnlySqlTransaction:
@@ -264,6 +272,15 @@ class Database:
             raise
         finally:
             self._pool.putconn(conn)
+
+    def _getconn(self, attempts: Attempts) -> Conn:
+        """A pooled connection, asked for again every WAIT_SLICE_S until the attempts' deadline."""
+        while True:
+            try:
+                return self._pool.getconn(timeout=min(attempts.remaining(), WAIT_SLICE_S))
+            except PoolTimeout:
+                if attempts.remaining() <= WAIT_SLICE_S:
+                    raise
 
     # --- appends, from any event loop ------------------------------------------------------------------
 
@@ -309,19 +326,19 @@ class Database:
             kwargs=connect_options(self.url),
             configure=_configure_async,
             timeout=self.retry_budget_s,
-            reconnect_timeout=RECONNECT_TIMEOUT_S,
+            reconnect_timeout=POOL_RECONNECT_TIMEOUT_S,
         )
         await pool.open(wait=False)
         return pool
 
     async def _async_connection(self, pool: AsyncConnectionPool[AsyncConn], attempts: Attempts) -> AsyncConn:
-        conn = await pool.getconn(timeout=attempts.remaining())
+        conn = await _agetconn(pool, attempts)
         for _ in range(ASYNC_POOL[1]):
             if usable(conn):
                 break
             await conn.close()
             await pool.putconn(conn)
-            conn = await pool.getconn(timeout=attempts.remaining())
+            conn = await _agetconn(pool, attempts)
         return conn
 
     # --- life cycle -------------------------------------------------------------------------------------
@@ -333,6 +350,16 @@ class Database:
     async def _close_async_pool(self) -> None:
         if self._apool is not None and self._apool.done() and self._apool.exception() is None:
             await self._apool.result().close()
+
+
+async def _agetconn(pool: AsyncConnectionPool[AsyncConn], attempts: Attempts) -> AsyncConn:
+    """As Database._getconn, on the append pool."""
+    while True:
+        try:
+            return await pool.getconn(timeout=min(attempts.remaining(), WAIT_SLICE_S))
+        except PoolTimeout:
+            if attempts.remaining() <= WAIT_SLICE_S:
+                raise
 
 
 class LoopThread:

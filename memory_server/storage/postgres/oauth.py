@@ -16,15 +16,17 @@ Sign-in reads never wait on the event loop: `token(nowait=True)` raises WouldBlo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from memory_server.storage.oauth_admission import CLIENTS, REQUESTS, Refused, Run, admit
 from memory_server.storage.oauth_records import (
     CODE_REPLAY_WINDOW_S,
     REFRESH,
+    Admission,
     IssuedToken,
     NewGrant,
     OAuthClient,
@@ -32,6 +34,7 @@ from memory_server.storage.oauth_records import (
     OAuthGrant,
     OAuthTokenRecord,
     PendingAuthorization,
+    Quota,
 )
 from memory_server.storage.oauth_rows import (
     GRANTS,
@@ -49,6 +52,9 @@ from memory_server.storage.records import WouldBlock
 from memory_server.timestamps import now_rfc3339, rfc3339_at
 
 Row = dict[str, Any]
+# Transaction-level advisory locks: admissions under the caps (oauth_admission.py) count, choose and insert
+# one at a time across every server, so no two pass a share together.
+CLIENTS_LOCK, REQUESTS_LOCK = 0x6F61_7563, 0x6F61_7571
 
 
 class PostgresOAuthStore:
@@ -57,30 +63,30 @@ class PostgresOAuthStore:
 
     # --- clients ----------------------------------------------------------------------------------
 
-    def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
-        # The count and the insert in one statement: replicas registering at once may pass `max_unused` by
-        # the few rows they insert together, never by more.
-        return self._db.write(
-            lambda conn: (
-                conn.execute(
-                    "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
-                    " SELECT %s, %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
-                    " OR (SELECT count(*) FROM oauth_clients WHERE granted_at IS NULL) < %s::bigint",
-                    [
-                        client.client_id,
-                        client.secret_hash,
-                        client.client_name,
-                        client.metadata,
-                        client.created_at,
-                        client.granted_at,
-                        max_unused,
-                        max_unused,
-                    ],
-                ).rowcount
-                > 0
-            ),
-            single=True,
-        )
+    def add_client(self, client: OAuthClient, *, quota: Quota | None = None) -> Admission:
+        def add(conn: Conn) -> Admission:
+            if quota is not None:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [CLIENTS_LOCK])  # one admission at a time
+            if conn.execute("SELECT 1 FROM oauth_clients WHERE client_id = %s", [client.client_id]).fetchone():
+                return Admission(True)  # a retry after a lost COMMIT finds its own row: added all the same
+            taken = 0 if quota is None else admit(_runner(conn), "%s", CLIENTS, client.source, quota, client.created_at)
+            conn.execute(
+                "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at,"
+                " source_address, source_network) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    client.client_id,
+                    client.secret_hash,
+                    client.client_name,
+                    client.metadata,
+                    client.created_at,
+                    client.granted_at,
+                    client.source.address,
+                    client.source.network,
+                ],
+            )
+            return Admission(True, evicted=taken)
+
+        return _admitted(lambda: self._db.write(add, idempotent=True))
 
     def client(self, client_id: str) -> OAuthClient | None:
         row = self._one("SELECT * FROM oauth_clients WHERE client_id = %s", [client_id])
@@ -102,36 +108,31 @@ class PostgresOAuthStore:
     # --- authorization requests -------------------------------------------------------------------
 
     def add_request(
-        self, request_hash: str, request: PendingAuthorization, *, now: float, max_pending: int | None = None
-    ) -> bool:
-        def add(conn: Conn) -> bool:
-            # The count is of unexpired rows, so the expired ones the same statement deletes never count.
-            added = conn.execute(
-                "WITH expired AS (DELETE FROM oauth_requests WHERE expires_at <= %s)"
-                " INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
-                " SELECT %s, %s, %s, %s, %s WHERE %s::bigint IS NULL"
-                " OR (SELECT count(*) FROM oauth_requests WHERE expires_at > %s) < %s::bigint"
-                " ON CONFLICT (request_hash) DO NOTHING RETURNING request_hash",
+        self, request_hash: str, request: PendingAuthorization, *, now: float, quota: Quota | None = None
+    ) -> Admission:
+        def add(conn: Conn) -> Admission:
+            if quota is not None:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [REQUESTS_LOCK])  # one admission at a time
+            if conn.execute("SELECT 1 FROM oauth_requests WHERE request_hash = %s", [request_hash]).fetchone():
+                return Admission(True)  # a retry after a lost COMMIT finds its own row: added all the same
+            conn.execute("DELETE FROM oauth_requests WHERE expires_at <= %s", [now])
+            taken = 0 if quota is None else admit(_runner(conn), "%s", REQUESTS, request.source, quota, now)
+            conn.execute(
+                "INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at, source_address,"
+                " source_network) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                 [
-                    now,
                     request_hash,
                     request.client_id,
                     request.params,
                     request.csrf_hash,
                     request.expires_at,
-                    max_pending,
-                    now,
-                    max_pending,
+                    request.source.address,
+                    request.source.network,
                 ],
-            ).fetchone()
-            # A retry after a lost COMMIT finds its own row: added all the same.
-            return (
-                added is not None
-                or conn.execute("SELECT 1 FROM oauth_requests WHERE request_hash = %s", [request_hash]).fetchone()
-                is not None
             )
+            return Admission(True, evicted=taken)
 
-        return self._db.write(add, idempotent=True)
+        return _admitted(lambda: self._db.write(add, idempotent=True))
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         row = self._one("SELECT * FROM oauth_requests WHERE request_hash = %s AND expires_at > %s", [request_hash, now])
@@ -331,6 +332,22 @@ def delete_site_rows(conn: Conn, site_id: int) -> None:
     if grants:
         conn.execute("DELETE FROM oauth_tokens WHERE grant_id = ANY(%s::text[])", [grants])
     conn.execute("DELETE FROM oauth_codes WHERE site_id = %s", [site_id])
+
+
+def _runner(conn: Conn) -> Run:
+    def run(sql: str, args: Sequence[object]) -> Sequence[Sequence[Any]]:
+        cursor = conn.execute(sql, list(args))
+        return cursor.fetchall() if cursor.description is not None else []  # a DELETE returns no rows
+
+    return run
+
+
+def _admitted(add: Callable[[], Admission]) -> Admission:
+    """A refused admission raised inside its transaction, which rolled back: nothing was taken or added."""
+    try:
+        return add()
+    except Refused as refused:
+        return Admission(False, retry_at=refused.retry_at)
 
 
 def _cursor(conn: Conn) -> psycopg.Cursor[Row]:

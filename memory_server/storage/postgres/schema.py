@@ -358,6 +358,20 @@ SCHEMA = [
         WHERE indexing AND indexed_seq < item_count;
     ALTER TABLE memories ADD COLUMN kind TEXT COLLATE "C" NOT NULL DEFAULT 'memory';
     """,
+    # 15: the OAuth caps shared out per client address and network, as on SQLite
+    """
+    ALTER TABLE oauth_clients
+        ADD COLUMN source_address TEXT COLLATE "C" NOT NULL DEFAULT '',
+        ADD COLUMN source_network TEXT COLLATE "C" NOT NULL DEFAULT '';
+    CREATE INDEX oauth_clients_unused_by_source ON oauth_clients (source_network, source_address, created_at)
+        WHERE granted_at IS NULL;
+    ALTER TABLE oauth_requests
+        ADD COLUMN source_address TEXT COLLATE "C" NOT NULL DEFAULT '',
+        ADD COLUMN source_network TEXT COLLATE "C" NOT NULL DEFAULT '';
+    CREATE INDEX oauth_requests_by_source ON oauth_requests (source_network, source_address, expires_at);
+    CREATE INDEX oauth_requests_by_client ON oauth_requests (client_id);
+    CREATE INDEX oauth_codes_by_client ON oauth_codes (client_id);
+    """,
 ]
 
 TRACKING = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"

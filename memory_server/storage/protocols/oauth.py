@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from memory_server.storage.oauth_records import (
+    Admission,
     IssuedToken,
     NewGrant,
     OAuthClient,
@@ -13,6 +14,7 @@ from memory_server.storage.oauth_records import (
     OAuthGrant,
     OAuthTokenRecord,
     PendingAuthorization,
+    Quota,
 )
 
 
@@ -23,9 +25,10 @@ class OAuthStore(Protocol):
     read goes to the authority (no caching), so a revocation is seen by every replica on its next request.
     Deleting a site deletes its codes, grants and tokens (not the clients: they belong to no site)."""
 
-    def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
-        """Store a registered client; False, storing nothing, if `max_unused` clients that never signed in
-        (granted_at None) are stored already."""
+    def add_client(self, client: OAuthClient, *, quota: Quota | None = None) -> Admission:
+        """Store a registered client. Under `quota` (of the clients that never signed in, granted_at None),
+        making room as `oauth_admission` says: taking the oldest unused client of the largest holder among
+        those with no unexpired request or code; refused, storing and taking nothing, if none may be taken."""
         ...
 
     def client(self, client_id: str) -> OAuthClient | None: ...
@@ -35,10 +38,11 @@ class OAuthStore(Protocol):
         ...
 
     def add_request(
-        self, request_hash: str, request: PendingAuthorization, *, now: float, max_pending: int | None = None
-    ) -> bool:
-        """Store a pending authorization request (and forget the expired ones); False, storing nothing, if
-        `max_pending` unexpired ones are stored already."""
+        self, request_hash: str, request: PendingAuthorization, *, now: float, quota: Quota | None = None
+    ) -> Admission:
+        """Store a pending authorization request (and forget the expired ones). Under `quota` (of the unexpired
+        ones), making room as `oauth_admission` says: taking the oldest (one whose page was never opened
+        first) of the largest holder; never refused."""
         ...
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from memory_server.storage.oauth_admission import CLIENTS, REQUESTS, Refused, Run, admit
 from memory_server.storage.oauth_records import (
     CODE_REPLAY_WINDOW_S,
+    Admission,
     IssuedToken,
     NewGrant,
     OAuthClient,
@@ -21,6 +23,7 @@ from memory_server.storage.oauth_records import (
     OAuthGrant,
     OAuthTokenRecord,
     PendingAuthorization,
+    Quota,
 )
 from memory_server.storage.oauth_rows import (
     GRANTS,
@@ -48,15 +51,12 @@ class SqliteOAuthStore:
 
     # --- clients ----------------------------------------------------------------------------------
 
-    def add_client(self, client: OAuthClient, *, max_unused: int | None = None) -> bool:
-        def add(conn: sqlite3.Connection) -> bool:
-            if max_unused is not None:
-                unused = conn.execute("SELECT count(*) FROM oauth_clients WHERE granted_at IS NULL").fetchone()[0]
-                if unused >= max_unused:
-                    return False
+    def add_client(self, client: OAuthClient, *, quota: Quota | None = None) -> Admission:
+        def add(conn: sqlite3.Connection) -> Admission:
+            taken = 0 if quota is None else admit(_runner(conn), "?", CLIENTS, client.source, quota, client.created_at)
             conn.execute(
-                "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at,"
+                " source_address, source_network) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     client.client_id,
                     client.secret_hash,
@@ -64,11 +64,13 @@ class SqliteOAuthStore:
                     client.metadata,
                     client.created_at,
                     client.granted_at,
+                    client.source.address,
+                    client.source.network,
                 ),
             )
-            return True
+            return Admission(True, evicted=taken)
 
-        return self._writer.run_sync(add)
+        return _admitted(lambda: self._writer.run_sync(add))
 
     def client(self, client_id: str) -> OAuthClient | None:
         row = self._readers.get().execute("SELECT * FROM oauth_clients WHERE client_id = ?", (client_id,)).fetchone()
@@ -88,21 +90,27 @@ class SqliteOAuthStore:
     # --- authorization requests -------------------------------------------------------------------
 
     def add_request(
-        self, request_hash: str, request: PendingAuthorization, *, now: float, max_pending: int | None = None
-    ) -> bool:
-        def add(conn: sqlite3.Connection) -> bool:
+        self, request_hash: str, request: PendingAuthorization, *, now: float, quota: Quota | None = None
+    ) -> Admission:
+        def add(conn: sqlite3.Connection) -> Admission:
             conn.execute("DELETE FROM oauth_requests WHERE expires_at <= ?", (now,))
-            if max_pending is not None:
-                if conn.execute("SELECT count(*) FROM oauth_requests").fetchone()[0] >= max_pending:
-                    return False
+            taken = 0 if quota is None else admit(_runner(conn), "?", REQUESTS, request.source, quota, now)
             conn.execute(
-                "INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (request_hash, request.client_id, request.params, request.csrf_hash, request.expires_at),
+                "INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at, source_address,"
+                " source_network) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request_hash,
+                    request.client_id,
+                    request.params,
+                    request.csrf_hash,
+                    request.expires_at,
+                    request.source.address,
+                    request.source.network,
+                ),
             )
-            return True
+            return Admission(True, evicted=taken)
 
-        return self._writer.run_sync(add)
+        return _admitted(lambda: self._writer.run_sync(add))
 
     def request(self, request_hash: str, *, now: float) -> PendingAuthorization | None:
         row = (
@@ -268,6 +276,18 @@ class SqliteOAuthStore:
             return row
         except sqlite3.Error as exc:
             raise WouldBlock(str(exc)) from exc
+
+
+def _runner(conn: sqlite3.Connection) -> Run:
+    return lambda sql, args: conn.execute(sql, tuple(args)).fetchall()
+
+
+def _admitted(add: Callable[[], Admission]) -> Admission:
+    """The writer rolls a refused admission back (its job raised): nothing was taken or added."""
+    try:
+        return add()
+    except Refused as refused:
+        return Admission(False, retry_at=refused.retry_at)
 
 
 def _insert_tokens(conn: sqlite3.Connection, grant_id: str, tokens: Sequence[IssuedToken]) -> None:

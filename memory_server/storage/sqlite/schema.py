@@ -292,6 +292,19 @@ SCHEMA = [
         WHERE indexing = 1 AND indexed_seq < item_count;
     ALTER TABLE memories ADD COLUMN kind TEXT NOT NULL DEFAULT 'memory';  -- memory, or turn (a log item's)
     """,
+    # 16: the OAuth caps shared out per client address and network (memory_server/storage/oauth_admission.py): who
+    # registered a client and who asked for an authorization ('' for the rows stored before).
+    """
+    ALTER TABLE oauth_clients ADD COLUMN source_address TEXT NOT NULL DEFAULT '';
+    ALTER TABLE oauth_clients ADD COLUMN source_network TEXT NOT NULL DEFAULT '';
+    CREATE INDEX oauth_clients_unused_by_source ON oauth_clients (source_network, source_address, created_at)
+        WHERE granted_at IS NULL;
+    ALTER TABLE oauth_requests ADD COLUMN source_address TEXT NOT NULL DEFAULT '';
+    ALTER TABLE oauth_requests ADD COLUMN source_network TEXT NOT NULL DEFAULT '';
+    CREATE INDEX oauth_requests_by_source ON oauth_requests (source_network, source_address, expires_at);
+    CREATE INDEX oauth_requests_by_client ON oauth_requests (client_id);
+    CREATE INDEX oauth_codes_by_client ON oauth_codes (client_id);
+    """,
 ]
 
 

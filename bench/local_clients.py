@@ -9,11 +9,11 @@ lines on its stdin and stdout, as every MCP client does (no SDK in between, so o
   (median), and their first `recall` (median ms) (the baseline's clients each start a server of their own);
 - `--clients` clients connected at once: each bridge's RSS, the owner's RSS, and their sum.
 
-`--baseline TREE` measures the same on another checkout (e.g. `git worktree add /tmp/base <commit>`), whose
+`--baseline TREE` measures the same on another checkout (e.g. `git worktree add ../base <commit>`), whose
 stdio server loads the model before it answers and takes its store for itself: its concurrent clients get a data
 directory each.
 
-    python bench/local_clients.py [--starts 20] [--clients 4] [--baseline /tmp/base] [--json PATH]
+    python bench/local_clients.py [--starts 20] [--clients 4] [--baseline ../base] [--json PATH]
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ def main() -> None:
         cli()
         return
     from memory_server.local.bridge import run_bridge
-    from memory_server.local.paths import default_data_dir, former_default_notice, store_paths
+    from memory_server.local.paths import former_default_notice, store_paths
+    from memory_server.locations import default_data_dir
     from memory_server.version import __version__
 
     data_dir, site = request

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from memory_server.local.paths import default_data_dir
+from memory_server.locations import default_data_dir
 
 
 class Settings(BaseSettings):

@@ -1,4 +1,4 @@
-"""`memory-server owner`: the process that owns a store for local clients (memory_server/local/owner.py):
+"""`memory-server owner`: the process that owns a store for local clients (memory_server/api/owner/daemon.py):
 where it is, who uses it, and stopping it."""
 
 from __future__ import annotations
@@ -83,12 +83,6 @@ def _wait_gone(pid: int, timeout_s: float = 10.0) -> None:
 @owner_app.command("run", hidden=True)
 def owner_run(data_dir: DataDir = None) -> None:
     """Own the store (started by a stdio client's bridge)."""
-    import sys
+    from memory_server.admin.serve import own_store
 
-    from memory_server.admin.serve import open_services_or_raise
-    from memory_server.local.owner import run_owner
-    from memory_server.logging_setup import configure_logging
-
-    settings = load_settings(data_dir=data_dir)
-    configure_logging(settings, stream=sys.stderr)
-    raise typer.Exit(run_owner(settings, open_services_or_raise))
+    raise typer.Exit(own_store(load_settings(data_dir=data_dir)))

@@ -130,8 +130,8 @@ def _serve_local_clients(services: Services, lock_fd: int, serving: str) -> None
 
     import anyio
 
+    from memory_server.api.owner.sessions import OwnerSocket, bind_socket
     from memory_server.local.paths import store_paths
-    from memory_server.local.sessions import OwnerSocket, bind_socket
 
     paths = store_paths(services.settings.data_dir)
     try:
@@ -182,8 +182,18 @@ def _open_index_for_serving(settings: Settings) -> VectorIndex:
     return index
 
 
+def own_store(settings: Settings) -> int:
+    """Own the store for local clients until idle or stopped (`memory-server owner run`, which a stdio
+    client's bridge starts); the exit code."""
+    from memory_server.api.owner.daemon import run_owner
+    from memory_server.logging_setup import configure_logging
+
+    configure_logging(settings, stream=sys.stderr)
+    return run_owner(settings, open_services_or_raise)
+
+
 def open_services_or_raise(settings: Settings) -> Services:
-    """The services of a store's owner (memory_server/local/owner.py): a failure is its to report."""
+    """The services of a store's owner (memory_server/api/owner/daemon.py): a failure is its to report."""
     from memory_server.services import open_services
 
     services = open_services(settings, integrity_budget_s=settings.integrity_check_s)

@@ -13,7 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-APP_NAME = "memory-server"
+from memory_server.locations import APP_NAME
+
 SOCKET_NAME = "owner.sock"
 LOCK_NAME = "owner.lock"
 LOG_NAME = "owner.log"
@@ -23,14 +24,6 @@ MAX_SOCKET_PATH = 100
 
 class UnsafePath(Exception):
     """A file the owner or a bridge would use is not this user's own (a symlink, another user's, another kind)."""
-
-
-def default_data_dir() -> Path:
-    """The platform's per-user data location: $XDG_DATA_HOME/memory-server (~/.local/share) on Linux,
-    ~/Library/Application Support/memory-server on macOS, %LOCALAPPDATA%\\memory-server on Windows."""
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
 @dataclass(frozen=True)

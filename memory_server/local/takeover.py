@@ -1,6 +1,6 @@
 """`memory-server serve` (HTTP) and the commands that open the embedded index take the store from an owner
 that serves only stdio clients: it closes the store and hands its lock over through the socket
-(memory_server/local/owner.py), and its bridges join the new owner. One process per store stays the rule.
+(memory_server/api/owner/daemon.py), and its bridges join the new owner. One process per store stays the rule.
 """
 
 from __future__ import annotations

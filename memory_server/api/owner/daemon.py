@@ -1,5 +1,5 @@
 """The owner of a store: the one process that holds its model, its index and its SQLite writer, and serves
-every local client's MCP session over the owner socket (memory_server/local/sessions.py).
+every local client's MCP session over the owner socket (memory_server/api/owner/sessions.py).
 
 A stdio bridge starts it, in a session of its own, with the owner lock already taken (the locked file is
 handed down); it listens as soon as the database is open, loads the model behind that, and exits after
@@ -19,9 +19,9 @@ from typing import Any
 
 import anyio
 
+from memory_server.api.owner.sessions import OwnerSocket, bind_socket
 from memory_server.local import handshake
 from memory_server.local.paths import StorePaths, open_lock, private_dir, store_paths
-from memory_server.local.sessions import OwnerSocket, bind_socket
 from memory_server.services import Services
 from memory_server.settings import Settings
 

@@ -20,6 +20,7 @@ from memory_server.auth.principal import Principal, site_principal
 from memory_server.auth.usage import UsageLog
 from memory_server.embeddings.base import Embedder
 from memory_server.index.base import VectorIndex
+from memory_server.index.lost_database import refuse_lost_database
 from memory_server.logs.deletion import LogRetention
 from memory_server.logs.indexing import LogIndexer
 from memory_server.logs.validation import LogLimits
@@ -166,7 +167,9 @@ def open_services(
     """The storage and everything that needs only it. `nowait_sign_in`: a server settles known credentials
     on its event loop (see memory_server.auth.authenticator). `storage`: an already open store to serve (it is
     closed with the services), instead of the one the settings name."""
-    storage = storage or open_storage(settings, integrity_budget_s=integrity_budget_s)
+    if storage is None:
+        refuse_lost_database(settings)
+        storage = open_storage(settings, integrity_budget_s=integrity_budget_s)
     usage = UsageLog(storage.sites, storage.oauth)
     services = Services(
         settings=settings,

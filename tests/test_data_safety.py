@@ -284,3 +284,56 @@ def test_damage_the_start_up_check_had_no_time_for_is_found_in_the_background(tm
         assert "is damaged" in server.log() and "Traceback" not in server.log()
     finally:
         server.kill()
+
+
+def test_a_missing_database_beside_a_used_index_is_damage_not_a_first_start(tmp_path: Path) -> None:
+    """memory.db and its WAL gone while index/ holds points: every command refuses with what to do; nothing
+    makes a new site or secret, and the index keeps its points for the restored database."""
+    data = tmp_path / "data"
+    secret = create_site(data)
+    facts = [f"The spare fuse number {n} sits in drawer {n} of the workshop." for n in range(4)]
+    with ServerProcess(data) as server:
+        server.wait_ready()
+        for fact in facts:
+            response = httpx2.post(
+                f"{server.base}/v1/memories", json={"content": fact}, auth=("acme", secret), timeout=60
+            )
+            assert response.status_code == 201, response.text
+        server.stop()
+    kept = tmp_path / "memory.db.kept"
+    assert run_cli("backup", str(kept), data_dir=data).returncode == 0
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+        (data / name).unlink(missing_ok=True)
+
+    for command in (
+        ("serve", "--port", "0"),
+        ("site", "list"),
+        ("reindex",),
+        ("import", "--from", "markdown", str(tmp_path)),
+    ):
+        done = run_cli(*command, data_dir=data)
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and "secret" not in done.stdout + done.stderr, (command, done.stderr)
+        assert f"the database {data / 'memory.db'} is missing, though the vector index" in done.stderr, (
+            command,
+            done.stderr,
+        )
+        assert "memory-server backup" in done.stderr, done.stderr
+    assert not (data / "memory.db").exists()  # nothing made a new database
+
+    # Restored, everything is there, and the index kept its points through the refused starts.
+    (data / "memory.db").write_bytes(kept.read_bytes())
+    report = run_cli("doctor", data_dir=data)
+    assert f"ok    index points: {len(facts)} points, one per indexed memory" in report.stdout, report.stdout
+
+
+def test_a_new_data_directory_and_a_never_filled_index_still_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert run_cli("site", "create", "acme", data_dir=data).returncode == 0  # no index at all: a first start
+    with ServerProcess(data) as server:  # the index is set up, with no memories in it
+        server.wait_ready()
+        server.stop()
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+        (data / name).unlink(missing_ok=True)
+    created = run_cli("site", "create", "acme", data_dir=data)
+    assert created.returncode == 0, created.stderr

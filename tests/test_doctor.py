@@ -93,8 +93,8 @@ def test_index_built_for_another_model_says_what_the_next_start_does(healthy: Pa
     assert lines["index model"].startswith("WARN"), output
     assert "built with other (384 dimensions)" in lines["index model"]
     assert "embeds every memory again" in lines["index model"] and "memory-server reindex" in output
-    # Reindexing is the fix indeed.
-    fixed = run_cli("reindex", data_dir=healthy)
+    # Reindexing is the fix indeed, told the model to change to (without it, reindex keeps the index's model).
+    fixed = run_cli("reindex", data_dir=healthy, env=server_env(MEMORY_EMBEDDING_MODEL="multilingual-e5-small"))
     assert fixed.returncode == 0, fixed.stderr
     code, lines, output = doctor(healthy)
     assert code == 0, output

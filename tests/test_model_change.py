@@ -14,12 +14,13 @@ import pytest
 
 from memory_server.embeddings.base import Embedder
 from memory_server.index.base import IndexInfo
+from memory_server.index.edge_files import read_info
 from memory_server.memories.reembedding import MARKER_FILE, read_marker
 from memory_server.memories.validation import Filters, read_scope
 from memory_server.ranking.fusion import document_text
 from memory_server.services import Services, open_services
 
-from procs import ServerProcess, parse_fields, run_cli
+from procs import REPO_ROOT, ServerProcess, parse_fields, run_cli, server_env
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.backends
@@ -170,3 +171,33 @@ def test_through_a_server_process(tmp_path: Path, minilm_embedder: Embedder) -> 
         assert seen_progress, "/readyz showed the re-embedding's progress"
     finally:
         new.stop()
+
+
+def test_an_admin_command_keeps_the_model_the_index_records(tmp_path: Path, minilm_embedder: Embedder) -> None:
+    """`import` and `reindex` run without the server's MEMORY_EMBEDDING_MODEL use the model the index records
+    instead of embedding every memory again with the default; given another model, import refuses and says how
+    to change it."""
+    data = tmp_path / "data"
+    save_facts(data, minilm_embedder)
+    index_path = make_settings(data).index_path
+    unset = {k: v for k, v in server_env().items() if k != "MEMORY_EMBEDDING_MODEL"}
+    graph = REPO_ROOT / "tests" / "data" / "import" / "mcp-memory" / "memory.jsonl"
+
+    done = run_cli("import", "--from", "mcp-memory", str(graph), data_dir=data, env=unset)
+    assert done.returncode == 0, done.stderr
+    assert parse_fields(done.stdout)["memories created"] == "7"
+    assert "using all-MiniLM-L6-v2, the model the vector index was built with" in done.stderr
+    assert read_info(index_path)[0] == IndexInfo("all-MiniLM-L6-v2", minilm_embedder.dimension)
+    assert not (index_path / MARKER_FILE).exists()  # nothing to embed again
+
+    other = {**unset, "MEMORY_EMBEDDING_MODEL": "multilingual-e5-small"}
+    refused = run_cli("import", "--from", "mcp-memory", str(graph), data_dir=data, env=other)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    line = refused.stderr.strip()
+    assert line.startswith("error: the vector index was built with all-MiniLM-L6-v2") and "\n" not in line, line
+    assert "set MEMORY_EMBEDDING_MODEL on the server and restart it" in line
+    assert read_info(index_path)[0] == IndexInfo("all-MiniLM-L6-v2", minilm_embedder.dimension)
+
+    rebuilt = run_cli("reindex", data_dir=data, env=unset)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"reindexed {len(FACTS) + 7} memories with all-MiniLM-L6-v2" in rebuilt.stdout

@@ -34,7 +34,15 @@ C = TypeVar("C", bound=Closable)
 
 def with_storage(data_dir: object, work: Callable[[Settings, Storage], T]) -> T:
     """Run one administrative change on the data directory's store (the schema is brought up to date)."""
-    return _with_opened(data_dir, open_storage, work)
+    return _with_opened(data_dir, open_checked_storage, work)
+
+
+def open_checked_storage(settings: Settings) -> Storage:
+    """The settings' store, unless its database is missing beside a used index (refused as damaged)."""
+    from memory_server.index.lost_database import refuse_lost_database
+
+    refuse_lost_database(settings)
+    return open_storage(settings)
 
 
 def with_services(data_dir: object, work: Callable[[Services], T]) -> T:

@@ -88,6 +88,23 @@ def export_command(
         fail(RuntimeError(f"wrote {written} records but the snapshot counted {total(snapshot)}"))
 
 
+def pinned_model(settings: Settings, index: VectorIndex, *, reindex: bool = False) -> Settings:
+    """The settings with the model the index records when MEMORY_EMBEDDING_MODEL is unset; a command that
+    would embed the index again with another model fails saying how to change it (embeddings/factory.py)."""
+    from memory_server.embeddings.factory import ModelMismatch, admin_model
+    from memory_server.services import PROJECT_ROOT
+
+    info = index.info()
+    try:
+        model = admin_model(
+            settings.embedding_model, info.model if info else None, project_root=PROJECT_ROOT, reindex=reindex
+        )
+    except ModelMismatch as exc:
+        index.close()
+        fail(exc)
+    return settings if model == settings.embedding_model else settings.model_copy(update={"embedding_model": model})
+
+
 def _input(file: str) -> IO[bytes]:
     """The file, or stdin spooled so that it can be scanned before anything is written."""
     try:
@@ -132,13 +149,14 @@ def import_command(
         str | None,
         typer.Option(
             "--from",
-            metavar="FORMAT",
+            metavar="mcp-memory|mem0|markdown",
             help="Another memory tool's format: mcp-memory, mem0 or markdown (into --site, default `default`).",
         ),
     ] = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Import JSON Lines written by `export` (idempotent: running it again adds nothing).
+    """Import JSON Lines written by `export`, or another memory tool's data with --from mcp-memory|mem0|markdown
+    (idempotent: running it again adds nothing).
 
     Memories keep their reference: one already present is skipped, and another reference with the same
     content and filing is skipped as a duplicate. Log items keep their seq and recorded_at: they are
@@ -174,6 +192,8 @@ def import_command(
         size = stream.seek(0, 2)
         stream.seek(0)
         index = _index_for_import(settings, file) if has_memory_records(stream) else None
+        if index is not None:
+            settings = pinned_model(settings, index)
         try:
             services = open_services(settings)
         except (OSError, AppError) as exc:
@@ -215,7 +235,7 @@ def _print_report(importer: Importer, aborted: Exception | None) -> None:
     typer.echo(
         f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
         f"memories duplicate: {report.memories_duplicate}\nlog items appended: {report.items_appended}\n"
-        f"log items already present: {report.items_present}\nrejected lines: {len(report.errors)}"
+        f"log items already present: {report.items_present}\nrejected lines: {report.rejected}"
     )
     if report.sites_indexing:
         typer.echo(f"log items to index: {report.items_to_index} (a running server indexes them in the background)")
@@ -224,11 +244,11 @@ def _print_report(importer: Importer, aborted: Exception | None) -> None:
         typer.echo(f"line {line}: skipped: {message}", err=True)
     for line, message in report.errors[:shown]:
         typer.echo(f"line {line}: {message}", err=True)
-    if len(report.errors) > shown:
-        typer.echo(f"... and {len(report.errors) - shown} more rejected lines", err=True)
+    if report.rejected > shown:
+        typer.echo(f"... and {report.rejected - shown} more rejected lines", err=True)
     if aborted is not None:
         fail(RuntimeError(f"import stopped: {aborted}; what was imported before stays (run it again to resume)"))
-    if report.errors:
+    if report.rejected:
         raise typer.Exit(1)
 
 
@@ -254,6 +274,7 @@ def reindex(data_dir: DataDir = None) -> None:
         )
     except Exception as exc:
         fail(exc)
+    settings = pinned_model(settings, index, reindex=True)
     services = open_services(settings)
     try:
         services.closers.append(index.close)

@@ -43,6 +43,9 @@ class ImportAborted(Exception):
     """The import cannot go on (storage failure, unsupported format); what was committed stays."""
 
 
+KEPT = 1000  # rejected and duplicate lines kept to be shown; past that they are only counted (memory stays bounded)
+
+
 @dataclass
 class ImportReport:
     memories_created: int = 0
@@ -51,10 +54,16 @@ class ImportReport:
     items_appended: int = 0
     items_present: int = 0
     sites_created: list[tuple[str, str]] = field(default_factory=list)  # (name, secret shown once)
-    errors: list[tuple[int, str]] = field(default_factory=list)  # (line number, message)
+    errors: list[tuple[int, str]] = field(default_factory=list)  # (line number, message): the first KEPT
+    rejected: int = 0  # every error, kept or not
     duplicates: list[tuple[int, str]] = field(default_factory=list)  # (line number, message): skipped, not errors
     sites_indexing: list[int] = field(default_factory=list)  # ids of the sites set to index their logs
     items_to_index: int = 0  # their log items waiting to be indexed (by a server, in the background)
+
+    def error(self, line: int, message: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < KEPT:
+            self.errors.append((line, message))
 
 
 class Importer:
@@ -132,7 +141,7 @@ class Importer:
         return self.report
 
     def _error(self, line: int, message: str) -> None:
-        self.report.errors.append((line, message))
+        self.report.error(line, message)
 
     # -- log items: one transaction per run of one conversation's consecutive lines --
 
@@ -203,12 +212,13 @@ class Importer:
             self.report.memories_present += 1
         elif outcome.outcome == DUPLICATE:
             self.report.memories_duplicate += 1
-            self.report.duplicates.append(
-                (
-                    record.line,
-                    f"duplicate of {outcome.reference} (same content, type, location, project, team and bucket)",
+            if len(self.report.duplicates) < KEPT:
+                self.report.duplicates.append(
+                    (
+                        record.line,
+                        f"duplicate of {outcome.reference} (same content, type, location, project, team and bucket)",
+                    )
                 )
-            )
         else:
             self._error(record.line, outcome.detail)
 
@@ -234,9 +244,9 @@ def import_stream(
                 raw, number, limits=importer.limits, max_content_bytes=importer.max_content_bytes, mapped=mapped
             )
         except AppError as exc:
-            importer.report.errors.append((number, str(exc)))
+            importer.report.error(number, str(exc))
         except Exception as exc:  # a line must never stop the import: whatever is wrong with it, report it
-            importer.report.errors.append((number, f"invalid_parameters: the line cannot be read ({exc!r})"))
+            importer.report.error(number, f"invalid_parameters: the line cannot be read ({exc!r})")
         else:
             importer.add(record)
         if progress is not None:

@@ -100,3 +100,32 @@ def load_embedder(
     from memory_server.embeddings.sentence import SentenceEmbedder
 
     return SentenceEmbedder(choice.directory, **options)
+
+
+class ModelMismatch(Exception):
+    """An admin command would embed with another model than the index records; the message says what to do."""
+
+
+def admin_model(
+    configured: str | None, recorded: str | None, *, project_root: Path, reindex: bool = False
+) -> str | None:
+    """The model an admin command (import, reindex) loads: never one that would make it embed the whole index
+    again by accident. The configured one when it is the index's (or the index records none); the index's own
+    when MEMORY_EMBEDDING_MODEL is unset and that one loads by name; else ModelMismatch saying how to change
+    the model. `reindex` may change it when MEMORY_EMBEDDING_MODEL names the new one (it rebuilds anyway)."""
+    choice = resolve_model(configured, project_root=project_root)
+    if recorded is None or recorded == choice.name:
+        return configured
+    given = (configured or "").strip()
+    if not given and recorded in NAMED_MODELS and resolve_model(recorded, project_root=project_root).name == recorded:
+        log.warning("using %s, the model the vector index was built with (MEMORY_EMBEDDING_MODEL is not set)", recorded)
+        return recorded
+    if given and reindex:
+        return configured
+    setting = f"MEMORY_EMBEDDING_MODEL={given}" if given else f"MEMORY_EMBEDDING_MODEL unset: {choice.name}"
+    raise ModelMismatch(
+        f"the vector index was built with {recorded}, but this command would embed with {choice.name} ({setting}), "
+        f"which would embed every memory again: run it with MEMORY_EMBEDDING_MODEL set as the server has it "
+        f"({recorded}). To change the model, set MEMORY_EMBEDDING_MODEL on the server and restart it, or run "
+        "`memory-server reindex` with it (server stopped)"
+    )

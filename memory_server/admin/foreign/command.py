@@ -9,11 +9,13 @@ from pathlib import Path
 import typer
 
 from memory_server.admin.common import fail, stderr_progress
+from memory_server.admin.data import pinned_model
 from memory_server.admin.export_lines import MemoryRecord
 from memory_server.admin.foreign import FORMATS
 from memory_server.admin.foreign.records import Candidate, total_bytes
-from memory_server.admin.importer import ImportAborted, Importer
+from memory_server.admin.importer import ImportAborted, Importer, ImportReport
 from memory_server.errors import AppError
+from memory_server.memories.writes import EMBED_BATCH
 from memory_server.settings import Settings
 
 SHOWN = 50  # problems printed; the rest are counted
@@ -42,14 +44,16 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
         )
     except Exception as exc:
         fail(exc)
+    settings = pinned_model(settings, index)
     try:
         services = open_services(settings)
     except (OSError, AppError) as exc:
         index.close()
         fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
     services.closers.append(index.close)
-    problems: list[tuple[str, str]] = []
-    places: dict[int, str] = {}  # the number given to each record -> where it came from
+    problems = Problems()
+    places: dict[int, str] = {}  # the number given to each record still in the importer -> where it came from
+    number = 0  # records given to the importer
     try:
         try:
             writes = services.load_memories(index=index).writes
@@ -70,14 +74,14 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
                     path, max_content_bytes=settings.max_content_bytes, progress=lambda n: progress.advance(task, n)
                 ):
                     if not isinstance(item, Candidate):
-                        problems.append((item.where, item.message))
+                        problems.add(item.where, item.message)
                         continue
                     try:
                         memory = validate_new(**item.fields, max_content_bytes=settings.max_content_bytes)
                     except AppError as exc:
-                        problems.append((item.where, str(exc)))
+                        problems.add(item.where, str(exc))
                         continue
-                    number = len(places) + 1
+                    number += 1
                     places[number] = item.where
                     importer.add(
                         MemoryRecord(
@@ -89,30 +93,61 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
                             updated_at=None,
                         )
                     )
+                    if number % EMBED_BATCH == 0:  # the importer wrote its batch: those places are done with
+                        problems.settle(importer.report, places)
                 importer.finish()
+                problems.settle(importer.report, places)
             except ImportAborted as exc:
                 fail(RuntimeError(f"import stopped: {exc}; what was imported before stays (run it again to resume)"))
             except OSError as exc:
                 fail(RuntimeError(f"cannot read {file}: {exc}"))
     finally:
         services.close()
-    _report(importer, problems, places)
+    _report(importer, problems)
 
 
-def _report(importer: Importer, problems: list[tuple[str, str]], places: dict[int, str]) -> None:
+class Problems:
+    """The rejected records and duplicates to print, where each came from: the first SHOWN kept, the rest
+    counted, so a file of a million bad lines costs no more memory than one of fifty."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, str]] = []
+        self.duplicates: list[tuple[str, str]] = []
+        self.count = 0
+        self._errors_seen = self._duplicates_seen = self._rejected_seen = 0
+
+    def add(self, where: str, message: str) -> None:
+        self.count += 1
+        if len(self.shown) < SHOWN:
+            self.shown.append((where, message))
+
+    def settle(self, report: ImportReport, places: dict[int, str]) -> None:
+        """Take in what the importer reported since the last call, once it has written every record given
+        to it; their places are then forgotten."""
+        kept = report.errors[self._errors_seen :]
+        for n, message in kept:
+            self.add(places.get(n, str(n)), message)
+        self.count += report.rejected - self._rejected_seen - len(kept)  # past the importer's KEPT
+        self._errors_seen, self._rejected_seen = len(report.errors), report.rejected
+        for n, message in report.duplicates[self._duplicates_seen : SHOWN]:
+            self.duplicates.append((places.get(n, str(n)), message))
+        self._duplicates_seen = len(report.duplicates)
+        places.clear()
+
+
+def _report(importer: Importer, problems: Problems) -> None:
     report = importer.report
     for name, secret in report.sites_created:
         typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
-    rejected = problems + [(places.get(n, str(n)), message) for n, message in report.errors]
     typer.echo(
         f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
-        f"memories duplicate: {report.memories_duplicate}\nrejected records: {len(rejected)}"
+        f"memories duplicate: {report.memories_duplicate}\nrejected records: {problems.count}"
     )
-    for n, message in report.duplicates[:SHOWN]:
-        typer.echo(f"{places.get(n, n)}: skipped: {message}", err=True)
-    for where, message in rejected[:SHOWN]:
+    for where, message in problems.duplicates:
+        typer.echo(f"{where}: skipped: {message}", err=True)
+    for where, message in problems.shown:
         typer.echo(f"{where}: {message}", err=True)
-    if len(rejected) > SHOWN:
-        typer.echo(f"... and {len(rejected) - SHOWN} more rejected records", err=True)
-    if rejected:
+    if problems.count > len(problems.shown):
+        typer.echo(f"... and {problems.count - len(problems.shown)} more rejected records", err=True)
+    if problems.count:
         raise typer.Exit(1)

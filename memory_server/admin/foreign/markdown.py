@@ -21,7 +21,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memory_server.admin.foreign.records import Candidate, Item, Problem, Tags, files_under, tag_list, timestamp, word
+from memory_server.admin.foreign.records import (
+    MAX_NOTE_BYTES,
+    Candidate,
+    Item,
+    Problem,
+    Tags,
+    files_under,
+    outside,
+    read_bounded,
+    tag_list,
+    timestamp,
+    too_large,
+    word,
+)
 from memory_server.admin.importer import ImportAborted
 from memory_server.errors import AppError
 
@@ -40,6 +53,9 @@ RELATION = re.compile(
 LIST_ITEM = re.compile(r"^\s*[-*+][ \t]+(.*\S)\s*$")
 INLINE_TAG = re.compile(r"(?<!\S)#(\w[\w/-]*)")
 CHECKBOX = {"", "x", "X", "-"}
+MAX_FRONT_MATTER = 64 * 1024  # characters of YAML
+MAX_NOTE_LINES = 100_000  # with MAX_NOTE_BYTES, what bounds the memory a note takes (a few hundred bytes a line)
+MAX_EXPANDED = 4 * MAX_FRONT_MATTER  # the front matter's weight with its aliases expanded (_check_expansion)
 
 
 def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None]) -> Iterator[Item]:
@@ -51,12 +67,26 @@ def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None])
         ) from None
     root = path if path.is_dir() else path.parent
     for file in [path] if path.is_file() else files_under(path, SUFFIXES):
-        raw = file.read_bytes()
-        yield from _note(file, file.relative_to(root).as_posix(), raw, max_content_bytes)
+        escaped = None if file is path else outside(path, file)
+        if escaped is not None:
+            yield escaped
+            continue
+        name = file.relative_to(root).as_posix()
+        raw = read_bounded(file, MAX_NOTE_BYTES)
+        if raw is None:
+            size = file.stat().st_size
+            yield Problem(name, too_large(size, MAX_NOTE_BYTES, "the note"))
+            progress(size)
+            continue
+        lines = raw.count(b"\n")
+        if lines > MAX_NOTE_LINES:
+            yield Problem(name, f"the note has {lines:,} lines, more than the {MAX_NOTE_LINES:,} it may have; skipped")
+        else:
+            yield from _note(file, name, raw, max_content_bytes)
         progress(len(raw))
 
 
-@dataclass
+@dataclass(slots=True)
 class Section:
     heading: str | None
     line: int
@@ -72,6 +102,11 @@ def _note(file: Path, name: str, raw: bytes, limit: int) -> Iterator[Item]:
     front, body_line, body = {}, 1, text
     match = FRONT_MATTER.match(text)
     if match is not None:
+        if len(match.group(1)) > MAX_FRONT_MATTER:
+            yield Problem(
+                f"{name}:1", f"the front matter is longer than {MAX_FRONT_MATTER:,} characters; the note is skipped"
+            )
+            return
         try:
             front = _front_matter(match.group(1))
         except FrontMatterError as exc:
@@ -98,8 +133,11 @@ def _note(file: Path, name: str, raw: bytes, limit: int) -> Iterator[Item]:
         **{key: value for key, value in front.items() if key not in STANDARD},
     }
     note = {"location": name, "occurred_at": occurred_at, "metadata": metadata}
-    sections, facts = _parse(body, body_line, title, name, tags, note)
-    yield from facts
+    sections: list[Section] = []
+    facts = 0
+    for fact in _parse(body, body_line, title, name, tags, note, sections):  # one at a time: memory stays flat
+        facts += 1
+        yield fact
     prose = _prose_memories(sections, title, limit)
     kind = word(str(front.get("type") or "note")) or "note"
     for line, content in prose:
@@ -128,12 +166,14 @@ def _front_matter(text: str) -> dict[str, Any]:
     import yaml
 
     try:
-        loaded = yaml.safe_load(text)
+        loaded = _safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise FrontMatterError(
             f"is not valid YAML ({getattr(exc, 'problem', None) or exc})", mark.line + 1 if mark is not None else 0
         ) from None
+    except RecursionError:
+        raise FrontMatterError("is nested too deeply") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -142,16 +182,64 @@ def _front_matter(text: str) -> dict[str, Any]:
     return converted
 
 
+def _safe_load(text: str) -> Any:
+    """yaml.safe_load, refusing a document whose aliases expand it past MAX_EXPANDED: safe_load shares an
+    anchor's value between its aliases, but turning it into JSON copies each one (a 328-byte alias bomb is
+    gigabytes)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: Any) -> None:
+    """Raise FrontMatterError when the node graph, aliases expanded, weighs more than MAX_EXPANDED (a
+    scalar weighs its length plus one, a collection one plus its items) or refers to itself. Iterative, each
+    node weighed once."""
+    import yaml
+
+    weights: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in weights:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            weights[id(node)] = len(node.value) + 1
+            continue
+        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if done:
+            open_nodes.discard(id(node))
+            weight = 1 + sum(weights[id(child)] for child in children)
+            if weight > MAX_EXPANDED:
+                raise FrontMatterError(f"expands to more than {MAX_EXPANDED:,} characters through its aliases")
+            weights[id(node)] = weight
+            continue
+        if id(node) in open_nodes:
+            raise FrontMatterError("refers to itself through an alias")
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in weights)
+
+
 def _iso(value: object) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _parse(
-    body: str, first_line: int, title: str, name: str, tags: Tags, note: dict[str, Any]
-) -> tuple[list[Section], list[Item]]:
-    """The body's sections of prose, and the observations and relations taken out of it as memories."""
-    sections = [Section(None, first_line)]
-    facts: list[Item] = []
+    body: str, first_line: int, title: str, name: str, tags: Tags, note: dict[str, Any], sections: list[Section]
+) -> Iterator[Item]:
+    """The observations and relations of the body as memories, as they are met; its sections of prose are
+    added to `sections`."""
+    sections.append(Section(None, first_line))
     fenced = False
     for number, line in enumerate(body.splitlines(), start=first_line):
         if FENCE.match(line):
@@ -163,10 +251,9 @@ def _parse(
                 continue
             fact = _fact(line, number, title, name, tags, note)
             if fact is not None:
-                facts.append(fact)
+                yield fact
                 continue
         sections[-1].lines.append(line)
-    return sections, facts
 
 
 def _fact(line: str, number: int, title: str, name: str, tags: Tags, note: dict[str, Any]) -> Item | None:

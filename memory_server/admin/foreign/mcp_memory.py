@@ -15,7 +15,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memory_server.admin.foreign.records import Candidate, Item, Problem, Tags, files_under
+from memory_server.admin.foreign.records import (
+    MAX_LINE_BYTES,
+    Candidate,
+    Item,
+    Problem,
+    Tags,
+    bounded_lines,
+    files_under,
+    json_problem,
+    outside,
+    too_large,
+)
 
 SUFFIXES = (".jsonl", ".json")
 SOURCE = "mcp-memory"
@@ -24,14 +35,25 @@ SOURCE = "mcp-memory"
 def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None]) -> Iterator[Item]:
     del max_content_bytes  # observations are single facts; one too long is reported when it is validated
     for file in [path] if path.is_file() else files_under(path, SUFFIXES):
+        escaped = None if file is path else outside(path, file)
+        if escaped is not None:
+            yield escaped
+            continue
         with open(file, "rb") as stream:
-            for number, raw in enumerate(stream, start=1):
-                progress(len(raw))
-                if raw.strip():
-                    yield from _record(raw, f"{file.name}:{number}")
+            for number, raw, size in bounded_lines(stream):
+                progress(size)
+                where = f"{file.name}:{number}"
+                if raw is None:
+                    yield Problem(where, too_large(size, MAX_LINE_BYTES, "the line"))
+                elif raw.strip():
+                    yield from _record(raw, where)
 
 
 def _record(raw: bytes, where: str) -> Iterator[Item]:
+    refused = json_problem(raw, "the line")
+    if refused is not None:
+        yield Problem(where, refused)
+        return
     try:
         record = json.loads(raw)
     except UnicodeDecodeError:

@@ -17,7 +17,23 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
-from memory_server.admin.foreign.records import Candidate, Item, Problem, Tags, files_under, tag_list, timestamp, word
+from memory_server.admin.foreign.records import (
+    MAX_DOCUMENT_BYTES,
+    MAX_LINE_BYTES,
+    Candidate,
+    Item,
+    Problem,
+    Tags,
+    bounded_lines,
+    files_under,
+    json_problem,
+    outside,
+    read_bounded,
+    tag_list,
+    timestamp,
+    too_large,
+    word,
+)
 from memory_server.errors import AppError
 
 SUFFIXES = (".json", ".jsonl")
@@ -30,7 +46,10 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,122}$")  # mem0_<id> must be o
 def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None]) -> Iterator[Item]:
     del max_content_bytes  # a mem0 memory is one short fact; one too long is reported when it is validated
     for file in [path] if path.is_file() else files_under(path, SUFFIXES):
-        if file.suffix.lower() == ".jsonl":
+        escaped = None if file is path else outside(path, file)
+        if escaped is not None:
+            yield escaped
+        elif file.suffix.lower() == ".jsonl":
             yield from _lines(file, progress)
         else:
             yield from _document(file, progress)
@@ -38,11 +57,18 @@ def read(path: Path, *, max_content_bytes: int, progress: Callable[[int], None])
 
 def _lines(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
     with open(file, "rb") as stream:
-        for number, raw in enumerate(stream, start=1):
-            progress(len(raw))
+        for number, raw, size in bounded_lines(stream):
+            progress(size)
+            where = f"{file.name}:{number}"
+            if raw is None:
+                yield Problem(where, too_large(size, MAX_LINE_BYTES, "the line"))
+                continue
             if not raw.strip():
                 continue
-            where = f"{file.name}:{number}"
+            refused = json_problem(raw, "the line")
+            if refused is not None:
+                yield Problem(where, refused)
+                continue
             try:
                 item = json.loads(raw)
             except (ValueError, RecursionError) as exc:
@@ -52,8 +78,22 @@ def _lines(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
 
 
 def _document(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
-    """A JSON document, read whole (it was checked as JSON first); each item is reported with its line."""
-    raw = file.read_bytes()
+    """A JSON document, read whole up to MAX_DOCUMENT_BYTES (it was checked as JSON first); each item is
+    reported with its line."""
+    raw = read_bounded(file, MAX_DOCUMENT_BYTES)
+    if raw is None:
+        size = file.stat().st_size
+        progress(size)
+        yield Problem(
+            file.name,
+            too_large(size, MAX_DOCUMENT_BYTES, "the file") + ": save it as JSON Lines (.jsonl), one memory a line",
+        )
+        return
+    refused = json_problem(raw, "the file")
+    if refused is not None:
+        progress(len(raw))
+        yield Problem(file.name, refused)
+        return
     try:
         text = raw.decode("utf-8")
         json.loads(text)

@@ -1,6 +1,10 @@
 """What every foreign format becomes: candidate memories (`remember`'s fields, with where each came from) and
 problems (a record that cannot be read, with its file and line). Readers yield both in file order; the import
-validates the candidates as `remember` does and writes them through the bulk path of `import`."""
+validates the candidates as `remember` does and writes them through the bulk path of `import`.
+
+Whatever the input, an import holds at most one record in memory, and a record is read only up to a bound
+(`MAX_LINE_BYTES`, `MAX_NOTE_BYTES`, `MAX_DOCUMENT_BYTES`, `MAX_CONTAINERS`): a larger one is reported and
+skipped unread. A file reached through a link out of the folder imported is reported and skipped unread."""
 
 from __future__ import annotations
 
@@ -9,11 +13,19 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from memory_server.errors import InvalidParameters
 from memory_server.memories.validation import MAX_TAGS, MAX_WORD
 from memory_server.timestamps import parse_rfc3339
+
+MiB = 1024 * 1024
+MAX_LINE_BYTES = 4 * MiB  # a JSON Lines record (an mcp-memory entity, a mem0 memory)
+MAX_NOTE_BYTES = 4 * MiB  # a Markdown note
+MAX_DOCUMENT_BYTES = 8 * MiB  # a mem0 JSON document, read whole (JSON Lines has no file limit)
+# Objects and arrays in one JSON text: an empty one costs ~60 bytes parsed for 3 read, so their number,
+# not the text's size, bounds what parsing it takes.
+MAX_CONTAINERS = 200_000
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,56 @@ def total_bytes(path: Path, suffixes: tuple[str, ...]) -> int:
     """The size of what a reader will read: the file, or every file under the folder with these suffixes."""
     if path.is_file():
         return path.stat().st_size
-    return sum(f.stat().st_size for f in files_under(path, suffixes))
+    return sum(f.stat().st_size for f in files_under(path, suffixes) if not outside(path, f))
+
+
+def outside(folder: Path, file: Path) -> Problem | None:
+    """A file found under `folder` whose real path is not inside it (a link to /etc/passwd, to a secret
+    beside the folder): reported, never read. None for a file of the folder."""
+    real = file.resolve()
+    if real.is_relative_to(folder.resolve()):
+        return None
+    return Problem(file.relative_to(folder).as_posix(), "a link to a file outside the folder imported; skipped unread")
+
+
+def too_large(size: int, limit: int, what: str) -> str:
+    return f"{what} is {size:,} bytes, more than the {limit // MiB} MiB it may be; skipped unread"
+
+
+def read_bounded(file: Path, limit: int) -> bytes | None:
+    """The file's bytes, or None when it holds more than `limit` (only limit + 1 bytes are read)."""
+    with open(file, "rb") as stream:
+        raw = stream.read(limit + 1)
+    return raw if len(raw) <= limit else None
+
+
+def bounded_lines(stream: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None, int]]:
+    """(line number, the line or None when longer than `limit`, bytes read) for every line: a long line is
+    read past in pieces, never held whole."""
+    number = 0
+    while True:
+        raw = stream.readline(limit + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield number, raw, len(raw)
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = stream.readline(MiB)
+            if not raw:
+                break
+            size += len(raw)
+        yield number, None, size
+
+
+def json_problem(raw: bytes, what: str) -> str | None:
+    """Why a JSON text is not parsed (too many objects and arrays to hold), or None."""
+    containers = raw.count(b"{") + raw.count(b"[")  # an upper bound: brackets in strings count too
+    if containers > MAX_CONTAINERS:
+        return f"{what} holds more than {MAX_CONTAINERS:,} objects and arrays; skipped"
+    return None
 
 
 def files_under(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:

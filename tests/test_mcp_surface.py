@@ -7,7 +7,9 @@
   project's version, on both tool profiles and over stdio.
 - One argument rule for every tool: the JSON type the schema declares, 5.0 counts as an integer, and
   null for an optional parameter is the same as leaving it out. Every parameter of every tool is tried.
-- Descriptions and instructions that let a model choose the right tool.
+- Descriptions and instructions that let a model choose the right tool: each description says when to use its
+  tool and when not (tests/test_tool_listing.py checks what each credential lists and what the list costs).
+- Answers keep their documented shape, which clients cannot read from an output schema (tools have none).
 
 tests/test_ts_clients.py runs the TypeScript SDKs themselves against a server process.
 """
@@ -26,9 +28,22 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
 
 from memory_server.api.app import create_app
 from memory_server.api.mcp.server import INSTRUCTIONS
+from memory_server.api.schemas import (
+    AppendResult,
+    ContextPack,
+    ConversationsResult,
+    Forgotten,
+    Hit,
+    ItemsResult,
+    PublicHit,
+    PublicResults,
+    Remembered,
+    Results,
+)
 from memory_server.auth import admin as auth
 from memory_server.auth.principal import READ
 from memory_server.version import __version__
@@ -327,54 +342,71 @@ def test_integral_floats_and_nulls_mean_what_they_say(live: LiveServer) -> None:
 # --- descriptions -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("profile", ["full", "public"])
+def test_every_description_says_when_to_use_the_tool_and_when_not(
+    profile: str, live: LiveServer, public: LiveServer
+) -> None:
+    server = live if profile == "full" else public
+    for name, tool in list_tools(server).items():
+        text = tool["description"]
+        assert "Use it " in text and "Do not use it " in text, (name, text)
+
+
 def test_descriptions_say_when_to_use_each_tool(live: LiveServer) -> None:
     tools = list_tools(live)
     describe = {name: tool["description"] for name, tool in tools.items()}
     params = {name: tool["inputSchema"]["properties"] for name, tool in tools.items()}
-    for name in ("append_memory", "recall_memory", "replay_memory", "list_conversations"):
-        text = describe[name]
-        assert "Basic credential" in text and "unprocessable_parameters" in text, name
-        assert "permanent" in text and "safe to retry after buffering" in text and "duplicates" in text, name
-    assert "index=true" in describe["append_memory"] and "remember" in describe["append_memory"]
-    assert "append_memory" in describe["remember"] and "only where logs are indexed" in describe["remember"]
-    assert "shorter than limit" in describe["replay_memory"] and "end of the log" in describe["replay_memory"]
-    assert "replay_memory" in describe["recall_memory"] and "empty list" in describe["recall_memory"]
+    append = describe["append_memory"]
+    assert "save a memory" in append and "idempotency_key" in append
+    assert "unavailable" in append and "retry" in append and "permanent" in append
+    assert "turn-by-turn record of a conversation" in describe["remember"]
+    assert "shorter than limit" in describe["replay_memory"] and "replay_memory" in describe["recall_memory"]
+    assert "unknown conversation is empty" in describe["recall_memory"]
     for name in ("recall", "search_memory", "recall_context"):
         others = {"recall", "search_memory", "recall_context"} - {name}
         assert all(other in describe[name] for other in others), name
-    assert "Weak matches are allowed" in describe["recall"]
-    assert "returns nothing rather than a weak match" in describe["search_memory"]
-    assert f"default {live.settings.search_min_score}" in describe["search_memory"]
-    assert "empty result" in describe["search_memory"] and "lower min_score" in describe["search_memory"]
+    assert "weak matches allowed" in describe["recall"]
+    assert "nothing rather than a weak match" in describe["search_memory"]
+    assert "lower min_score" in describe["search_memory"]
     for name in ("recall", "search_memory"):
-        assert "never compare them across answers" in describe[name], name
-        assert "reference" in describe[name] and "forget" in describe[name], name
+        assert "Never compare scores across answers" in describe[name], name
     assert "used_items" in describe["recall_context"] and "used_tokens" in describe["recall_context"]
     assert live.settings.context_header in describe["recall_context"]
-    assert "reference" in describe["forget"] and "remember" in describe["forget"]
+    assert "mem_" in describe["forget"] and "remember" in describe["forget"] and "supersedes" in describe["forget"]
     assert "mem_" in describe["remember"] and "created=false" in describe["remember"]
 
-    conversation_id = params["append_memory"]["conversation_id"]["description"]
-    assert "8-64" in conversation_id and "[A-Za-z0-9_-]" in conversation_id and "personal data" in conversation_id
-    assert all(
-        params[name]["conversation_id"]["description"] == conversation_id for name in ("recall_memory", "replay_memory")
-    )
+    conversation_id = params["append_memory"]["conversation_id"]
+    assert conversation_id["pattern"] == "^[A-Za-z0-9_-]{8,64}$" and "personal data" in conversation_id["description"]
+    assert all(params[name]["conversation_id"] == conversation_id for name in ("recall_memory", "replay_memory"))
+    # Bounds and defaults are the schema's; the descriptions name the configured limits a schema cannot hold.
     bounds = [
-        ("recall_memory", "count", "Default 50", "1000"),
-        ("replay_memory", "limit", "0-1000", "required"),
-        ("replay_memory", "offset", "default 0", ">= 0"),
-        ("list_conversations", "limit", "1-1000", "100"),
-        ("recall", "limit", "1-50", "default 5"),
-        ("search_memory", "limit", "1-100", "default 10"),
-        ("recall_context", "max_items", "1-50", "default 8"),
-        ("recall_context", "max_tokens", "1-12000", "default 1500"),
-        ("search_memory", "min_score", "0-1", f"default {live.settings.search_min_score}"),
-        ("append_memory", "items", "1-1000", "256 KiB"),
-        ("append_memory", "idempotency_key", "1-128", "duplicate"),
-        ("remember", "content", "32 KiB", "payload_too_large"),
+        ("recall_memory", "count", 0, 1000, 50),
+        ("replay_memory", "limit", 0, 1000, None),
+        ("replay_memory", "offset", 0, None, 0),
+        ("list_conversations", "limit", 1, 1000, 100),
+        ("recall", "limit", 1, 50, 5),
+        ("search_memory", "limit", 1, 100, 10),
+        ("recall_context", "max_items", 1, 50, 8),
+        ("recall_context", "max_tokens", 1, 12000, 1500),
+        ("search_memory", "min_score", 0, 1, None),
+    ]
+    for tool, param, low, high, default in bounds:
+        prop = params[tool][param]
+        assert (prop.get("minimum"), prop.get("maximum"), prop.get("default")) == (low, high, default), (tool, param)
+    assert set(tools["replay_memory"]["inputSchema"]["required"]) == {"conversation_id", "limit"}
+    assert (params["append_memory"]["items"]["minItems"], params["append_memory"]["items"]["maxItems"]) == (1, 1000)
+    assert (params["append_memory"]["idempotency_key"]["maxLength"], params["recall"]["query"]["maxLength"]) == (
+        128,
+        4096,
+    )
+    texts = [
+        ("append_memory", "items", "256 KiB", "4 MiB"),
+        ("append_memory", "idempotency_key", "duplicate"),
+        ("remember", "content", "32 KiB"),
+        ("search_memory", "min_score", f"default {live.settings.search_min_score}"),
         ("forget", "reference", "remember", "mem_"),
     ]
-    for tool, param, *words in bounds:
+    for tool, param, *words in texts:
         text = params[tool][param]["description"]
         assert all(word in text for word in words), (tool, param, text)
 
@@ -386,14 +418,49 @@ def test_instructions_summarise_the_choice(live: LiveServer) -> None:
     assert len(lines) == 5
     for tool in TOOLS:
         assert tool in instructions, tool
-    assert "Basic" in instructions and "retry" in instructions
+    assert "retry" in instructions and "permanent" in instructions
+
+
+def shaped(model: type[BaseModel], answer: dict[str, Any]) -> None:
+    """`answer` has the fields of `model` (memory_server.api.schemas, the REST answers), every required one, and
+    they validate."""
+    model.model_validate(answer)
+    required = {name for name, field in model.model_fields.items() if field.is_required()}
+    assert required <= set(answer) <= set(model.model_fields), (model.__name__, sorted(answer))
+
+
+@pytest.mark.parametrize("profile", ["full", "public"])
+def test_answers_keep_their_documented_shapes(profile: str, live: LiveServer, public: LiveServer) -> None:
+    server = live if profile == "full" else public
+    structured = {
+        tool: call(server, tool, arguments).get("structuredContent") for tool, arguments in BASE_ARGUMENTS.items()
+    }
+    reference = call(server, "remember", {"content": "Shapes are checked against the REST models."})
+    hits = PublicResults if profile == "public" else Results
+    expected: dict[str, type[BaseModel] | None] = {
+        "append_memory": AppendResult,
+        "recall_memory": ItemsResult,
+        "replay_memory": ItemsResult,
+        "list_conversations": ConversationsResult,
+        "remember": Remembered,
+        "recall": hits,
+        "search_memory": hits,
+        "recall_context": ContextPack if profile == "full" else None,  # the public profile answers text only
+    }
+    for tool, model in expected.items():
+        if model is None:
+            assert structured[tool] is None, tool
+        else:
+            shaped(model, structured[tool])
+    for hit in call(server, "recall", {"query": "what is checked?"})["structuredContent"]["results"]:
+        shaped(Hit if profile == "full" else PublicHit, hit)
+    forgotten = call(server, "forget", {"reference": reference["structuredContent"]["reference"]})
+    shaped(Forgotten, forgotten["structuredContent"])
 
 
 def test_public_recall_context_answers_text_only(public: LiveServer) -> None:
     tools = list_tools(public)
-    assert "outputSchema" not in tools["recall_context"]
-    assert tools["recall"]["outputSchema"]["properties"]["results"]  # the other tools keep theirs
-    assert "Structured content" not in tools["recall_context"]["description"]
+    assert not any("outputSchema" in tool for tool in tools.values())  # no tool has one (docs/spec.md, MCP)
     call(public, "remember", {"content": "Public profile packs are plain text for the prompt."})
     result = call(public, "recall_context", {"query": "what do public packs look like?", "max_items": 2})
     assert result["isError"] is False and "structuredContent" not in result, result

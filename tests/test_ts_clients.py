@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from memory_server.api.mcp.descriptions import instructions
 from memory_server.api.mcp.server import INSTRUCTIONS
 from memory_server.version import __version__
 
@@ -43,6 +44,7 @@ TOOLS = {
     "recall_context",
     "forget",
 }
+READS = {"recall", "search_memory", "recall_context"}
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
@@ -266,13 +268,16 @@ def test_a_success_of_every_tool_parses(answers: dict[str, dict[str, Any]]) -> N
 
 
 def test_both_sdks_see_our_version_plain_schemas_and_instructions(answers: dict[str, dict[str, Any]]) -> None:
+    # The bearer session's token is read-only: it lists the read tools alone, and its instructions name no other.
+    listed = {"basic": (TOOLS, INSTRUCTIONS), "bearer": (READS, instructions(READS))}
     for profile in ("full", "public", "broken"):
         for sdk, found in sessions(answers[profile]):
-            for session in found.values():
+            for name, session in found.items():
                 assert session["serverInfo"] == {"name": "memory-server", "version": __version__}, (profile, sdk)
-                assert session["instructions"] == INSTRUCTIONS
+                expected, said = listed[name]
+                assert session["instructions"] == said, (profile, sdk, name)
                 tools = {tool["name"]: tool for tool in session["tools"]}
-                assert set(tools) == TOOLS
+                assert set(tools) == expected, (profile, sdk, name)
                 text = json.dumps([tool["inputSchema"] for tool in tools.values()])
                 assert '"anyOf"' not in text and '"null"' not in text, (profile, sdk)
 

@@ -1,4 +1,6 @@
-"""The shapes of the answers: MCP output schemas and the REST OpenAPI document are generated from these."""
+"""The shapes of the answers: the REST OpenAPI document is generated from these, and the MCP tools answer with
+the same shapes (tests/test_mcp_surface.py checks; the tools publish no output schema: memory_server.api.mcp.registry).
+"""
 
 from __future__ import annotations
 

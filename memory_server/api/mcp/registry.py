@@ -5,20 +5,26 @@ is made from the model's fields (the same annotations: bounds, defaults, descrip
 server validates strictly, as the models do), and the tool body validates the arguments into the model.
 The schema is then published with plain types for optional parameters (`plain_parameters`) and the
 configured limits filled into the descriptions.
+
+Every byte of the tool list is paid for in each conversation of every client, so the list holds what a model
+needs to choose and call a tool and nothing else: the parameters carry the short descriptions of
+memory_server.api.mcp.descriptions (the bounds are in the schema), fastmcp's empty `_meta` goes, and no tool has
+an output schema (models are not shown one; the answers are in docs/spec.md, each result carries its structured
+content and a text block all the same).
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, TypeVar
 
 from fastmcp import FastMCP
-from fastmcp.tools.base import Tool, ToolResult
-from fastmcp.utilities.types import NotSet, NotSetT
+from fastmcp.tools.base import ToolResult
+from fastmcp.tools.function_tool import FunctionTool
+from mcp_types import Tool as WireTool
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -26,6 +32,16 @@ from memory_server.arguments import Params, describe, described_schema
 from memory_server.settings import Settings
 
 P = TypeVar("P", bound=Params)
+
+
+class McpTool(FunctionTool):
+    """A tool listed without fastmcp's own `_meta` (an empty tag list, which no client reads)."""
+
+    def to_mcp_tool(self, **overrides: Any) -> WireTool:
+        listed = super().to_mcp_tool(**overrides)
+        if listed.meta == {"fastmcp": {"tags": []}}:
+            listed.meta = None
+        return listed
 
 
 def register(
@@ -37,12 +53,11 @@ def register(
     run: Callable[[P], Awaitable[ToolResult]],
     description: str,
     annotations: dict[str, Any],
-    result: type[BaseModel] | None = None,
+    notes: Mapping[str, str],
     only: Sequence[str] | None = None,
-    output_schema: dict[str, Any] | NotSetT | None = NotSet,
 ) -> None:
     """Register tool `name` whose arguments are the fields of `params` (or only those named in `only`, the
-    others keeping their defaults); `result` is the answer's model (the output schema)."""
+    others keeping their defaults); `notes` are the parameters' descriptions over MCP, by name."""
     fields = {n: f for n, f in params.model_fields.items() if only is None or n in only}
     parameters = [
         inspect.Parameter(
@@ -57,19 +72,28 @@ def register(
     async def tool_function(**arguments: Any) -> ToolResult:
         return await run(params.model_validate(arguments))
 
-    tool_function.__signature__ = inspect.Signature(parameters, return_annotation=result)  # type: ignore[attr-defined]
-    tool_function.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": result}
+    tool_function.__signature__ = inspect.Signature(parameters, return_annotation=ToolResult)  # type: ignore[attr-defined]
+    tool_function.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": ToolResult}
     tool_function.__name__ = name
-    made = Tool.from_function(
+    made = McpTool.from_function(
         tool_function,
         name=name,
         description=describe(description, settings),
         annotations=ToolAnnotations(**annotations),
-        output_schema=output_schema,
+        output_schema=None,  # see the module's docstring
         task=False,
     )
-    made.parameters = plain_parameters(described_schema(made.parameters, settings))
+    made.parameters = plain_parameters(described_schema(_noted(made.parameters, notes), settings))
     mcp.add_tool(made)
+
+
+def _noted(schema: dict[str, Any], notes: Mapping[str, str]) -> dict[str, Any]:
+    """The input schema with each parameter's description replaced by its note, where it has one."""
+    noted = copy.deepcopy(schema)
+    for name, prop in noted.get("properties", {}).items():
+        if name in notes:
+            prop["description"] = notes[name]
+    return noted
 
 
 def _without_default(field: FieldInfo) -> FieldInfo:

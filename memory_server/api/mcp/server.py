@@ -1,4 +1,7 @@
-"""The MCP server: the nine tools on the operations, with their error handling and metrics."""
+"""The MCP server: the nine tools on the operations, with their error handling and metrics; each session lists
+the tools its credential may call (memory_server.api.mcp.listing).
+
+`INSTRUCTIONS` are those of a session that lists every tool (the site's Basic credential, stdio)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ from collections.abc import Callable
 from fastmcp import FastMCP
 from fastmcp.server.dependencies import get_http_request
 
+from memory_server.api.mcp.descriptions import INSTRUCTIONS
 from memory_server.api.mcp.errors import ErrorMiddleware, quiet_expected_errors
+from memory_server.api.mcp.listing import ToolListing
 from memory_server.api.mcp.log_tools import register_log_tools
 from memory_server.api.mcp.memory_tools import register_memory_tools
 from memory_server.api.metrics import Metrics, ToolMetricsMiddleware
@@ -17,21 +22,7 @@ from memory_server.errors import Unauthorized
 from memory_server.services import Services
 from memory_server.version import __version__
 
-INSTRUCTIONS = "\n".join(
-    (
-        "Conversation logs (append_memory, recall_memory, replay_memory, list_conversations; the site's Basic "
-        "credential only): each conversation's own durable, ordered record; searched by recall only where the site "
-        "or the conversation indexes its logs (hits of kind turn).",
-        "Saved memories (remember, recall, search_memory, recall_context, forget; Bearer tokens with "
-        "memory:read/memory:write work): facts, decisions and preferences found again by meaning.",
-        "To look up: recall for a quick best-effort answer; search_memory when only a strict match will do (empty "
-        "means nothing passed min_score); recall_context for a token-bounded pack at the start of a task.",
-        "To keep: append_memory for what was said in this conversation; remember for a fact worth finding later. "
-        "forget takes the reference that remember returned and every hit carries.",
-        "Errors start with their code. unavailable is safe to retry (buffer the batch meanwhile; duplicates from "
-        "retries are tolerated); every other code is permanent: fix the call instead.",
-    )
-)
+__all__ = ["INSTRUCTIONS", "build_mcp", "principal_resolver"]
 
 
 def principal_resolver(local: Callable[[], Principal] | None) -> Callable[[], Principal]:
@@ -67,6 +58,7 @@ def build_mcp(
     mcp.add_middleware(ErrorMiddleware(services.storage.health))
     quiet_expected_errors()
     current = principal_resolver(local)
+    mcp.add_middleware(ToolListing(current))
     register_log_tools(mcp, services.logs, current, settings=services.settings)
     register_memory_tools(mcp, services.memory_ops, current, services.settings)
     return mcp

@@ -101,14 +101,18 @@ class Services:
             memories = build_memories(self.storage, settings, embedder=embedder, tokens=tokens, index=index)
             if repair_index:
                 repair(memories, startup_sync_limit=self.startup_sync_limit)
-                memories.retrieval.warm_up()
         except Exception as exc:
             self.memory_error = str(exc)
             log.error("saved memories unavailable: %s", exc)
             self.memories_settled.set()
             raise
+        # Ready: every answer from here is right. The warm-up after it only spares the first recalls their first
+        # touches (the held sets, the newest memories, the index's pages), and recalls may run beside it.
         self.memories = memories
         self.memories_settled.set()
+        log.info("saved memories ready")
+        if repair_index:
+            memories.retrieval.warm_up()
         # What start-up made (the model, the index, the words) lives as long as the process: kept out of the
         # collector's full passes, which otherwise walk it every few hundred recalls (a 30 ms pause at 100k).
         gc.freeze()

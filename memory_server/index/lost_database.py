@@ -15,7 +15,7 @@ def refuse_lost_database(settings: Settings) -> None:
     would create a new site and secret, and start-up would then empty the index to match (the emptied-file
     case is storage/files.py's emptied_database). A new data directory, or an index never filled, starts."""
     db, index = settings.db_path, settings.index_path
-    if db.exists() or settings.index_backend != "embedded":
+    if settings.database_url is not None or db.exists() or settings.index_backend != "embedded":
         return
     if not (index / INFO_FILE).is_file():
         return  # the index was never set up: a first start

@@ -18,7 +18,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 
-from memory_server.admin.client_config.clients import default_file
+from memory_server.client_entries import default_file
 
 from procs import ServerProcess, parse_fields, run_cli, server_env
 

@@ -106,6 +106,11 @@ def card_dates(page: Any, which: str) -> list[str]:
     ]
 
 
+def card(page: Any, content: str) -> Any:
+    """The card of the memory with this text (not one whose badge quotes it)."""
+    return page.locator("ol.cards > li", has=page.locator("a.content", has_text=content))
+
+
 def summary_total(page: Any) -> int:
     return int(page.locator("#summary strong").inner_text().replace(",", ""))
 
@@ -205,10 +210,13 @@ def test_find_a_memory_by_search(page: Any, console: Console) -> None:
     assert re.fullmatch(r"0\.\d{4}", recall.locator(".score").inner_text())
     assert re.fullmatch(r"0\.\d{4}", strict.locator(".score").inner_text())
     page.goto("/ui/search?q=when+is+the+deploy+window")
-    old = page.locator("section[aria-labelledby=recall-title] li", has_text=DEPLOY_OLD)
-    assert "superseded by mem_deploy_window_2" in old.inner_text()  # recall ranks it, marked
-    assert page.locator("section[aria-labelledby=search-title] li", has_text=DEPLOY_OLD).count() == 0
-    assert "replaces mem_deploy_window_1" in page.locator("section[aria-labelledby=search-title] li").first.inner_text()
+    recall = page.locator("section[aria-labelledby=recall-title]")
+    old = recall.locator("li", has=page.locator("a.content", has_text=DEPLOY_OLD))
+    assert f"superseded by “{DEPLOY_NEW}”" in old.inner_text()  # recall ranks it, marked by its successor's text
+    strict = page.locator("section[aria-labelledby=search-title]")
+    assert strict.locator("li", has=page.locator("a.content", has_text=DEPLOY_OLD)).count() == 0
+    first = page.locator("section[aria-labelledby=search-title] li").first
+    assert f"replaces “{DEPLOY_OLD}”" in first.inner_text() and "mem_deploy_window_1" not in first.inner_text()
     shot(page, "search")
 
 
@@ -230,29 +238,36 @@ def test_scores_say_what_they_mean(page: Any, console: Console) -> None:
 
 def test_versions_and_expiry_show_on_a_memory_and_in_the_list(page: Any, console: Console) -> None:
     sign_in(page, console, to="/ui/memories/mem_deploy_window_1")
-    assert page.get_by_role("note").inner_text().startswith("Superseded by mem_deploy_window_2: valid until ")
+    assert page.get_by_role("note").inner_text().startswith(f"Superseded by “{DEPLOY_NEW}”: valid until ")
     validity = page.locator("#validity").inner_text()
     assert re.fullmatch(r"from \S+ \S+ UTC until \S+ \S+ UTC \(then superseded\)", validity)
     versions = page.locator("#versions li")
     assert versions.count() == 2 and versions.nth(0).inner_text().startswith("This memory")
     assert "current" in versions.nth(1).inner_text()
     shot(page, "memory-versions")
-    page.get_by_role("link", name=DEPLOY_NEW).click()  # forward along the chain...
+    page.get_by_role("link", name=DEPLOY_NEW, exact=True).click()  # forward along the chain...
     page.wait_for_url("**/ui/memories/mem_deploy_window_2")
     assert page.locator("#validity").inner_text().endswith("on (current)")
     assert page.get_by_role("note").count() == 0
-    page.get_by_role("link", name=DEPLOY_OLD).click()  # ...and back
+    page.get_by_role("link", name=DEPLOY_OLD, exact=True).click()  # ...and back
     page.wait_for_url("**/ui/memories/mem_deploy_window_1")
 
     page.goto("/ui/memories?bucket=ops")
-    old, new = (page.locator("ol.cards > li", has_text=text) for text in (DEPLOY_OLD, DEPLOY_NEW))
-    assert "superseded by mem_deploy_window_2, valid until" in old.inner_text()
-    assert "replaces mem_deploy_window_1" in new.inner_text()
+    old, new = (card(page, text) for text in (DEPLOY_OLD, DEPLOY_NEW))
+    # Each badge names the memory it points to by its text (its reference is the link's title), and leads to it.
+    assert f"superseded by “{DEPLOY_NEW}”, valid until" in old.inner_text()
+    assert f"replaces “{DEPLOY_OLD}”" in new.inner_text()
+    assert "mem_deploy_window" not in old.inner_text() + new.inner_text()
     wifi = page.locator("ol.cards > li", has_text=WIFI)
     expires = next(m["expires_at"] for m in console.memories() if m["content"] == WIFI)
     assert f"expires {expires.replace('T', ' ')[:19]} UTC" in wifi.inner_text()
     page.goto(f"/ui/memories/{console.reference_of(WIFI)}")
     assert page.locator("#expiry").inner_text().startswith(expires.replace("T", " ")[:19])
+    page.goto("/ui/memories?bucket=ops")
+    badge = card(page, DEPLOY_NEW).locator(".badge.replaces a")
+    assert badge.get_attribute("title") == "mem_deploy_window_1"
+    badge.click()
+    page.wait_for_url("**/ui/memories/mem_deploy_window_1")
 
 
 def test_edit_a_memory_and_see_it_through_rest(page: Any, console: Console) -> None:
@@ -337,6 +352,125 @@ def test_forget_a_memory_after_confirming(page: Any, console: Console) -> None:
     page.wait_for_url("**/ui/memories?forgotten=**")
     with console.rest() as http:
         assert http.get(f"/v1/memories/{reference}").status_code == 404
+
+
+def test_add_a_memory_through_remember(page: Any, console: Console) -> None:
+    """The add form calls remember as MCP and REST do: defaults for blank fields, the same memory twice is one,
+    a refusal shows beside its field and saves nothing (a successor dated before what it replaces, issue 43
+    item 6), a read-only token gets no form and its forged POST is refused."""
+    sign_in(page, console)
+    page.get_by_role("link", name="Add a memory").click()
+    page.wait_for_url("**/ui/memories/new")
+    first = "The coffee machine on floor 2 is descaled on Mondays."
+    page.get_by_label("Content").fill(first)
+    page.get_by_label("Bucket").fill("office")
+    page.get_by_label("Tags").fill("kitchen, facilities")
+    page.get_by_label("Occurred at (RFC3339)").fill("2025-05-01T09:59:58Z")
+    shot(page, "remember")
+    page.get_by_role("button", name="Remember").click()
+    page.wait_for_url("**added=new")
+    assert page.get_by_role("status").inner_text() == "Remembered: a new memory."
+    older = urlsplit(page.url).path.rsplit("/", 1)[1]
+    with console.rest() as http:
+        saved = http.get(f"/v1/memories/{older}").json()
+        assert (saved["content"], saved["bucket"], saved["tags"], saved["type"]) == (
+            first,
+            "office",
+            ["kitchen", "facilities"],
+            "note",
+        )
+        hits = http.post("/v1/search", json={"query": "when is the coffee machine descaled", "limit": 1}).json()
+        assert hits["results"][0]["reference"] == older  # embedded and indexed like any remember
+        count = len(console.memories())
+    page.goto("/ui/memories/new")
+    page.get_by_label("Content").fill(first)
+    page.get_by_label("Bucket").fill("office")
+    page.get_by_label("Tags").fill("kitchen, facilities")
+    page.get_by_label("Occurred at (RFC3339)").fill("2025-05-01T09:59:58Z")
+    page.get_by_role("button", name="Remember").click()
+    page.wait_for_url(f"**/ui/memories/{older}?added=existing")
+    assert page.get_by_role("status").inner_text().startswith("Already remembered")
+    assert len(console.memories()) == count
+
+    # A successor that occurred before the memory it replaces: refused beside occurred_at, naming both dates.
+    page.goto("/ui/memories/new")
+    second = "The coffee machine on floor 2 is descaled on Fridays now."
+    page.get_by_label("Content").fill(second)
+    page.get_by_label("Bucket").fill("office")
+    page.get_by_label("Occurred at (RFC3339)").fill("2025-05-01T09:59:57Z")
+    page.get_by_label("Replaces (a memory's reference)").fill(older)
+    page.get_by_role("button", name="Remember").click()
+    page.wait_for_selector("#e-occurred_at-error")
+    message = page.locator("#e-occurred_at-error").inner_text()
+    assert message.startswith("invalid_parameters: occurred_at 2025-05-01T09:59:57.000000Z is before")
+    assert "2025-05-01T09:59:58.000000Z" in message and "give an occurred_at at or after" in message
+    assert page.locator("#form-error").count() == 0  # all of it beside its field
+    assert page.evaluate("document.activeElement.id") == "e-occurred_at"
+    assert page.get_by_label("Content").input_value() == second  # the form is kept
+    assert len(console.memories()) == count
+    shot(page, "remember-error", full=False)
+    page.get_by_label("Occurred at (RFC3339)").fill("")  # now
+    page.get_by_role("button", name="Remember").click()
+    page.wait_for_url("**added=new")
+    newer = urlsplit(page.url).path.rsplit("/", 1)[1]
+    assert page.locator(".badge.replaces, #versions").count() >= 1
+    with console.rest() as http:
+        assert http.get(f"/v1/memories/{older}").json()["superseded_by"] == newer
+    page.goto("/ui/memories/new")
+    page.get_by_role("button", name="Remember").click()  # no content
+    page.wait_for_selector("#e-content-error")
+    assert page.evaluate("document.activeElement.id") == "e-content"
+    missing = page.request.post("/ui/memories/new", form={"content": "no CSRF token"})
+    assert missing.status == 403 and "CSRF" in missing.text()
+
+    _, token = console.token("--scope", "memory:read")
+    reader = page.context.browser.new_context(base_url=console.base)
+    try:
+        tab = reader.new_page()
+        sign_in(tab, console, token=token)
+        assert tab.get_by_role("link", name="Add a memory").count() == 0
+        forged = tab.request.post("/ui/memories/new", form={"csrf": csrf_of(tab), "content": "forged"})
+        assert forged.status == 403 and "forbidden" in forged.text()
+    finally:
+        reader.close()
+    assert len(console.memories()) == count + 1
+    with console.rest() as http:  # leave the shared data as it was
+        for reference in (newer, older):
+            assert http.delete(f"/v1/memories/{reference}").status_code == 200
+
+
+def test_filters_fold_on_a_narrow_screen_and_take_iso_dates(page: Any, console: Console) -> None:
+    """At 1280 px the filters are open; at 375 px they fold until opened (the summary says how many apply),
+    so the list comes first. Their dates are typed and shown as YYYY-MM-DD, like every date on the page, not in
+    the browser's locale."""
+    sign_in(page, console)
+    filters = page.locator("details.filters")
+    assert filters.evaluate("d => d.open") and page.get_by_label("Bucket").is_visible()
+    for label in ("Occurred from", "Occurred to"):
+        field = page.get_by_label(label)
+        assert field.evaluate("f => f.type") == "text" and field.get_attribute("placeholder") == "YYYY-MM-DD"
+    page.get_by_label("Occurred from").fill("2000-01-01")
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_url("**from=2000-01-01**")
+    page.reload()
+    assert page.get_by_label("Occurred from").input_value() == "2000-01-01"
+    assert page.locator("details.filters summary").inner_text() == "Filters and order (1 applied)"
+
+    page.set_viewport_size({"width": NARROW, "height": 780})
+    page.goto("/ui/memories")
+    assert not filters.evaluate("d => d.open") and not page.get_by_label("Bucket").is_visible()
+    first_card = page.locator("ol.cards > li").first.bounding_box()
+    assert first_card["y"] < 400  # the list starts near the top, not below a screenful of fields
+    page.locator("details.filters summary").click()
+    assert page.get_by_label("Bucket").is_visible() and fits(page)
+    page.get_by_label("Bucket").fill("ops")
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_url("**bucket=ops**")
+    page.wait_for_function("document.querySelector('#summary').textContent.includes('match these filters')")
+    shot(page, "memories-filters-375", full=False)
+    page.reload()  # folded again, saying a filter applies
+    assert not filters.evaluate("d => d.open")
+    assert page.locator("details.filters summary").inner_text() == "Filters and order (1 applied)"
 
 
 def test_page_through_a_three_page_conversation(page: Any, console: Console) -> None:
@@ -454,6 +588,61 @@ def test_create_label_and_revoke_a_token_and_see_its_last_use(page: Any, console
             "/ui/access/tokens", form={"csrf": csrf_of(page), "scope": "memory:read", "label": label}
         )
         assert refused.status == 422 and "label:" in refused.text()
+
+
+def test_a_new_token_reads_and_writes_and_comes_with_each_clients_entry(page: Any, console: Console) -> None:
+    """The form's scopes default to read and write, as `token create`'s do; the page that shows the new token
+    shows what `client-config CLIENT --transport http` prints for it, with no token in any entry whose client reads
+    variables (only Claude Desktop's holds it), and where the header's value goes."""
+    sign_in(page, console, to="/ui/access")
+    assert page.get_by_label("memory:read (recall, search, list)").is_checked()
+    assert page.get_by_label("memory:write (remember, edit, forget)").is_checked()
+    page.get_by_label("Label (what it is for)").fill("agent: defaults")
+    page.get_by_role("button", name="Create token").click()
+    token = page.get_by_label("New token").input_value()
+    token_id = page.locator("h2#new-title").inner_text().split()[1]
+    assert "memory:read, memory:write" in page.locator(f"#token-{token_id}").inner_text()
+    with httpx2.Client(base_url=console.base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as http:
+        saved = http.post("/v1/memories", json={"content": "Written with a console token.", "bucket": "agents"})
+        assert saved.status_code == 201, saved.text  # it can remember
+        assert http.delete(f"/v1/memories/{saved.json()['reference']}").status_code == 200
+
+    url = f"{console.base}/mcp"
+    assert page.locator("#mcp-url").inner_text() == url
+    for client in ("claude-desktop", "claude-code", "cursor", "vscode", "windsurf", "codex"):
+        shown = page.locator(f"#entry-{client}").input_value()
+        printed = run_cli(
+            "client-config", client, "--transport", "http", "--token", "--site", SITE, "--url", url,
+            data_dir=console.process.data_dir,
+        )  # fmt: skip
+        assert printed.returncode == 0, printed.stderr
+        if client == "claude-desktop":  # its file expands no variables: the entry holds the token
+            cli_token = re.search(r"mst_[A-Za-z0-9_-]+", printed.stdout).group(0)  # type: ignore[union-attr]
+            assert f"Bearer {token}" in shown and shown == printed.stdout.replace(cli_token, token)
+            continue
+        assert shown == printed.stdout, client  # exactly what client-config prints
+        assert token not in shown and "mst_" not in shown, client
+        assert ("${input:mcp-memory-authorization}" if client == "vscode" else "MCP_MEMORY_AUTHORIZATION") in shown
+    page.locator("#client-codex summary").click()
+    assert page.locator("#env-codex").input_value() == f"export MCP_MEMORY_AUTHORIZATION='Bearer {token}'"
+    page.locator("#client-vscode summary").click()
+    assert f"Bearer {token}" in page.locator("#client-vscode").inner_text()  # pasted when VS Code asks
+    page.locator("#client-claude-code summary").click()
+    page.get_by_role("button", name="Copy the Claude Code entry").click()
+    page.wait_for_function("document.getElementById('entry-claude-code-status').textContent.length > 0")
+    assert fits(page)
+    shot(page, "access-new-token")
+    # Unticking a scope still works, and a refused form keeps what was ticked.
+    page.goto("/ui/access")
+    page.get_by_label("memory:write (remember, edit, forget)").uncheck()
+    page.get_by_label("memory:read (recall, search, list)").uncheck()
+    page.get_by_role("button", name="Create token").click()
+    assert "a token needs at least one scope" in page.get_by_role("alert").inner_text()
+    page.get_by_label("memory:write (remember, edit, forget)").uncheck()
+    page.get_by_role("button", name="Create token").click()
+    made = page.locator("h2#new-title").inner_text().split()[1]
+    assert "memory:read" in page.locator(f"#token-{made}").inner_text()
+    assert "memory:write" not in page.locator(f"#token-{made}").inner_text()
 
 
 def test_oauth_grants_are_listed_with_their_client_and_revoked(page: Any, console: Console) -> None:

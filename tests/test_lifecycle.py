@@ -511,6 +511,80 @@ async def test_superseding_refuses_unknown_foreign_and_cyclic_links(mem: LiveSer
         assert error_code(result) == "not_found"
 
 
+STANDUP = [
+    ("The team standup is at 09:30 every morning.", "2025-05-01T09:59:58Z"),
+    ("Decision: the team standup moves to 10:00 every morning.", "2025-05-01T10:00:00Z"),
+]
+NEIGHBOURS = [
+    "The team retro is at 15:00 every second Friday.",
+    "The team lunch is on Thursdays at noon.",
+    "Standing desks are in room 4.",
+]
+
+
+def refused_order(response: httpx2.Response, *dates: str) -> None:
+    """A 422 invalid_parameters naming each of `dates` (as the server writes them)."""
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_parameters" and all(d in error["message"] for d in dates), error
+
+
+async def test_a_successor_never_occurred_before_what_it_replaces(mem: LiveServer) -> None:
+    """Issue 43 item 6: a memory that supersedes another occurred at or after it, on every way in (remember over
+    REST and MCP, PATCH linking or moving either end); a refusal names both dates and writes nothing."""
+    (old_text, old_at), (new_text, new_at) = STANDUP
+    old = rest(mem, "POST", "/v1/memories", json={"content": old_text, "occurred_at": old_at}).json()["reference"]
+    for text in NEIGHBOURS:
+        assert rest(mem, "POST", "/v1/memories", json={"content": text}).status_code == 201
+    before = rest(mem, "GET", "/v1/memories", params={"limit": 100}).json()["memories"]
+    earlier = {"content": new_text, "supersedes": old, "occurred_at": "2025-05-01T09:59:57Z"}
+    refused_order(rest(mem, "POST", "/v1/memories", json=earlier), "2025-05-01T09:59:57.000000Z", old_at[:-1])
+    async with mem.client() as client:
+        result = await call(client, "remember", **earlier)
+        assert error_code(result) == "invalid_parameters"
+        assert "2025-05-01T09:59:57.000000Z" in result.content[0].text and old_at[:-1] in result.content[0].text
+    assert rest(mem, "GET", "/v1/memories", params={"limit": 100}).json()["memories"] == before  # nothing written
+    assert (get(mem, old)["superseded_by"], get(mem, old)["valid_to"]) == (None, None)
+
+    # The same instant is in order; so is a successor named through the first of a chain (its newest is replaced).
+    new = rest(mem, "POST", "/v1/memories", json={"content": new_text, "occurred_at": new_at})
+    new = new.json()["reference"]
+    linking = {"supersedes": old, "occurred_at": "2025-05-01T09:00:00Z"}
+    refused_order(rest(mem, "PATCH", f"/v1/memories/{new}", json=linking), "2025-05-01T09:00:00.000000Z")
+    assert get(mem, new)["supersedes"] is None and get(mem, old)["superseded_by"] is None
+    assert rest(mem, "PATCH", f"/v1/memories/{new}", json={"supersedes": old, "occurred_at": old_at}).status_code == 200
+    assert get(mem, old)["valid_to"] == old_at.replace("Z", ".000000Z")
+    assert rest(mem, "PATCH", f"/v1/memories/{new}", json={"occurred_at": new_at}).status_code == 200
+    late = {"content": "The team standup is cancelled.", "supersedes": old, "occurred_at": "2025-05-01T09:59:59Z"}
+    refused_order(rest(mem, "POST", "/v1/memories", json=late), "2025-05-01T09:59:59.000000Z", "10:00:00.000000Z")
+    # Moving either end of a link past the other is refused too: the successor earlier, the older one later.
+    refused_order(rest(mem, "PATCH", f"/v1/memories/{new}", json={"occurred_at": "2025-04-30T00:00:00Z"}), old_at[:-1])
+    refused_order(rest(mem, "PATCH", f"/v1/memories/{old}", json={"occurred_at": "2025-05-02T00:00:00Z"}), new_at[:-1])
+    assert (get(mem, old)["occurred_at"], get(mem, old)["valid_to"]) == (
+        old_at.replace("Z", ".000000Z"),
+        new_at.replace("Z", ".000000Z"),
+    )
+    assert get(mem, new)["occurred_at"] == new_at.replace("Z", ".000000Z")
+
+
+async def test_recall_keeps_a_chain_together_above_its_neighbours(mem: LiveServer) -> None:
+    """The ranking the inverted chain of issue 43 item 6 upset: recall answers a chain's newest memory, then the
+    one it replaced, and no neighbour between or before them, over REST and MCP, whether the query asks for the
+    present or not."""
+    (old_text, old_at), (new_text, _) = STANDUP
+    old = rest(mem, "POST", "/v1/memories", json={"content": old_text, "occurred_at": old_at}).json()["reference"]
+    for text in NEIGHBOURS:
+        assert rest(mem, "POST", "/v1/memories", json={"content": text}).status_code == 201
+    earlier = {"content": new_text, "supersedes": old, "occurred_at": "2025-05-01T09:59:57Z"}
+    assert rest(mem, "POST", "/v1/memories", json=earlier).status_code == 422  # the inverted chain cannot be made
+    new = rest(mem, "POST", "/v1/memories", json={"content": new_text, "supersedes": old}).json()["reference"]
+    for asked in ("When is the team standup?", "When is the team standup now?"):
+        hits = rest(mem, "POST", "/v1/recall", json={"query": asked, "limit": 2}).json()["results"]
+        assert [h["reference"] for h in hits] == [new, old], asked
+        async with mem.client() as client:
+            assert references(await call(client, "recall", query=asked, limit=2)) == [new, old], asked
+
+
 async def test_recall_brings_the_successor_above_a_better_matching_old_memory(mem: LiveServer) -> None:
     old = rest(
         mem,

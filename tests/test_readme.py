@@ -50,7 +50,7 @@ def test_every_command_named_exists() -> None:
     from typer.main import get_command
 
     from memory_server.admin.cli import app
-    from memory_server.admin.client_config.clients import CLIENTS
+    from memory_server.client_entries import CLIENTS
 
     root = get_command(app)
     # Commands as shown: at the start of a line of a code block, or in inline code anywhere.

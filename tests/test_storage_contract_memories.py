@@ -382,6 +382,44 @@ def test_supersede_chains(storage: Storage) -> None:
     assert "supersedes" not in exported[a.reference]
 
 
+def test_a_successor_never_occurred_before_what_it_supersedes(storage: Storage) -> None:
+    """Inside the write transaction, on both backends: linking a memory that occurred earlier, moving a successor
+    before what it replaces, or moving the replaced one after its successor is invalid_parameters, naming both
+    dates, and writes nothing. The same instant is in order."""
+    sid = site(storage)
+    when = ["2025-05-01T09:59:57.000000Z", "2025-05-01T09:59:58.000000Z", "2025-05-01T10:00:00.000000Z"]
+    get = lambda ref: storage.memories.get(Scope(sid), ref)  # noqa: E731
+    old = remember(storage, sid, "the standup is at 09:30", occurred_at=when[1])
+    with pytest.raises(InvalidParameters, match=f"occurred_at {when[0]} is before {when[1]}"):
+        remember(storage, sid, "the standup is at 10:00", occurred_at=when[0], supersedes=old.reference)
+    assert storage.memories.count() == 1 and get(old.reference).superseded_by is None  # the insert rolled back
+    new = remember(storage, sid, "the standup is at 10:00", occurred_at=when[1], supersedes=old.reference)
+    assert get(old.reference).valid_to == when[1]  # the same instant: valid from and until it, in order
+
+    def change(reference: str, content: str, occurred_at: str, supersedes: str | None = None) -> None:
+        storage.memories.update(
+            sid,
+            reference,
+            memory(content, occurred_at=occurred_at, supersedes=supersedes),
+            based_on={},
+            document=None,
+            words=Words(),
+        )
+
+    with pytest.raises(InvalidParameters, match=f"occurred_at {when[0]} is before {when[1]}"):
+        change(new.reference, "the standup is at 10:00", when[0], old.reference)  # the successor earlier
+    with pytest.raises(InvalidParameters, match=f"occurred_at {when[2]} is after {when[1]}"):
+        change(old.reference, "the standup is at 09:30", when[2])  # the replaced one after its successor
+    assert (get(old.reference).occurred_at, get(old.reference).valid_to) == (when[1], when[1])
+    assert get(new.reference).occurred_at == when[1]
+    change(new.reference, "the standup is at 10:00", when[2], old.reference)
+    assert get(old.reference).valid_to == when[2]
+    other = remember(storage, sid, "lunch is at noon", occurred_at=when[2])
+    with pytest.raises(InvalidParameters, match="is before"):  # linked by a change rather than on insert
+        change(old.reference, "the standup is at 09:30", when[1], other.reference)
+    assert get(other.reference).superseded_by is None and get(old.reference).supersedes is None
+
+
 def test_expired_memories_are_unseen_then_purged_in_batches(storage: Storage) -> None:
     sid = site(storage)
     past, future = "2001-01-01T00:00:00.000000Z", "2999-01-01T00:00:00.000000Z"

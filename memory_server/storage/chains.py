@@ -6,6 +6,11 @@ is superseded by at most one, so the links of a site form chains, oldest to newe
 the newest of a chain only: the chain stays one line. Deleting a memory joins its neighbours (or makes the
 one it superseded current again), so a chain never points at a memory that is gone.
 
+A successor never occurred before the memory it replaces (equal is allowed): a memory's validity, from its
+occurred_at until its successor's, never ends before it starts. Every write that links or moves a memory of a
+chain checks it here, on the rows as the transaction sees them (`out_of_order`); a break is invalid_parameters
+and the transaction writes nothing.
+
 `conn` is an open connection inside a write transaction (sqlite3 or psycopg: both `execute(sql, args)`),
 `mark` the backend's placeholder; rows whose links change are queued for the vector index (`indexed = 0`:
 `valid_to` is in its payload) and get a new updated_at (their version).
@@ -37,7 +42,9 @@ class Chains:
         """`reference` supersedes `older`, which must still be the newest of its chain (StaleRow if it is
         gone or was superseded meanwhile: the caller resolves it again). Returns the older one's id."""
         row = self._run(
-            f"SELECT id, superseded_by FROM memories WHERE site_id = ? AND reference = ?{self._lock}", site_id, older
+            f"SELECT id, superseded_by, occurred_at FROM memories WHERE site_id = ? AND reference = ?{self._lock}",
+            site_id,
+            older,
         ).fetchone()
         if row is None or row[1] is not None:
             raise StaleRow(older)
@@ -53,6 +60,7 @@ class Chains:
                 f"{reference} cannot supersede {older}: {older} already supersedes it, "
                 "directly or through others (a cycle)"
             )
+        out_of_order(occurred_at, older, str(row[2]))  # after the cycle: its message says more
         return int(row[0])
 
     def unlink(self, site_id: int, reference: str, older: str) -> int | None:
@@ -71,14 +79,17 @@ class Chains:
         """`reference` (which supersedes `older`) now occurred at `occurred_at`: the older one's valid_to."""
         row = self._run(
             f"UPDATE memories SET valid_to = ?, {CHANGED}"
-            " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id",
+            " WHERE site_id = ? AND reference = ? AND superseded_by = ? RETURNING id, occurred_at",
             occurred_at,
             now_rfc3339(),
             site_id,
             older,
             reference,
         ).fetchone()
-        return int(row[0]) if row is not None else None
+        if row is None:
+            return None
+        out_of_order(occurred_at, older, str(row[1]))
+        return int(row[0])
 
     def bridge(self, site_id: int, reference: str, older: str | None, newer: str | None) -> list[int]:
         """Before `reference` is deleted: the memory it superseded is superseded by the one that superseded
@@ -156,6 +167,12 @@ def relink(chains: Chains, site_id: int, reference: str, before: StoredMemory, a
     """After the row of `reference` changed from `before` to `after`: its link to the memory it supersedes
     follows (unlinked, linked to another, or that one's valid_to moved with occurred_at). The ids of the
     other rows changed."""
+    if before.superseded_by is not None and before.valid_to is not None and after.occurred_at > before.valid_to:
+        raise InvalidParameters(
+            f"occurred_at {after.occurred_at} is after {before.valid_to}, when {before.superseded_by} (which "
+            f"supersedes this memory) occurred: a memory cannot have occurred after the one that replaced it "
+            f"(give an occurred_at at or before {before.valid_to})"
+        )
     changed: list[int | None] = []
     if after.supersedes != before.supersedes:
         if before.supersedes is not None:
@@ -165,6 +182,17 @@ def relink(chains: Chains, site_id: int, reference: str, before: StoredMemory, a
     elif after.supersedes is not None and after.occurred_at != before.occurred_at:
         changed.append(chains.moved(site_id, reference, after.occurred_at, after.supersedes))
     return [i for i in changed if i is not None]
+
+
+def out_of_order(occurred_at: str, older: str, older_occurred_at: str) -> None:
+    """Refuse a memory that occurred at `occurred_at` as the successor of `older`, which occurred later (both
+    stored normalised, so text order is time order)."""
+    if occurred_at < older_occurred_at:
+        raise InvalidParameters(
+            f"occurred_at {occurred_at} is before {older_occurred_at}, when {older}, the memory it supersedes, "
+            f"occurred: a memory cannot replace one that occurred after it (give an occurred_at at or after "
+            f"{older_occurred_at})"
+        )
 
 
 def chain_sql(starts: str) -> str:

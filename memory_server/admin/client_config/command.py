@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from memory_server.admin.client_config.clients import (
+from memory_server.admin.common import DataDir, app, fail, load_settings
+from memory_server.client_entries import (
+    CLIENT_NAMES,
     CLIENTS,
     SECRET_SETTINGS,
     Connection,
@@ -35,7 +37,6 @@ from memory_server.admin.client_config.clients import (
     servers_key,
     variable_for,
 )
-from memory_server.admin.common import DataDir, app, fail, load_settings
 from memory_server.settings import Settings
 
 if TYPE_CHECKING:
@@ -194,16 +195,6 @@ def stdio_launch(settings: Settings, site: str, *, pin_data_dir: bool = True) ->
 
     env["PYTHONPATH"] = str(Path(server.__file__).resolve().parent.parent)
     return Launch(sys.executable, ["-m", "memory_server", *serve], env, passed)
-
-
-CLIENT_NAMES = {
-    "claude-desktop": "Claude Desktop",
-    "claude-code": "Claude Code",
-    "cursor": "Cursor",
-    "vscode": "VS Code",
-    "windsurf": "Windsurf",
-    "codex": "Codex",
-}
 
 
 def _notes(client: str, connection: Connection, settings: Settings) -> None:

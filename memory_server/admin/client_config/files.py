@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memory_server.admin.client_config.clients import toml_table
+from memory_server.client_entries import toml_table
 
 
 class CannotMerge(Exception):

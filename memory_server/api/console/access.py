@@ -3,7 +3,9 @@ sign-in only).
 
 Sign-in takes the site's Basic credential or a token, checked by the same Authenticator as every request
 to /mcp and /v1 and limited by the same SignInGuard (failures per address, 429 with Retry-After). Token and
-grant administration is memory_server.auth.admin, as the CLI's; a token is shown once, on the page that created it.
+grant administration is memory_server.auth.admin, as the CLI's; a token is shown once, on the page that created it,
+with the entries `client-config` would write for it (memory_server.api.console.client_setup). Its scopes default to
+read and write, as `token create`'s do.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from memory_server.api.console.app import ROOT, Console, Visit, signed_in
+from memory_server.api.console.client_setup import client_entries
 from memory_server.api.console.forms import Form, bound_words, read_form
 from memory_server.api.console.security import clear_cookie, refuse_cross_site, set_cookie
 from memory_server.api.console.sessions import (
@@ -173,6 +176,8 @@ async def tokens_page(
         return admin.list_tokens(storage.sites, site), admin.list_site_grants(storage.sites, storage.oauth, site)
 
     tokens, grants = await anyio.to_thread.run_sync(read)
+    mcp_url = visit.console.services.settings.mcp_resource
+    entries = client_entries(mcp_url, new_token[1]) if new_token else []
     return visit.page(
         "access.html",
         status=status,
@@ -180,6 +185,8 @@ async def tokens_page(
         grants=list(reversed(grants)),
         now=time.time(),
         new_token=new_token,
+        entries=entries,
+        mcp_url=mcp_url,
         error=error,
         form=visit.form,
         revoked=visit.form.given("revoked"),
@@ -195,6 +202,7 @@ async def access_page(visit: Visit) -> Response:
             grants=[],
             now=time.time(),
             new_token=None,
+            entries=[],
             revoked=None,
             form=visit.form,
             error=Forbidden(BASIC_ONLY),

@@ -1,4 +1,5 @@
-"""Saved memories in the console: the list with its filters, search, one memory's page, editing, forgetting.
+"""Saved memories in the console: the list with its filters, search, one memory's page, adding, editing,
+forgetting.
 
 Each page is one operation of MemoryOperations called with the signed-in principal: a bounded token sees
 only its bounds, a read-only one gets no edit controls, and a forged change is refused by the operation.
@@ -15,10 +16,17 @@ from starlette.routing import Route
 from memory_server.api.console.app import ROOT, Console, Visit, signed_in
 from memory_server.api.console.fields import EDIT_FIELDS, FieldErrors, field_errors
 from memory_server.api.console.forms import Form, day_start, json_object, validated, words
-from memory_server.api.console.versions import versions
+from memory_server.api.console.versions import linked_texts, versions
 from memory_server.errors import AppError, Forbidden, InvalidParameters, NotFound, PayloadTooLarge
 from memory_server.logs.params import ReplayParams
-from memory_server.memories.params import ListMemoriesParams, RecallParams, ReferenceParams, SearchParams, UpdateParams
+from memory_server.memories.params import (
+    ListMemoriesParams,
+    RecallParams,
+    ReferenceParams,
+    RememberParams,
+    SearchParams,
+    UpdateParams,
+)
 from memory_server.storage.records import BY_CREATED, BY_OCCURRED
 
 LOG_PAGE = 50  # items per page of the log viewer a provenance link opens
@@ -31,6 +39,8 @@ def routes(console: Console) -> list[Route]:
     return [
         Route("/memories", signed_in(console, list_page), methods=["GET"]),
         Route("/search", signed_in(console, search_page), methods=["GET"]),
+        Route("/memories/new", signed_in(console, add_page), methods=["GET"]),  # before the references: not one
+        Route("/memories/new", signed_in(console, add), methods=["POST"]),
         Route("/memories/{reference}", signed_in(console, memory_page), methods=["GET"]),
         Route("/memories/{reference}", signed_in(console, edit), methods=["POST"]),
         Route("/memories/{reference}/forget", signed_in(console, forget_page), methods=["GET"]),
@@ -66,6 +76,7 @@ async def list_page(visit: Visit) -> Response:
         "count": None,
         "next_url": None,
         "first_url": None,
+        "linked": {},
     }
     ops = visit.console.services.memory_ops
     try:
@@ -80,6 +91,7 @@ async def list_page(visit: Visit) -> Response:
     following = page["next_cursor"]
     context.update(
         memories=page["memories"],
+        linked=await linked_texts(ops, visit.principal, page["memories"]),
         count=count,
         next_url=f"{ROOT}/memories?{urlencode({**kept, 'cursor': following})}" if following else None,
         first_url=f"{ROOT}/memories?{urlencode(kept)}" if params.cursor is not None else None,
@@ -98,6 +110,7 @@ async def search_page(visit: Visit) -> Response:
         "search": None,
         "threshold": default,
         "default_threshold": default,
+        "linked": {},
     }
     if not query:
         return visit.page("search.html", **context)
@@ -109,6 +122,7 @@ async def search_page(visit: Visit) -> Response:
             search=await ops.search(visit.principal, search),
             threshold=default if search.min_score is None else search.min_score,
         )
+        context["linked"] = await linked_texts(ops, visit.principal, [*context["recall"], *context["search"]])
     except InvalidParameters as exc:
         return visit.page("search.html", status=exc.status, error=exc, **context)
     return visit.page("search.html", **context)
@@ -146,9 +160,11 @@ async def show_memory(
         memory=memory,
         log_link=log_link(memory["provenance"]),
         versions=await versions(visit.console.services.memory_ops, visit.principal, memory),
+        linked=await linked_texts(visit.console.services.memory_ops, visit.principal, [memory]),
         values=values,
         errors=errors or FieldErrors(),
         saved=visit.form.given("saved") is not None,
+        added=visit.form.given("added"),
     )
 
 
@@ -172,19 +188,53 @@ def changes(form: Form, memory: dict[str, Any]) -> dict[str, Any]:
         "expires_at": form.given("expires_at"),
     }
     defaults = {"type": "note", "bucket": "default", "metadata": {}, "provenance": {}, "tags": []}
-    errors = FieldErrors()
-    for name in ("metadata", "provenance"):  # each JSON field is read on its own, so both can be told wrong
-        try:
-            submitted[name] = json_object(name, form.get(name))
-        except InvalidParameters as exc:
-            errors.add(name, exc.message)
-    if errors:
-        raise errors.as_error()
+    submitted.update(json_fields(form))
     return {
         name: value
         for name, value in submitted.items()
         if (defaults.get(name) if value is None else value) != memory[name]
     }
+
+
+def json_fields(form: Form) -> dict[str, Any]:
+    """metadata and provenance as typed (blank: None), each read on its own so that both can be told wrong."""
+    found: dict[str, Any] = {}
+    errors = FieldErrors()
+    for name in ("metadata", "provenance"):
+        try:
+            found[name] = json_object(name, form.get(name))
+        except InvalidParameters as exc:
+            errors.add(name, exc.message)
+    if errors:
+        raise errors.as_error()
+    return found
+
+
+def remember_fields(form: Form) -> dict[str, Any]:
+    """The add form as `remember`'s parameters: a blank field is left out, so remember's default applies."""
+    data: dict[str, Any] = {"content": form.get("content").replace("\r\n", "\n"), "tags": words(form.get("tags"))}
+    names = ("type", "location", "project", "team", "bucket", "occurred_at", "supersedes", "expires_at")
+    data.update({name: form.given(name) for name in names}, **json_fields(form))
+    return {name: value for name, value in data.items() if value not in (None, [])}
+
+
+async def add_page(visit: Visit) -> Response:
+    return visit.page("remember.html", values=dict.fromkeys(EDIT_FIELDS, ""), errors=FieldErrors())
+
+
+async def add(visit: Visit) -> Response:
+    """A new memory through the same `remember` as MCP and REST; a refusal shows beside its field, the form kept."""
+    try:
+        params = validated(RememberParams, remember_fields(visit.form))
+        answer = await visit.console.services.memory_ops.remember(visit.principal, params)
+    except (InvalidParameters, PayloadTooLarge, NotFound, Forbidden) as exc:
+        errors = field_errors(exc)
+        if isinstance(exc, NotFound | Forbidden) and not errors.fields:
+            raise  # this sign-in may not save memories: not a mistake in a field
+        values = {name: visit.form.get(name) for name in EDIT_FIELDS}
+        return visit.page("remember.html", status=exc.status, values=values, errors=errors)
+    added = "new" if answer["created"] else "existing"
+    return RedirectResponse(f"{ROOT}/memories/{quote(answer['reference'], safe='')}?added={added}", status_code=303)
 
 
 async def edit(visit: Visit) -> Response:

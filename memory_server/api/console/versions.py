@@ -1,8 +1,10 @@
 """A memory's versions: the chain of memories that superseded one another, oldest first, each valid from its
-occurred_at until its successor's (its valid_to), read through the same `get` as every memory page."""
+occurred_at until its successor's (its valid_to), read through the same `get` as every memory page; and the text
+of the memories a page's badges point to ("superseded by", "replaces")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from memory_server.auth.principal import Principal
@@ -36,4 +38,19 @@ async def walk(ops: MemoryOperations, principal: Principal, reference: str | Non
         reference = version[link] if version is not None else None
     if found and reference is not None:
         found[-1]["more"] = True
+    return found
+
+
+async def linked_texts(
+    ops: MemoryOperations, principal: Principal, memories: Iterable[dict[str, Any]]
+) -> dict[str, str | None]:
+    """The content of each memory that one of `memories` supersedes or was superseded by, by reference (None:
+    not visible to this sign-in), so a badge names it by its text rather than by its reference."""
+    wanted = sorted({ref for m in memories for ref in (m.get("supersedes"), m.get("superseded_by")) if ref})
+    found: dict[str, str | None] = {}
+    for reference in wanted:
+        try:
+            found[reference] = str((await ops.get(principal, ReferenceParams(reference=reference)))["content"])
+        except NotFound:  # outside this sign-in's bounds, or just forgotten
+            found[reference] = None
     return found

@@ -1,4 +1,5 @@
-// The console's own script: the copy button of a new token and the chart of the status page.
+// The console's own script: the copy buttons of a new token, the filters folded on a narrow screen and the
+// chart of the status page.
 // Loaded from the server like every other asset (the Content-Security-Policy allows no inline script).
 (function () {
   "use strict";
@@ -54,7 +55,16 @@
     window.addEventListener("resize", function () { plot.setSize({ width: width(), height: 220 }); });
   }
 
+  // A narrow screen shows the results first: the filters fold until opened (wide, they stay open).
+  function foldNarrow() {
+    if (!window.matchMedia("(max-width: 40rem)").matches) { return; }
+    document.querySelectorAll("details[data-fold-narrow][open]").forEach(function (details) {
+      details.open = false;
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    foldNarrow();
     bindCopy(document);
     chart();
   });

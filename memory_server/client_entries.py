@@ -235,3 +235,14 @@ def toml_string(text: str) -> str:
         else:
             out.append(c)
     return '"' + "".join(out) + '"'
+
+
+# How each client is named to a person (notes, token labels, the console).
+CLIENT_NAMES = {
+    "claude-desktop": "Claude Desktop",
+    "claude-code": "Claude Code",
+    "cursor": "Cursor",
+    "vscode": "VS Code",
+    "windsurf": "Windsurf",
+    "codex": "Codex",
+}

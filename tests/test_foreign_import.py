@@ -80,7 +80,9 @@ def test_mcp_memory_graph_becomes_tagged_memories_and_a_second_import_adds_nothi
 
     again, errors, code = imported("mcp-memory", SAMPLES / "mcp-memory" / "memory.jsonl", data)
     assert code == 0 and (again["memories created"], again["memories duplicate"]) == ("0", "7")
-    assert "memory.jsonl:1: skipped: duplicate of mem_" in errors
+    # One line for the lot, not one per record.
+    assert "skipped 7 records holding a memory already here (the first, memory.jsonl:1: duplicate of mem_" in errors
+    assert errors.count("duplicate of mem_") == 1
 
     site = read(data, report["secret"])
     john = by_content(site.memories(tag="entity:John_Smith"))
@@ -164,6 +166,31 @@ def test_mem0_export_fills_buckets_dates_tags_and_keeps_its_ids(tmp_path: Path, 
         "Support agent keeps replies under 100 words"
     ]  # no user: the agent's bucket
     assert site.recall("what should I cook for her?", bucket="alice", limit=1)[0]["content"] == nuts["content"]
+
+
+def test_mem0_graph_relations_become_relation_memories_and_expired_records_are_skipped(
+    tmp_path: Path, read: Any
+) -> None:
+    data = tmp_path / "data"
+    report, errors, code = imported("mem0", SAMPLES / "mem0" / "graph.json", data)
+    assert code == 0, errors
+    assert report["memories created"] == "4" and report["memories expired"] == "1", report
+    assert "skipped 1 records whose expires_at has passed" in errors
+    again, errors, code = imported("mem0", SAMPLES / "mem0" / "graph.json", data)
+    assert code == 0 and again["memories created"] == "0", errors
+    site = read(data, report["secret"])
+    joseph = by_content(site.memories(tag="entity:Joseph"))
+    assert set(joseph) == {"Joseph lives in Seattle", "Joseph works as Software_Engineer"}
+    lives = joseph["Joseph lives in Seattle"]
+    assert (lives["type"], lives["tags"]) == ("relation", ["entity:Joseph", "entity:Seattle", "relation:lives_in"])
+    assert lives["metadata"] == {
+        "from": "Joseph",
+        "to": "Seattle",
+        "relation_type": "lives_in",
+        "source_type": "Person",
+        "target_type": "City",
+    }
+    assert "The old door code is 4711" not in by_content(site.memories())  # expired before the import
 
 
 def test_mem0_bad_records_are_reported_with_their_line_and_skipped(tmp_path: Path, read: Any) -> None:

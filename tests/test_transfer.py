@@ -457,7 +457,9 @@ def test_bad_lines_are_reported_by_number_and_the_rest_is_imported(tmp_path: Pat
     assert "type" in rejected[7] and "content" in rejected[8] and "colour" in rejected[10]
     assert "payload must be a JSON object" in rejected[13]
     assert "gap" in rejected[14] and "conflict" in rejected[15] and "recorded_at" in rejected[16]
-    assert "line 18: skipped: duplicate of mem_import_good" in done.stderr
+    assert "skipped 1 lines holding a memory already here (the first, line 18: duplicate of mem_import_good" in (
+        done.stderr
+    )
 
     settings = make_settings(data)
     items = query(settings, "SELECT seq, payload FROM log_items ORDER BY seq")

@@ -240,8 +240,13 @@ def _print_report(importer: Importer, aborted: Exception | None) -> None:
     if report.sites_indexing:
         typer.echo(f"log items to index: {report.items_to_index} (a running server indexes them in the background)")
     shown = 50
-    for line, message in report.duplicates[:shown]:
-        typer.echo(f"line {line}: skipped: {message}", err=True)
+    if report.duplicates:  # a re-import: one line, not one per record
+        line, message = report.duplicates[0]
+        typer.echo(
+            f"skipped {report.memories_duplicate} lines holding a memory already here (the first, line {line}: "
+            f"{message})",
+            err=True,
+        )
     for line, message in report.errors[:shown]:
         typer.echo(f"line {line}: {message}", err=True)
     if report.rejected > shown:

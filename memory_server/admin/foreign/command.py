@@ -17,6 +17,7 @@ from memory_server.admin.importer import ImportAborted, Importer, ImportReport
 from memory_server.errors import AppError
 from memory_server.memories.writes import EMBED_BATCH
 from memory_server.settings import Settings
+from memory_server.timestamps import now_rfc3339
 
 SHOWN = 50  # problems printed; the rest are counted
 
@@ -52,6 +53,7 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
         fail(RuntimeError(f"cannot open the data directory {settings.data_dir}: {exc}"))
     services.closers.append(index.close)
     problems = Problems()
+    started = now_rfc3339()
     places: dict[int, str] = {}  # the number given to each record still in the importer -> where it came from
     number = 0  # records given to the importer
     try:
@@ -80,6 +82,9 @@ def import_foreign(settings: Settings, fmt: str, file: str, site: str | None) ->
                         memory = validate_new(**item.fields, max_content_bytes=settings.max_content_bytes)
                     except AppError as exc:
                         problems.add(item.where, str(exc))
+                        continue
+                    if memory.expires_at is not None and memory.expires_at <= started:
+                        problems.expired += 1  # it would be gone at once: not a memory to make
                         continue
                     number += 1
                     places[number] = item.where
@@ -114,6 +119,7 @@ class Problems:
         self.shown: list[tuple[str, str]] = []
         self.duplicates: list[tuple[str, str]] = []
         self.count = 0
+        self.expired = 0  # records whose expires_at had passed: skipped
         self._errors_seen = self._duplicates_seen = self._rejected_seen = 0
 
     def add(self, where: str, message: str) -> None:
@@ -141,10 +147,18 @@ def _report(importer: Importer, problems: Problems) -> None:
         typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
     typer.echo(
         f"memories created: {report.memories_created}\nmemories already present: {report.memories_present}\n"
-        f"memories duplicate: {report.memories_duplicate}\nrejected records: {problems.count}"
+        f"memories duplicate: {report.memories_duplicate}\nmemories expired: {problems.expired}\n"
+        f"rejected records: {problems.count}"
     )
-    for where, message in problems.duplicates:
-        typer.echo(f"{where}: skipped: {message}", err=True)
+    if problems.duplicates:  # a re-import: one line, not one per record
+        where, message = problems.duplicates[0]
+        typer.echo(
+            f"skipped {report.memories_duplicate} records holding a memory already here (the first, {where}: "
+            f"{message})",
+            err=True,
+        )
+    if problems.expired:
+        typer.echo(f"skipped {problems.expired} records whose expires_at has passed", err=True)
     for where, message in problems.shown:
         typer.echo(f"{where}: {message}", err=True)
     if problems.count > len(problems.shown):

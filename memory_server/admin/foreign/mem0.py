@@ -3,6 +3,10 @@
 the same items. An item is `{"id", "memory", "hash", "metadata", "created_at", "updated_at", "user_id",
 "agent_id", "run_id", "actor_id", "role"}`; the platform adds `categories`, `app_id`, `expiration_date`.
 
+With graph memory on, a `get_all()` answer also holds `relations`: `{"source", "relationship", "target"}` (the
+library writes `destination` for `target`), each imported as a relation memory "SOURCE relationship TARGET",
+tagged `entity:` with both ends and `relation:` with the relationship, as the MCP memory server's relations are.
+
 A memory's text is `memory`; `user_id` (else `agent_id`, else `run_id`) is its bucket; `created_at` its
 `occurred_at`; `categories`, and `metadata`'s own `categories`/`category`/`tags`, are its tags (with
 `agent:…` when both a user and an agent are named); `expiration_date` its `expires_at`; `metadata` is kept.
@@ -39,6 +43,7 @@ from memory_server.errors import AppError
 SUFFIXES = (".json", ".jsonl")
 SOURCE = "mem0"
 LISTS = ("results", "memories")  # where a saved get_all() answer keeps its items
+RELATIONS = "relations"  # and, with graph memory on, the graph's edges
 _SPACE = re.compile(r"[ \t\r\n]*")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.~:-]{0,122}$")  # mem0_<id> must be one of our references
 
@@ -74,7 +79,7 @@ def _lines(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
             except (ValueError, RecursionError) as exc:
                 yield Problem(where, f"not valid JSON ({exc})")
                 continue
-            yield _memory(item, where)
+            yield _relation(item, where) if _is_relation(item) else _memory(item, where)
 
 
 def _document(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
@@ -113,10 +118,10 @@ def _document(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
         return
     ratio, reported = len(raw) / max(len(text), 1), 0  # progress in bytes, from positions in the text
     line, seen, found = 1, 0, False
-    for start, end, item in _items(text):
+    for start, end, item, edge in _items(text):
         line += text.count("\n", seen, start)
         seen, found = start, True
-        yield _memory(item, f"{file.name}:{line}")
+        yield _relation(item, f"{file.name}:{line}") if edge else _memory(item, f"{file.name}:{line}")
         done = int(end * ratio)
         progress(done - reported)
         reported = done
@@ -125,32 +130,35 @@ def _document(file: Path, progress: Callable[[int], None]) -> Iterator[Item]:
         yield Problem(file.name, f"no memories found: expected a list, or an object with {' or '.join(LISTS)}")
 
 
-def _items(text: str) -> Iterator[tuple[int, int, Any]]:
-    """(start, end, value) of each item of the document's list: the document itself, or its "results" (or
-    "memories") member. The text is valid JSON, so this small scanner need not recover from errors."""
+def _items(text: str) -> Iterator[tuple[int, int, Any, bool]]:
+    """(start, end, value, whether it is a relation) of each item of the document's list: the document itself,
+    or its "results" (or "memories") member, and its "relations". The text is valid JSON, so this small
+    scanner need not recover from errors."""
     decoder = json.JSONDecoder()
     at = _space(text, 0)
     if text.startswith("[", at):
-        yield from _elements(text, at, decoder)
+        yield from _elements(text, at, decoder, edges=None)
     elif text.startswith("{", at):
         at = _space(text, at + 1)
         while not text.startswith("}", at):
             key, at = decoder.raw_decode(text, at)
             at = _space(text, _space(text, at) + 1)  # past the ':'
-            if key in LISTS and text.startswith("[", at):
-                at = _space(text, (yield from _elements(text, at, decoder)))
+            if (key in LISTS or key == RELATIONS) and text.startswith("[", at):
+                at = _space(text, (yield from _elements(text, at, decoder, edges=key == RELATIONS)))
             else:
                 at = _space(text, decoder.raw_decode(text, at)[1])
             if text.startswith(",", at):
                 at = _space(text, at + 1)
 
 
-def _elements(text: str, at: int, decoder: json.JSONDecoder) -> Generator[tuple[int, int, Any], None, int]:
-    """The array's elements; returns the position after its ']'."""
+def _elements(
+    text: str, at: int, decoder: json.JSONDecoder, *, edges: bool | None
+) -> Generator[tuple[int, int, Any, bool], None, int]:
+    """The array's elements, relations if `edges` (None: each as it looks); returns the position after its ']'."""
     at = _space(text, at + 1)  # past the '['
     while not text.startswith("]", at):
         value, end = decoder.raw_decode(text, at)
-        yield at, end, value
+        yield at, end, value, _is_relation(value) if edges is None else edges
         at = _space(text, end)
         if text.startswith(",", at):
             at = _space(text, at + 1)
@@ -161,6 +169,36 @@ def _space(text: str, at: int) -> int:
     """The position of the first character at or after `at` that is not JSON whitespace."""
     match = _SPACE.match(text, at)
     return match.end() if match is not None else at
+
+
+def _is_relation(item: object) -> bool:
+    return isinstance(item, dict) and "relationship" in item and "memory" not in item
+
+
+def _relation(item: object, where: str) -> Item:
+    """A graph edge as a relation memory, as the MCP memory server's relations are imported."""
+    if not isinstance(item, dict):
+        return Problem(where, "a relation must be a JSON object")
+    ends = {"source": item.get("source"), "relationship": item.get("relationship")}
+    ends["target"] = item.get("target", item.get("destination"))
+    missing = [key for key, value in ends.items() if not isinstance(value, str) or not value.strip()]
+    if missing:
+        return Problem(where, f"a relation needs {', '.join(missing)} (non-empty strings)")
+    source, kind, target = str(ends["source"]), str(ends["relationship"]), str(ends["target"])
+    tags = Tags()
+    tags.add(source, "entity:")
+    tags.add(target, "entity:")
+    tags.add(kind, "relation:")
+    metadata: dict[str, Any] = {"from": source, "to": target, "relation_type": kind}
+    metadata.update({key: item[key] for key in ("source_type", "target_type") if isinstance(item.get(key), str)})
+    fields = {
+        "content": f"{source} {kind.replace('_', ' ')} {target}",
+        "type": "relation",
+        "tags": list(tags.values),
+        "metadata": metadata,
+        "provenance": {"source": SOURCE},
+    }
+    return Candidate(where, fields)
 
 
 def _memory(item: object, where: str) -> Item:

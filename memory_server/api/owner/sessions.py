@@ -24,6 +24,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from mcp.server.stdio import stdio_server
 
+from memory_server.api.mcp.descriptions import READ_TOOLS, WRITE_TOOLS
 from memory_server.api.mcp.server import build_mcp
 from memory_server.auth.principal import Principal
 from memory_server.local import handshake
@@ -36,7 +37,7 @@ log = logging.getLogger("memory_server.local")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # one MCP message; the operations bound what they accept far lower
 HELLO_TIMEOUT_S = 5.0
-MEMORY_TOOLS = frozenset({"remember", "recall", "search_memory", "recall_context", "forget"})
+MEMORY_TOOLS = frozenset(READ_TOOLS + WRITE_TOOLS)  # what needs the model
 MODEL_WAIT_S = 120.0  # a saved-memory tool called while the model loads waits this long, then says unavailable
 
 _principal: contextvars.ContextVar[Principal] = contextvars.ContextVar("local_principal")

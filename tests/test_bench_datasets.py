@@ -11,7 +11,8 @@ from datetime import date, timedelta
 
 import pytest
 
-from bench.datasets import evolving, profiles
+from bench.datasets import evolving, profiles, updates
+from bench.datasets.common import month_end
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,69 @@ def test_evolving_every_gold_answers_its_question(evo: evolving.Dataset) -> None
             assert after is None and before > slot.dates[k] + timedelta(days=28)
         if q.subkind == "before":
             assert slot.values[k + 1] in q.text and before == slot.dates[k + 1]
+
+
+# --- updates -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upd() -> updates.Dataset:
+    return updates.generate()
+
+
+def test_updates_is_deterministic_for_a_seed() -> None:
+    assert updates.generate(3).to_dict() == updates.generate(3).to_dict()
+    assert updates.generate(3).to_dict() != updates.generate(4).to_dict()
+
+
+def test_updates_sizes_and_languages(upd: updates.Dataset) -> None:
+    kinds = Counter((q.kind, q.language) for q in upd.questions)
+    for language in updates.LANGUAGES:
+        assert kinds["past", language] >= 20 and kinds["current", language] >= 20, language
+        assert kinds["stable", language] >= 10 and kinds["overview", language] >= 5, language
+    assert sum(not f.changes for f in upd.facts) == len({f.subject for f in upd.facts})  # one stable fact each
+    repeated = [keys for f in upd.facts for keys in f.keys if len(keys) > 1]
+    assert len(repeated) >= len(upd.facts) // 2  # many versions are remembered more than once
+    assert len(upd.memories) == sum(len(keys) for f in upd.facts for keys in f.keys)
+
+
+def test_updates_versions_repeats_and_contents(upd: updates.Dataset) -> None:
+    memories = {m.key: m for m in upd.memories}
+    assert len({m.content for m in upd.memories}) == len(upd.memories)
+    assert [m.occurred_at for m in upd.memories] == sorted(m.occurred_at for m in upd.memories)
+    for f in upd.facts:
+        assert len(set(f.values)) == len(f.values) and (len(f.values) > 1) == f.changes, f.id
+        assert all((b - a).days >= updates.MIN_GAP_DAYS for a, b in zip(f.dates, f.dates[1:], strict=False))
+        for version, keys in enumerate(f.keys):
+            said = [memories[k] for k in keys]
+            assert len({m.content for m in said}) == len(said)  # a repeat is said in other words
+            assert all(f.values[version] in m.content and m.version == version and m.fact == f.id for m in said)
+            assert day(said[0].occurred_at) == f.dates[version]
+            if version + 1 < len(f.dates):  # every repeat before the next version
+                assert all(day(m.occurred_at) < f.dates[version + 1] for m in said)
+
+
+def test_updates_past_questions_name_a_month_inside_their_version(upd: updates.Dataset) -> None:
+    facts = {f.id: f for f in upd.facts}
+    names = {lang: [n.lower() for n in months] for lang, months in updates.MONTH_NAMES.items()}
+    for q in (q for q in upd.questions if q.kind == "past"):
+        assert q.fact is not None and q.version is not None
+        f = facts[q.fact]
+        found = re.search(r"(\w+)(?: de)? (20\d\d)", q.text)
+        assert found is not None and found[1].lower() in names[q.language], q.text
+        first = date(int(found[2]), names[q.language].index(found[1].lower()) + 1, 1)
+        assert f.dates[q.version] < first and f.dates[q.version + 1] > month_end(first.year, first.month), q.text
+
+
+def test_updates_questions_ask_in_the_subject_s_language(upd: updates.Dataset) -> None:
+    cues = {
+        "en": r"\b(now|currently|these days|at the moment|current)\b",
+        "es": r"\b(ahora|actualmente|hoy en día|actual)\b",
+    }
+    cues["pt"] = r"\b(agora|atualmente|hoje em dia|atual)\b"
+    for q in upd.questions:
+        if q.kind in ("current", "stable"):
+            assert bool(re.search(cues[q.language], q.text, re.IGNORECASE)) == q.cue, q.text
 
 
 # --- profiles ------------------------------------------------------------------------------------------

@@ -86,6 +86,74 @@ def test_relative_dates_are_resolved_against_the_anchor(text: str, expected: lis
     assert spans(text, None) == []  # nothing to resolve them against
 
 
+# The same families in Spanish and Portuguese (memory_server/ranking/time_words.py), against ANCHOR (Monday 8 May
+# 2023) where they are relative.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Spanish
+        ("¿Quién lideraba Atlas en marzo de 2025?", [("2025-03-01", "2025-03-31", "month")]),
+        ("en septiembre del 2024", [("2024-09-01", "2024-09-30", "month")]),
+        ("el 4 de diciembre de 2023", [("2023-12-04", "2023-12-04", "day")]),
+        ("el 1º de mayo de 2024", [("2024-05-01", "2024-05-01", "day")]),
+        ("el segundo trimestre de 2024", [("2024-04-01", "2024-06-30", "quarter")]),
+        ("el verano de 2023", [("2023-06-01", "2023-08-31", "season")]),
+        ("lo que pasó en 2021", [("2021-01-01", "2021-12-31", "year")]),
+        ("desde marzo", [("2023-03-01", "2023-03-31", "month")]),
+        ("en junio", [("2022-06-01", "2022-06-30", "month")]),
+        ("hace dos semanas", [("2023-04-21", "2023-04-27", "week")]),
+        ("hace 3 días", [("2023-05-05", "2023-05-05", "day")]),
+        ("hace un mes", [("2023-04-01", "2023-04-30", "month")]),
+        ("el año pasado", [("2022-01-01", "2022-12-31", "year")]),
+        ("la semana pasada", [("2023-05-01", "2023-05-07", "week")]),
+        ("la próxima semana", [("2023-05-15", "2023-05-21", "week")]),
+        ("el mes que viene", [("2023-06-01", "2023-06-30", "month")]),
+        ("el viernes pasado", [("2023-05-05", "2023-05-05", "day")]),
+        ("el fin de semana pasado", [("2023-05-06", "2023-05-07", "day")]),
+        ("ayer", [("2023-05-07", "2023-05-07", "day")]),
+        ("anteayer", [("2023-05-06", "2023-05-06", "day")]),
+        ("HOY", [("2023-05-08", "2023-05-08", "day")]),
+        # Portuguese
+        ("Quem era o gestor da Ana em maio de 2024?", [("2024-05-01", "2024-05-31", "month")]),
+        ("em março de 2025", [("2025-03-01", "2025-03-31", "month")]),
+        ("4 de dezembro de 2023", [("2023-12-04", "2023-12-04", "day")]),
+        ("o 3º trimestre de 2024", [("2024-07-01", "2024-09-30", "quarter")]),
+        ("no verão de 2023", [("2023-06-01", "2023-08-31", "season")]),
+        ("até 2024", [("2024-01-01", "2024-12-31", "year")]),
+        ("desde fevereiro", [("2023-02-01", "2023-02-28", "month")]),
+        ("há duas semanas", [("2023-04-21", "2023-04-27", "week")]),
+        ("três meses atrás", [("2023-02-01", "2023-02-28", "month")]),
+        ("no ano passado", [("2022-01-01", "2022-12-31", "year")]),
+        ("na semana passada", [("2023-05-01", "2023-05-07", "week")]),
+        ("o mês que vem", [("2023-06-01", "2023-06-30", "month")]),
+        ("na próxima sexta-feira", [("2023-05-12", "2023-05-12", "day")]),
+        ("ontem", [("2023-05-07", "2023-05-07", "day")]),
+        ("amanhã", [("2023-05-09", "2023-05-09", "day")]),
+    ],
+)
+def test_spanish_and_portuguese_dates(text: str, expected: list[tuple[str, str, str]]) -> None:
+    assert spans(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "esta segunda versão",  # an ordinal, not a Monday
+        "ayer por la mañana",  # the morning, not tomorrow
+        "dos semanas de vacaciones",  # no "hace": a length, not a time
+        "marco de referencia",  # "marco" is no month
+    ],
+)
+def test_spanish_and_portuguese_words_that_are_not_dates(text: str) -> None:
+    assert [p for p in spans(text) if p != ("2023-05-07", "2023-05-07", "day")] == []
+
+
+def test_an_accent_typed_apart_from_its_letter_is_read() -> None:
+    decomposed = "em marc\u0327o de 2025"  # c + combining cedilla
+    assert spans(decomposed, None) == [("2025-03-01", "2025-03-31", "month")]
+    assert spans("hace tres di\u0301as") == [("2023-05-05", "2023-05-05", "day")]
+
+
 @pytest.mark.parametrize(
     ("anchor", "expected"),
     [
@@ -258,6 +326,8 @@ def test_a_query_with_a_date_off_the_calendar_is_answered(settings: Any, embedde
         "What was Sam doing on Dec 4, 2023?",
         "What was Sam doing on 4 December 2023?",
         "What was Sam doing on 2023-12-04?",
+        "¿Qué hacía Sam el 4 de diciembre de 2023?",
+        "O que o Sam estava fazendo em 4 de dezembro de 2023?",
     ],
 )
 def test_recall_ranks_the_memory_of_the_named_date_first(settings: Any, embedder: Any, question: str) -> None:
@@ -354,5 +424,12 @@ def test_the_end_of_the_period_a_question_asks_about() -> None:
         "Who led Atlas before 2024?",  # bounds of a range
         "Who was her manager between 2022 and 2023?",
         "Who leads Atlas?",
+        "¿Qué cambió desde marzo de 2024?",
+        "¿Quién lideraba Atlas antes de 2024?",
+        "Quem liderava o Atlas até 2024?",
+        "¿Quién lideraba Atlas el año pasado?",
     ):
         assert end(query) is None, query
+    assert end("¿Quién era el responsable de Ana en marzo de 2025?") == "2025-04-01T00:00:00+00:00"
+    assert end("Quem era o gestor da Ana em maio de 2024?") == "2024-06-01T00:00:00+00:00"
+    assert end("¿Qué fase tenía Atlas en el segundo trimestre de 2024?") == "2024-07-01T00:00:00+00:00"

@@ -7,6 +7,7 @@ import numpy as np
 from memory_server.ranking.candidate_set import Candidate
 from memory_server.ranking.fusion import fused_scores
 from memory_server.ranking.landmarks import LANDMARK_WEIGHT, landmark_terms, without_landmarks
+from memory_server.ranking.lexical import analyze_query
 
 
 def test_the_words_after_before_are_a_landmark_unless_they_name_a_date() -> None:
@@ -17,6 +18,28 @@ def test_the_words_after_before_are_a_landmark_unless_they_name_a_date() -> None
     assert landmark_terms("What did Maria do the day before yesterday?") == []
     assert landmark_terms("Who leads Atlas now?") == []
     assert landmark_terms("before") == [] and landmark_terms("x before " + "z " * 10_000)[:2] == ["z", "z"]
+
+
+def test_spanish_and_portuguese_landmarks() -> None:
+    assert "emacs" in landmark_terms("¿Qué editor usaba Bianca antes de Emacs?")
+    assert {"beatriz", "roch"} <= set(landmark_terms("Quem liderava o Atlas antes da Beatriz Rocha?"))
+    assert {"mia", "chen"} <= set(landmark_terms("¿Quién lideraba Atlas antes del cambio a Mia Chen?"))
+    assert "emacs" in landmark_terms("Qual editor a Bianca usava ANTES DO Emacs?")
+    assert landmark_terms("¿Dónde estaba Tim antes de marzo de 2024?") == []  # a date, not a landmark
+    assert landmark_terms("¿Qué hizo María antes de ayer?") == []
+    assert landmark_terms("O que a Ana fez antes de ontem?") == []
+    assert landmark_terms("¿Quién lidera Atlas ahora?") == []
+
+
+def test_a_landmark_holds_the_question_s_own_terms_for_its_words() -> None:
+    # analysed in the question's language too, so that the question's terms for them lose their weight
+    for query, words in (
+        ("¿Qué editor usaba Bianca antes de pasarse a Emacs?", "pasarse a Emacs"),
+        ("Qual editor a Bianca usava antes do Emacs?", "Emacs"),
+        ("Which editor did Bianca use before Emacs?", "Emacs"),
+    ):
+        asked = set(analyze_query(query))
+        assert asked & set(analyze_query(words, ("es", "pt", "en"))) <= set(landmark_terms(query)), query
 
 
 def test_a_landmark_term_counts_its_weight_beside_the_other_extra_terms() -> None:

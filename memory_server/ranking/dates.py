@@ -14,8 +14,10 @@ import numpy as np
 
 from memory_server.ranking.candidate_set import Candidate, CandidateSet
 from memory_server.ranking.fusion import format_date
+from memory_server.ranking.languages import folded
 from memory_server.ranking.per_text import SIZE, PerText
 from memory_server.ranking.periods import Period, periods
+from memory_server.ranking.time_words import alternation, words
 from memory_server.timestamps import parse_rfc3339
 
 # --- ranking: a soft boost for memories dated where the query points ------------------------------------
@@ -143,8 +145,8 @@ def dated_inside(
 
 
 # Words that make a period a bound of a range rather than the time a question asks about ("since 2021",
-# "after Q3 2024", "between 2022 and 2023").
-RANGE_WORDS = re.compile(r"\b(?:since|after|before|until|till|between)\b", re.IGNORECASE)
+# "after Q3 2024", "desde marzo de 2024", "até 2023"), in every language of memory_server/ranking/time_words.py.
+RANGE_WORDS = re.compile(r"\b" + alternation(words("range_words")) + r"\b")
 
 
 def as_of_end(query: str) -> float | None:
@@ -152,7 +154,7 @@ def as_of_end(query: str) -> float | None:
     year: what a question about the state of things then ("who was her manager in March 2024?") is answered
     by was written before it (ranking/recency.py, as_of_first). None when it names none, or only as the
     bound of a range."""
-    if RANGE_WORDS.search(query):
+    if RANGE_WORDS.search(folded(query)):
         return None
     coarse = [p.last for p in periods(query) if p.granularity not in FINE]  # no anchor: absolute ones only
     if not coarse:

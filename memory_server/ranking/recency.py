@@ -18,6 +18,8 @@ import numpy as np
 
 from memory_server.embeddings.similarity import IDENTITY, Scale
 from memory_server.ranking.candidate_set import Candidate, stacked_vectors
+from memory_server.ranking.languages import folded
+from memory_server.ranking.time_words import alternation, words
 from memory_server.timestamps import parse_rfc3339
 
 RECENCY_TOP = 10
@@ -25,18 +27,12 @@ RECENCY_DENSE_MARGIN = 0.10  # cosine
 RECENCY_FUSED_MARGIN = 2.0  # z units of the fused score
 RECENCY_STEP = 0.5  # the newest relevant memory ends this far above the top (z units), the others between
 
-# Words asking for the present state (English, and the Portuguese and Spanish of the product's documents).
-RECENT = re.compile(
-    r"\b(now|nowadays|right now|current|currently|latest|most recent|recent|recently|these days|at the moment|"
-    r"at present|presently|today|up to date|newest|anymore|any more|still|"
-    r"agora|atual|atualmente|hoje|ahora|actual|actualmente|hoy|reciente|recientemente|recente|recentemente|"
-    r"último|última|ultimo|ultima)\b",
-    re.IGNORECASE,
-)
+# Words asking for the present state, in every language of memory_server/ranking/time_words.py.
+RECENT = re.compile(r"\b" + alternation(words("recent")) + r"\b")
 
 
 def asks_for_recent(query: str) -> bool:
-    return RECENT.search(query) is not None
+    return RECENT.search(folded(query)) is not None
 
 
 def _seconds(candidate: Candidate) -> float:

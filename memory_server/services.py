@@ -56,6 +56,10 @@ class Services:
     def __post_init__(self) -> None:
         self.memory_ops = MemoryOperations(self.loaded_memories, self.settings)
 
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
     def close(self) -> None:
         self._stop.set()
         for close in reversed(self.closers):

@@ -396,10 +396,10 @@ async def test_an_owner_without_clients_exits_after_its_idle_time(tmp_path: Path
         status = owner_status(data)
         assert status is not None
     deadline = time.monotonic() + 30
-    while owner_status(data) is not None and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    while running(status["pid"]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not running(status["pid"]), "the idle owner did not exit"
     assert owner_status(data) is None and not (data / "owner.sock").exists()
-    assert not running(status["pid"])
 
 
 def running(pid: int) -> bool:

@@ -85,4 +85,4 @@ def owner_run(data_dir: DataDir = None) -> None:
     """Own the store (started by a stdio client's bridge)."""
     from memory_server.admin.serve import own_store
 
-    raise typer.Exit(own_store(load_settings(data_dir=data_dir)))
+    own_store(load_settings(data_dir=data_dir))

@@ -7,7 +7,7 @@ import os
 import socket
 import stat
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -182,14 +182,18 @@ def _open_index_for_serving(settings: Settings) -> VectorIndex:
     return index
 
 
-def own_store(settings: Settings) -> int:
+def own_store(settings: Settings) -> NoReturn:
     """Own the store for local clients until idle or stopped (`memory-server owner run`, which a stdio
-    client's bridge starts); the exit code."""
+    client's bridge starts), then exit."""
     from memory_server.api.owner.daemon import run_owner
     from memory_server.logging_setup import configure_logging
 
     configure_logging(settings, stream=sys.stderr)
-    return run_owner(settings, open_services_or_raise)
+    code = run_owner(settings, open_services_or_raise)
+    # The store is closed and the socket gone: a thread still finishing (the model's load, a maintenance
+    # round) must not keep the process, and with it the next owner's way, open.
+    logging.shutdown()
+    os._exit(code)
 
 
 def open_services_or_raise(settings: Settings) -> Services:

@@ -90,7 +90,8 @@ def load_in_background(services: Services) -> None:
         services.load_memories()
     except Exception:  # kept in services.memory_error: the tools answer unavailable with it
         return
-    services.start_maintenance()
+    if not services.closed:  # an owner that left while the model loaded starts no more work
+        services.start_maintenance()
 
 
 async def _serve(owner: OwnerSocket, sock: socket.socket, idle_s: float, paths: StorePaths) -> None:

@@ -4,7 +4,6 @@ import's peak memory stays bounded, the bad record is reported and skipped and t
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,18 +16,30 @@ BIG = 200 * 1024 * 1024  # the one-line file: far past every bound, small enough
 PEAK_LIMIT_MB = 450
 
 
+# Runs `memory-server ARGS` and, as it exits, writes its own peak RSS (VmHWM, kB). Read inside the process: the
+# rusage a parent gets also counts the parent's own pages, which the child held between fork and exec.
+PEAK_REPORTER = """
+import atexit, runpy, sys
+def report(path):
+    peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    open(path, "w").write(peak.split()[1])
+atexit.register(report, sys.argv[1])
+sys.argv = ["memory-server", *sys.argv[2:]]
+runpy.run_module("memory_server", run_name="__main__")
+"""
+
+
 def measured_import(fmt: str, source: Path, data_dir: Path, tmp_path: Path) -> tuple[dict[str, str], str, int, float]:
     """`memory-server import --from FMT SOURCE` in a child process: its report, stderr, exit code and peak RSS
-    in MB (wait4's rusage of that child alone, so earlier children of the test process do not count)."""
-    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
-    command = [sys.executable, "-m", "memory_server", "import", "--from", fmt, str(source), "--data-dir", str(data_dir)]
+    in MB, as the process itself saw it."""
+    out, err, peak = tmp_path / "out.txt", tmp_path / "err.txt", tmp_path / "peak.txt"
+    arguments = ["import", "--from", fmt, str(source), "--data-dir", str(data_dir)]
+    command = [sys.executable, "-c", PEAK_REPORTER, str(peak), *arguments]
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        child = subprocess.Popen(
+        code = subprocess.run(
             command, cwd=REPO_ROOT, env={**backends.current.env(data_dir), **server_env()}, stdout=stdout, stderr=stderr
-        )
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-    return parse_fields(out.read_text()), err.read_text(), child.returncode, usage.ru_maxrss / 1024
+        ).returncode
+    return parse_fields(out.read_text()), err.read_text(), code, int(peak.read_text()) / 1024
 
 
 def alias_bomb() -> str:

@@ -125,7 +125,6 @@ def _take_store(settings: Settings) -> int | None:
 
 def _serve_local_clients(services: Services, lock_fd: int, serving: str) -> None:
     """Local stdio clients' bridges join this server over the owner socket, in a thread of their own."""
-    import atexit
     import threading
 
     import anyio
@@ -139,7 +138,7 @@ def _serve_local_clients(services: Services, lock_fd: int, serving: str) -> None
     except OSError as exc:
         fail(RuntimeError(f"cannot listen for local clients at {paths.socket}: {exc.strerror or exc}"))
     owner = OwnerSocket(services, paths, serving=serving, lock_fd=lock_fd)
-    atexit.register(owner.unlink)
+    services.closers.append(owner.unlink)  # at shutdown, SIGTERM's included (uvicorn exits by the signal after)
     threading.Thread(target=anyio.run, args=(owner.serve, sock), name="local-clients", daemon=True).start()
 
 

@@ -25,6 +25,7 @@ from memory_server.admin.foreign.records import (
     files_under,
     json_problem,
     outside,
+    relation,
     too_large,
 )
 
@@ -102,13 +103,7 @@ def _relation(record: dict[str, Any], where: str) -> Iterator[Item]:
     if missing:
         yield Problem(where, f"a relation needs {', '.join(missing)} (non-empty strings)")
         return
-    source, target, kind = str(ends["from"]), str(ends["to"]), str(ends["relationType"])
-    tags = Tags()
-    tags.add(source, "entity:")
-    tags.add(target, "entity:")
-    tags.add(kind, "relation:")
-    metadata = {"from": source, "to": target, "relation_type": kind}
-    yield Candidate(where, _fields(f"{source} {kind.replace('_', ' ')} {target}", "relation", tags, metadata))
+    yield relation(where, str(ends["from"]), str(ends["relationType"]), str(ends["to"]), origin=SOURCE)
 
 
 def _fields(content: str, kind: str, tags: Tags, metadata: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from memory_server.admin.foreign.records import (
     json_problem,
     outside,
     read_bounded,
+    relation,
     tag_list,
     timestamp,
     too_large,
@@ -184,21 +185,9 @@ def _relation(item: object, where: str) -> Item:
     missing = [key for key, value in ends.items() if not isinstance(value, str) or not value.strip()]
     if missing:
         return Problem(where, f"a relation needs {', '.join(missing)} (non-empty strings)")
+    types = {key: item[key] for key in ("source_type", "target_type") if isinstance(item.get(key), str)}
     source, kind, target = str(ends["source"]), str(ends["relationship"]), str(ends["target"])
-    tags = Tags()
-    tags.add(source, "entity:")
-    tags.add(target, "entity:")
-    tags.add(kind, "relation:")
-    metadata: dict[str, Any] = {"from": source, "to": target, "relation_type": kind}
-    metadata.update({key: item[key] for key in ("source_type", "target_type") if isinstance(item.get(key), str)})
-    fields = {
-        "content": f"{source} {kind.replace('_', ' ')} {target}",
-        "type": "relation",
-        "tags": list(tags.values),
-        "metadata": metadata,
-        "provenance": {"source": SOURCE},
-    }
-    return Candidate(where, fields)
+    return relation(where, source, kind, target, origin=SOURCE, metadata=types)
 
 
 def _memory(item: object, where: str) -> Item:

@@ -73,6 +73,25 @@ class Tags:
 _NOT_WORD = re.compile(r"[^A-Za-z0-9_.:-]+")
 
 
+def relation(
+    where: str, source: str, relationship: str, target: str, *, origin: str, metadata: dict[str, Any] | None = None
+) -> Candidate:
+    """A graph edge as a relation memory, "SOURCE relationship TARGET", tagged with both ends (`entity:`) and the
+    relationship (`relation:`): the MCP memory server's relations and mem0's alike. `origin` is the source tool."""
+    tags = Tags()
+    tags.add(source, "entity:")
+    tags.add(target, "entity:")
+    tags.add(relationship, "relation:")
+    fields = {
+        "content": f"{source} {relationship.replace('_', ' ')} {target}",
+        "type": "relation",
+        "tags": list(tags.values),
+        "metadata": {"from": source, "to": target, "relation_type": relationship, **(metadata or {})},
+        "provenance": {"source": origin},
+    }
+    return Candidate(where, fields)
+
+
 def word(text: str) -> str | None:
     """A foreign label as a short word (a tag, a type, a bucket): runs of other characters become "-", and it
     starts with a letter or digit. None when nothing is left."""

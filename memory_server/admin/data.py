@@ -229,6 +229,8 @@ def import_command(
 
 
 def _print_report(importer: Importer, aborted: Exception | None) -> None:
+    from memory_server.admin.importer import skipped_duplicates
+
     report = importer.report
     for name, secret in report.sites_created:
         typer.echo(f"created site: {name}\nusername: {name}\nsecret: {secret}")
@@ -240,13 +242,9 @@ def _print_report(importer: Importer, aborted: Exception | None) -> None:
     if report.sites_indexing:
         typer.echo(f"log items to index: {report.items_to_index} (a running server indexes them in the background)")
     shown = 50
-    if report.duplicates:  # a re-import: one line, not one per record
+    if report.duplicates:
         line, message = report.duplicates[0]
-        typer.echo(
-            f"skipped {report.memories_duplicate} lines holding a memory already here (the first, line {line}: "
-            f"{message})",
-            err=True,
-        )
+        typer.echo(skipped_duplicates(report.memories_duplicate, "lines", f"line {line}", message), err=True)
     for line, message in report.errors[:shown]:
         typer.echo(f"line {line}: {message}", err=True)
     if report.rejected > shown:

@@ -39,6 +39,12 @@ T = TypeVar("T")
 # --- the whole stream ---------------------------------------------------------------------------------
 
 
+def skipped_duplicates(count: int, what: str, first: str, message: str) -> str:
+    """The one line an import says of the records that held a memory already there (a re-import: all of them),
+    instead of one line each."""
+    return f"skipped {count} {what} holding a memory already here (the first, {first}: {message})"
+
+
 class ImportAborted(Exception):
     """The import cannot go on (storage failure, unsupported format); what was committed stays."""
 

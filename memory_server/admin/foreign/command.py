@@ -13,7 +13,7 @@ from memory_server.admin.data import pinned_model
 from memory_server.admin.export_lines import MemoryRecord
 from memory_server.admin.foreign import FORMATS
 from memory_server.admin.foreign.records import Candidate, total_bytes
-from memory_server.admin.importer import ImportAborted, Importer, ImportReport
+from memory_server.admin.importer import ImportAborted, Importer, ImportReport, skipped_duplicates
 from memory_server.errors import AppError
 from memory_server.memories.writes import EMBED_BATCH
 from memory_server.settings import Settings
@@ -150,13 +150,9 @@ def _report(importer: Importer, problems: Problems) -> None:
         f"memories duplicate: {report.memories_duplicate}\nmemories expired: {problems.expired}\n"
         f"rejected records: {problems.count}"
     )
-    if problems.duplicates:  # a re-import: one line, not one per record
+    if problems.duplicates:
         where, message = problems.duplicates[0]
-        typer.echo(
-            f"skipped {report.memories_duplicate} records holding a memory already here (the first, {where}: "
-            f"{message})",
-            err=True,
-        )
+        typer.echo(skipped_duplicates(report.memories_duplicate, "records", where, message), err=True)
     if problems.expired:
         typer.echo(f"skipped {problems.expired} records whose expires_at has passed", err=True)
     for where, message in problems.shown:

@@ -42,12 +42,7 @@ def main() -> None:
         cli()
         return
     from memory_server.local.bridge import run_bridge
-    from memory_server.local.paths import former_default_notice, store_paths
     from memory_server.locations import default_data_dir
-    from memory_server.version import __version__
 
     data_dir, site = request
-    notice = former_default_notice(data_dir or default_data_dir(), explicit=data_dir is not None)
-    if notice is not None:
-        sys.stderr.write(f"memory-server: {notice}\n")
-    run_bridge(store_paths(data_dir or default_data_dir()), site=site, version=__version__)
+    run_bridge(data_dir or default_data_dir(), explicit=data_dir is not None, site=site)

@@ -239,13 +239,8 @@ def _serve_stdio(settings: Settings) -> None:
         _serve_stdio_alone(settings)
         return
     from memory_server.local.bridge import run_bridge
-    from memory_server.local.paths import former_default_notice, store_paths
-    from memory_server.version import __version__
 
-    notice = former_default_notice(settings.data_dir, explicit="data_dir" in settings.model_fields_set)
-    if notice is not None:
-        logging.getLogger("memory_server.serve").warning(notice)
-    run_bridge(store_paths(settings.data_dir), site=settings.stdio_site, version=__version__)
+    run_bridge(settings.data_dir, explicit="data_dir" in settings.model_fields_set, site=settings.stdio_site)
 
 
 def _serve_stdio_alone(settings: Settings) -> None:

@@ -19,10 +19,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 from memory_server.local import handshake
-from memory_server.local.paths import StorePaths, UnsafePath, check_socket, open_lock, private_dir
+from memory_server.local.paths import (
+    StorePaths,
+    UnsafePath,
+    check_socket,
+    former_default_notice,
+    open_lock,
+    private_dir,
+    store_paths,
+)
 
 REINITIALIZE_ID = "memory-server-bridge-reinitialize"
 FIRST_START_S = 90.0  # a new owner imports the server and opens the store before it listens
@@ -363,16 +372,23 @@ def version_mismatch(answer: dict[str, Any], mine: str) -> str:
     )
 
 
-def run_bridge(paths: StorePaths, *, site: str, version: str) -> NoReturn:
+def run_bridge(data_dir: Path, *, explicit: bool, site: str) -> NoReturn:
+    """`serve --transport stdio`: bridge this process's stdin and stdout to the owner of the store in `data_dir`
+    (`explicit`: named by a flag or MEMORY_DATA_DIR, else the per-user default), then exit."""
+    from memory_server.version import __version__
+
     def warn(text: str) -> None:
         sys.stderr.write(f"memory-server: {text}\n")
         sys.stderr.flush()
 
+    notice = former_default_notice(data_dir, explicit=explicit)
+    if notice is not None:
+        warn(notice)
     owner = [sys.executable, "-m", "memory_server", "owner", "run"]
     bridge = Bridge(
-        paths,
+        store_paths(data_dir),
         site=site,
-        version=version,
+        version=__version__,
         owner_command=owner,
         stdin=sys.stdin.buffer,
         stdout=sys.stdout.buffer,

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -45,7 +46,7 @@ def report(status_fd: int | None, text: str) -> None:
         pass
 
 
-def run_owner(settings: Settings, open_services: Any) -> int:
+def run_owner(settings: Settings, open_services: Callable[[Settings], Services]) -> int:
     """Own the store until idle or stopped. `open_services(settings)` opens the storage (raising on failure)."""
     from memory_server.local.bridge import JOINED, SERVING, lock_is_free
 
@@ -60,7 +61,7 @@ def run_owner(settings: Settings, open_services: Any) -> int:
             report(status_fd, JOINED)
             return 0
         sock = bind_socket(paths)  # bridges connect at once and wait in the backlog while the store opens
-        services: Services = open_services(settings)
+        services = open_services(settings)
         owner = OwnerSocket(services, paths, serving="stdio", lock_fd=lock_fd)
     except Exception as exc:
         report(status_fd, str(exc))

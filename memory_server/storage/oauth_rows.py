@@ -20,6 +20,8 @@ GRANTS = (
     "SELECT g.*, s.name AS site, c.client_name FROM oauth_grants g JOIN sites s ON s.id = g.site_id"
     " LEFT JOIN oauth_clients c ON c.client_id = g.client_id"
 )
+CLIENT_COLUMNS = "client_id, secret_hash, client_name, metadata, created_at, granted_at, source_address, source_network"
+REQUEST_COLUMNS = "request_hash, client_id, params, csrf_hash, expires_at, source_address, source_network"
 TOKENS = (
     "SELECT t.kind, t.scopes AS token_scopes, t.expires_at AS token_expires_at, t.rotated, g.*,"
     " s.name AS site, c.client_name FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
@@ -34,6 +36,33 @@ def json_list(values: tuple[str, ...] | None) -> str | None:
 def bounds_values(bounds: Bounds) -> list[str | None]:
     """scopes, teams, projects, buckets, as a code's or a grant's row holds them."""
     return [json_list(bounds.scopes), json_list(bounds.teams), json_list(bounds.projects), json_list(bounds.buckets)]
+
+
+def client_values(client: OAuthClient) -> list[object]:
+    """An oauth_clients row, in CLIENT_COLUMNS' order."""
+    return [
+        client.client_id,
+        client.secret_hash,
+        client.client_name,
+        client.metadata,
+        client.created_at,
+        client.granted_at,
+        client.source.address,
+        client.source.network,
+    ]
+
+
+def request_values(request_hash: str, request: PendingAuthorization) -> list[object]:
+    """An oauth_requests row, in REQUEST_COLUMNS' order."""
+    return [
+        request_hash,
+        request.client_id,
+        request.params,
+        request.csrf_hash,
+        request.expires_at,
+        request.source.address,
+        request.source.network,
+    ]
 
 
 def client_of(row: Row) -> OAuthClient:

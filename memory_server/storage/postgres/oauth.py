@@ -37,14 +37,18 @@ from memory_server.storage.oauth_records import (
     Quota,
 )
 from memory_server.storage.oauth_rows import (
+    CLIENT_COLUMNS,
     GRANTS,
+    REQUEST_COLUMNS,
     TOKENS,
     bounds_values,
     client_of,
+    client_values,
     code_of,
     grant_of,
     json_list,
     pending_of,
+    request_values,
     token_of,
 )
 from memory_server.storage.postgres.database import Conn, Database
@@ -71,18 +75,8 @@ class PostgresOAuthStore:
                 return Admission(True)  # a retry after a lost COMMIT finds its own row: added all the same
             taken = 0 if quota is None else admit(_runner(conn), "%s", CLIENTS, client.source, quota, client.created_at)
             conn.execute(
-                "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at,"
-                " source_address, source_network) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    client.client_id,
-                    client.secret_hash,
-                    client.client_name,
-                    client.metadata,
-                    client.created_at,
-                    client.granted_at,
-                    client.source.address,
-                    client.source.network,
-                ],
+                f"INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                client_values(client),
             )
             return Admission(True, evicted=taken)
 
@@ -118,17 +112,8 @@ class PostgresOAuthStore:
             conn.execute("DELETE FROM oauth_requests WHERE expires_at <= %s", [now])
             taken = 0 if quota is None else admit(_runner(conn), "%s", REQUESTS, request.source, quota, now)
             conn.execute(
-                "INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at, source_address,"
-                " source_network) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [
-                    request_hash,
-                    request.client_id,
-                    request.params,
-                    request.csrf_hash,
-                    request.expires_at,
-                    request.source.address,
-                    request.source.network,
-                ],
+                f"INSERT INTO oauth_requests ({REQUEST_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                request_values(request_hash, request),
             )
             return Admission(True, evicted=taken)
 

@@ -26,14 +26,18 @@ from memory_server.storage.oauth_records import (
     Quota,
 )
 from memory_server.storage.oauth_rows import (
+    CLIENT_COLUMNS,
     GRANTS,
+    REQUEST_COLUMNS,
     TOKENS,
     bounds_values,
     client_of,
+    client_values,
     code_of,
     grant_of,
     json_list,
     pending_of,
+    request_values,
     token_of,
 )
 from memory_server.storage.records import WouldBlock
@@ -55,18 +59,8 @@ class SqliteOAuthStore:
         def add(conn: sqlite3.Connection) -> Admission:
             taken = 0 if quota is None else admit(_runner(conn), "?", CLIENTS, client.source, quota, client.created_at)
             conn.execute(
-                "INSERT INTO oauth_clients (client_id, secret_hash, client_name, metadata, created_at, granted_at,"
-                " source_address, source_network) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    client.client_id,
-                    client.secret_hash,
-                    client.client_name,
-                    client.metadata,
-                    client.created_at,
-                    client.granted_at,
-                    client.source.address,
-                    client.source.network,
-                ),
+                f"INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                client_values(client),
             )
             return Admission(True, evicted=taken)
 
@@ -96,17 +90,8 @@ class SqliteOAuthStore:
             conn.execute("DELETE FROM oauth_requests WHERE expires_at <= ?", (now,))
             taken = 0 if quota is None else admit(_runner(conn), "?", REQUESTS, request.source, quota, now)
             conn.execute(
-                "INSERT INTO oauth_requests (request_hash, client_id, params, csrf_hash, expires_at, source_address,"
-                " source_network) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    request_hash,
-                    request.client_id,
-                    request.params,
-                    request.csrf_hash,
-                    request.expires_at,
-                    request.source.address,
-                    request.source.network,
-                ),
+                f"INSERT INTO oauth_requests ({REQUEST_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                request_values(request_hash, request),
             )
             return Admission(True, evicted=taken)
 

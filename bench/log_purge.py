@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
 
+from memory_server.storage.backends import SQLITE, backend_of, database_url  # noqa: E402
 from memory_server.storage.factory import open_storage  # noqa: E402
 
 from bench.perf import Server, summary  # noqa: E402
@@ -100,12 +101,12 @@ async def fill(server: Server, items: int) -> None:
 
 
 def sql(server: Server, statement: str, *args: Any) -> list[tuple[Any, ...]]:
-    if server.database_url is None:
+    if backend_of(server.settings()) is SQLITE:
         with contextlib.closing(sqlite3.connect(server.settings().db_path)) as db, db:
             return db.execute(statement, args).fetchall()
     import psycopg
 
-    with psycopg.connect(server.database_url, autocommit=True) as conn:
+    with psycopg.connect(database_url(server.settings()), autocommit=True) as conn:
         cur = conn.execute(statement.replace("?", "%s"), args)
         return [tuple(row) for row in cur.fetchall()] if cur.description else []
 

@@ -44,6 +44,7 @@ from memory_server.memories.writes import document_terms  # noqa: E402
 from memory_server.ranking.fusion import document_text  # noqa: E402
 from memory_server.services import open_services  # noqa: E402
 from memory_server.settings import Settings  # noqa: E402
+from memory_server.storage.backends import SQLITE, backend_of, database_url  # noqa: E402
 from memory_server.storage.factory import open_storage  # noqa: E402
 from memory_server.storage.records import Document, Words  # noqa: E402
 
@@ -400,7 +401,7 @@ async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any
         pages, lambda i: call("replay_memory", conversation_id="long-conversation", limit=1000, offset=i * 1000)
     )
     raw = []
-    if server.database_url is None:
+    if backend_of(server.settings()) is SQLITE:
         conn = sqlite3.connect(server.settings().db_path)  # the baseline: raw sqlite3 reads
         sql, label = (
             (
@@ -412,7 +413,7 @@ async def bench_reads(server: Server, call: Caller, items: int) -> dict[str, Any
     else:
         import psycopg
 
-        conn = psycopg.connect(server.database_url, autocommit=True)  # type: ignore[assignment]
+        conn = psycopg.connect(database_url(server.settings()), autocommit=True)  # type: ignore[assignment]
         sql, label = (
             (
                 "SELECT seq, recorded_at, payload FROM log_items WHERE site_id = %s AND"
@@ -725,7 +726,8 @@ async def bench_search(tmp: Path, embedder: Embedder, size: int, database_url: s
     finally:
         server.stop()
     out["disk_mb"] = disk_mb(data)
-    if database_url is None and size <= BASELINE_UP_TO:  # the index baseline does not depend on the authority
+    # The index baseline does not depend on the authority: measured once, beside the default one.
+    if backend_of(server.settings()) is SQLITE and size <= BASELINE_UP_TO:
         query_vectors = embedder.embed_documents(queries["search_memory"])
         out["baseline_qdrant_local"] = qdrant_local_baseline(
             tmp / f"qdrant-local-{size}", vectors, query_vectors, buckets

@@ -1,7 +1,8 @@
 """The storage backend a contract suite runs on, and the PostgreSQL database of each data directory.
 
-A module marked `pytest.mark.backends` runs every test on SQLite and again on PostgreSQL (the `backend`
-fixture of conftest.py switches `current` per module and parameter). On PostgreSQL each data directory a
+A module marked `pytest.mark.backends` runs every test on each backend of `memory_server.storage.backends`,
+SQLite and again PostgreSQL (the `storage_backend` fixture of conftest.py switches `current` per module and
+parameter). On PostgreSQL each data directory a
 test uses gets its own new database, as it would get its own SQLite file, so `make_settings`, the CLI
 (`procs.run_cli`) and server processes (`procs.ServerProcess`) all find the same authority for it.
 """
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-
-BACKENDS = ("sqlite", "postgres")
 
 
 class Backend:

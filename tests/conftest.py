@@ -22,6 +22,7 @@ from fastmcp import Client
 from memory_server.api.app import create_app
 from memory_server.auth import admin as auth
 from memory_server.settings import Settings
+from memory_server.storage.backends import BACKENDS, POSTGRES, SQLITE, backend_of, database_url
 from memory_server.storage.factory import open_storage
 
 from tests import backends
@@ -118,19 +119,19 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
 def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...]]:
     """Rows of `sql` (`?` placeholders) read straight from the settings' authority, SQLite or PostgreSQL:
     the oracle tests check stored state against."""
-    if settings.database_url is None:
+    if backend_of(settings) is SQLITE:
         with contextlib.closing(sqlite3.connect(settings.db_path)) as db:
             return db.execute(sql, args).fetchall()
     import psycopg
 
-    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+    with psycopg.connect(database_url(settings), autocommit=True) as conn:
         return [tuple(row) for row in conn.execute(sql.replace("?", "%s"), args).fetchall()]  # type: ignore[arg-type]
 
 
 def index_backlog(settings: Settings) -> int:
     """What the data directory's vector index does not hold yet: the outbox's rows on SQLite; on PostgreSQL
     the changes of the authority its follower has not applied (`follow.json` beside the index)."""
-    if settings.database_url is None:
+    if not backend_of(settings).shared:  # the outbox keeps the index
         [(pending,)] = query(settings, "SELECT count(*) FROM memories WHERE indexed = 0")
         [(deletions,)] = query(settings, "SELECT count(*) FROM index_deletions")
         return int(pending) + int(deletions)
@@ -144,13 +145,13 @@ def index_backlog(settings: Settings) -> int:
 
 def execute(settings: Settings, sql: str, *args: Any) -> None:
     """Change stored state behind the server's back (as damage, a clock step or an operator would)."""
-    if settings.database_url is None:
+    if backend_of(settings) is SQLITE:
         with contextlib.closing(sqlite3.connect(settings.db_path)) as db, db:
             db.execute(sql, args)
         return
     import psycopg
 
-    with psycopg.connect(settings.database_url.get_secret_value(), autocommit=True) as conn:
+    with psycopg.connect(database_url(settings), autocommit=True) as conn:
         conn.execute(sql.replace("?", "%s"), args)  # type: ignore[arg-type]
 
 
@@ -165,7 +166,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "storage_backend" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("backends") is None:
         return
-    names = ("sqlite",) if metafunc.definition.get_closest_marker("sqlite_only") else backends.BACKENDS
+    chosen = (SQLITE,) if metafunc.definition.get_closest_marker("sqlite_only") else BACKENDS
+    names = [backend.name for backend in chosen]  # the ids: [sqlite], [postgres]
     metafunc.parametrize("storage_backend", names, indirect=True, scope="module")
 
 
@@ -173,8 +175,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def storage_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """The storage backend of this module's tests ("sqlite" unless the module is marked `backends`).
     Module-scoped fixtures that open storage must request it, so they are made again per backend."""
-    name = getattr(request, "param", "sqlite")
-    if name != "postgres":
+    name = getattr(request, "param", SQLITE.name)
+    if name != POSTGRES.name:
         yield name
         return
     from tests.postgres import PostgresDatabases

@@ -11,6 +11,7 @@ import pytest
 from memory_server.auth.authenticator import Authenticator
 from memory_server.auth.principal import Principal
 from memory_server.errors import Unauthorized
+from memory_server.storage.backends import backend_of
 from memory_server.storage.factory import open_storage
 from memory_server.storage.sqlite.connection import connect
 
@@ -193,7 +194,7 @@ def test_secrets_are_stored_only_as_hashes(data_dir: Path) -> None:
     token = parse_fields(ok("token", "create", "--site", "acme", "--scope", "memory:read", data_dir=data_dir))["token"]
     settings = make_settings(data_dir)
     values = (secret, rotated, token, token.removeprefix("mst_"))
-    if settings.database_url is None:
+    if backend_of(settings).in_data_dir:
         files = [p for p in data_dir.rglob("*") if p.is_file()]
         assert any(p.name == "memory.db" for p in files)
         for value in values:

@@ -28,6 +28,7 @@ import pytest
 
 from memory_server.auth.principal import READ, WRITE
 from memory_server.settings import Settings
+from memory_server.storage.backends import SQLITE, backend_of
 from memory_server.storage.factory import open_storage
 from memory_server.storage.oauth_records import (
     ACCESS,
@@ -505,7 +506,7 @@ def test_the_schema_step_counts_clients_with_grants_as_signed_in(tmp_path: Path,
         "INSERT INTO oauth_grants (id, site_id, client_id, scopes, resource, created_at, expires_at)"
         " VALUES ('oa_old', 1, 'old-used', '[]', 'r', '2024-01-01T00:00:00.000000Z', 2)",
     ]
-    if settings.database_url is None:
+    if backend_of(settings) is SQLITE:
         from memory_server.storage.sqlite import schema
 
         settings.data_dir.mkdir(parents=True)

@@ -31,6 +31,7 @@ from memory_server.ranking.recency import as_of_first, asks_for_recent, newest_f
 from memory_server.retrieval.candidates import CandidateSource
 from memory_server.retrieval.recall import Retrieval
 from memory_server.services import Services, open_services
+from memory_server.storage.backends import backend_of
 from memory_server.storage.factory import open_storage
 
 from tests.conftest import LiveServer, index_backlog, make_settings, query, serve
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.backends
 def mem(request: Any, settings: Any, embedder: Any) -> Iterator[LiveServer]:
     index = QdrantServerIndex(QdrantClient(":memory:"), "memories") if request.param == "server" else None
     with serve(settings, embedder, index=index) as server:
-        server.outbox = index is not None or settings.database_url is None  # type: ignore[attr-defined]
+        server.outbox = index is not None or not backend_of(settings).shared  # type: ignore[attr-defined]
         server.index = index  # type: ignore[attr-defined]
         yield server
 

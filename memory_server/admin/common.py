@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from memory_server.settings import Settings
+from memory_server.storage.backends import backend_of, database_url
 
 if TYPE_CHECKING:
     from rich.progress import Progress  # imported when used: rich is slow to import
@@ -73,10 +74,10 @@ def load_settings(**overrides: object) -> Settings:
             shown = "" if name in SECRET_SETTINGS else f" (got {err.get('input')!r})"  # a URL may hold a password
             problems.append(f"{flag}: {err.get('msg', 'invalid')}{shown}")
         fail(RuntimeError("; ".join(problems)))
-    if settings.database_url is not None:  # malformed, it would be printed back, password and all
+    if backend_of(settings).needs_url:  # malformed, it would be printed back, password and all
         from memory_server.storage.postgres.errors import url_problem
 
-        problem = url_problem(settings.database_url.get_secret_value())
+        problem = url_problem(database_url(settings))
         if problem is not None:
             fail(
                 RuntimeError(

@@ -332,11 +332,12 @@ def backup(
     The vector index is not copied: it is derived from the database. After restoring, run `memory-server
     reindex` (with the server backend, snapshot the Qdrant collection instead).
     """
+    from memory_server.storage.backends import backend_of
     from memory_server.storage.factory import live_paths
     from memory_server.storage.sqlite.backup import backup_database
 
     settings = load_settings(data_dir=data_dir)
-    if settings.database_url is not None:
+    if not backend_of(settings).in_data_dir:
         fail(
             RuntimeError(
                 "the authority is PostgreSQL (MEMORY_DATABASE_URL): back it up with PostgreSQL's own tools, e.g. "

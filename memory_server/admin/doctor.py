@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memory_server.embeddings.base import Embedder
 from memory_server.index.base import IndexInfo, VectorIndex
 from memory_server.settings import Settings
+from memory_server.storage.backends import POSTGRES, backend_of, database_url
 from memory_server.storage.checks import FAIL, OK, SKIP, WARN, Check
 from memory_server.storage.files import exposed
 from memory_server.storage.sqlite.checks import SqliteState, sqlite_checks
@@ -49,7 +50,7 @@ def run_checks(
     state = _State(follows=_follows(settings), index_path=settings.index_path)
     try:
         yield from _guarded("model", lambda: iter([_check_model(settings, state, project_root, load_embedder)]))
-        if settings.database_url is not None:
+        if backend_of(settings) is POSTGRES:
             yield from _guarded("postgres", lambda: _postgres(settings, state))
         else:
             data_dir = settings.data_dir
@@ -85,8 +86,7 @@ def _postgres(settings: Settings, state: _State) -> Iterator[Check]:
     if settings.data_dir.is_dir():
         yield from _check_permissions(settings)
     postgres = state.storage = PostgresState()
-    url = settings.database_url.get_secret_value() if settings.database_url is not None else ""
-    yield from postgres_checks(url, postgres)
+    yield from postgres_checks(database_url(settings), postgres)
 
 
 def _guarded(name: str, checks: Callable[[], Iterator[Check]]) -> Iterator[Check]:
@@ -280,7 +280,7 @@ def _check_index_contents(state: _State, index: VectorIndex, info: IndexInfo | N
 
 
 def _follows(settings: Settings) -> bool:
-    return settings.database_url is not None and settings.index_backend == "embedded"
+    return backend_of(settings).shared and settings.index_backend == "embedded"
 
 
 def _check_following(settings: Settings, state: _State) -> Iterator[Check]:

@@ -13,29 +13,10 @@ from memory_server.auth.secrets import SITE_NAME
 from memory_server.errors import AppError, InvalidParameters
 from memory_server.logs.validation import MAX_CURSOR_INT, LogLimits, check_conversation_id, serialize_items
 from memory_server.memories.validation import check_timestamp, check_word, parse_timestamp, validate_new
+from memory_server.storage.memory_rows import EXPORTED_FIELDS
 from memory_server.storage.records import NewMemory
 
-MEMORY_FIELDS = frozenset(
-    {
-        "reference",
-        "content",
-        "type",
-        "location",
-        "project",
-        "team",
-        "bucket",
-        "tags",
-        "metadata",
-        "provenance",
-        "occurred_at",
-        "created_at",
-        "updated_at",
-        "supersedes",
-        "superseded_by",
-        "valid_to",
-        "expires_at",
-    }
-)
+MEMORY_FIELDS = frozenset(EXPORTED_FIELDS)
 LOG_FIELDS = frozenset({"conversation_id", "seq", "recorded_at", "payload"})
 SITE_FIELDS = frozenset({"index_logs"})
 CONVERSATION_FIELDS = frozenset({"conversation_id", "index", "bucket"})

@@ -7,6 +7,7 @@ from memory_server.index.base import IndexLocked
 from memory_server.index.edge import EdgeIndex
 from memory_server.index.edge_files import INFO_FILE
 from memory_server.settings import Settings
+from memory_server.storage.backends import backend_of
 from memory_server.storage.health import DatabaseDamaged
 
 
@@ -15,7 +16,7 @@ def refuse_lost_database(settings: Settings) -> None:
     would create a new site and secret, and start-up would then empty the index to match (the emptied-file
     case is storage/files.py's emptied_database). A new data directory, or an index never filled, starts."""
     db, index = settings.db_path, settings.index_path
-    if settings.database_url is not None or db.exists() or settings.index_backend != "embedded":
+    if not backend_of(settings).in_data_dir or db.exists() or settings.index_backend != "embedded":
         return
     if not (index / INFO_FILE).is_file():
         return  # the index was never set up: a first start

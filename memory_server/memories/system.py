@@ -17,6 +17,7 @@ from memory_server.retrieval.candidates import CandidateSource
 from memory_server.retrieval.recall import Retrieval
 from memory_server.retrieval.vocabulary import WordVectors
 from memory_server.settings import Settings
+from memory_server.storage.backends import Backend
 from memory_server.storage.protocols import Storage
 
 log = logging.getLogger("memory_server.memories")
@@ -54,11 +55,11 @@ class Memories:
         return done
 
 
-def follows_authority(settings: Settings, index: VectorIndex) -> bool:
+def follows_authority(backend: Backend, index: VectorIndex) -> bool:
     """An index of this server's own on a shared authority (PostgreSQL, maybe several replicas) follows its
     change feed; otherwise the index belongs to the authority's one process (SQLite) or is shared by every
     server (Qdrant server), and the outbox keeps it."""
-    return settings.database_url is not None and not index.shared
+    return backend.shared and not index.shared
 
 
 def build_memories(
@@ -74,7 +75,7 @@ def build_memories(
     words = WordVectors(embedder)
     outbox = Outbox(storage.outbox, index, embedder)
     follower = None
-    if follows_authority(settings, index) if follow is None else follow:
+    if follows_authority(storage.backend, index) if follow is None else follow:
         follower = IndexFollower(
             outbox,
             storage.outbox,

@@ -19,6 +19,29 @@ COLUMNS = (
     " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
     " m.valid_to, m.expires_at, m.kind, m.vector_model, m.vector IS NOT NULL AS has_vector"
 )
+# A memory's public fields, in the order an export line holds them (after its site's name); an import reads
+# back these and no others.
+EXPORTED_FIELDS = (
+    "reference",
+    "content",
+    "type",
+    "location",
+    "project",
+    "team",
+    "bucket",
+    "tags",
+    "metadata",
+    "provenance",
+    "occurred_at",
+    "created_at",
+    "updated_at",
+    "supersedes",
+    "superseded_by",
+    "valid_to",
+    "expires_at",
+)
+# What a snapshot selects from `memories m JOIN sites s` for them: the site's name, then the fields in order.
+EXPORTED_COLUMNS = "s.name AS site, " + ", ".join(f"m.{name}" for name in EXPORTED_FIELDS)
 OPTIONAL_FIELDS = ("supersedes", "superseded_by", "valid_to", "expires_at")  # exported only when set
 
 

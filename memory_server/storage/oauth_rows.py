@@ -1,5 +1,6 @@
-"""OAuth rows, the part every storage backend shares: the joins that read grants and tokens, and rows read
-back as the records of oauth_records.py (both backends keep bounds as JSON text and times as floats)."""
+"""OAuth rows, the part every storage backend shares: the joins that read grants and tokens, the values a
+client, request, code or grant is inserted with, and rows read back as the records of oauth_records.py (both
+backends keep bounds as JSON text and times as floats)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 from memory_server.storage.oauth_records import (
     Bounds,
+    NewGrant,
     OAuthClient,
     OAuthCode,
     OAuthGrant,
@@ -22,6 +24,13 @@ GRANTS = (
 )
 CLIENT_COLUMNS = "client_id, secret_hash, client_name, metadata, created_at, granted_at, source_address, source_network"
 REQUEST_COLUMNS = "request_hash, client_id, params, csrf_hash, expires_at, source_address, source_network"
+CODE_COLUMNS = (
+    "code_hash, client_id, site_id, scopes, teams, projects, buckets, resource, code_challenge, redirect_uri,"
+    " redirect_uri_explicit, expires_at"
+)
+GRANT_COLUMNS = (
+    "id, site_id, client_id, scopes, teams, projects, buckets, resource, created_at, expires_at, last_used_at"
+)
 TOKENS = (
     "SELECT t.kind, t.scopes AS token_scopes, t.expires_at AS token_expires_at, t.rotated, g.*,"
     " s.name AS site, c.client_name FROM oauth_tokens t JOIN oauth_grants g ON g.id = t.grant_id"
@@ -62,6 +71,35 @@ def request_values(request_hash: str, request: PendingAuthorization) -> list[obj
         request.expires_at,
         request.source.address,
         request.source.network,
+    ]
+
+
+def code_values(code_hash: str, code: OAuthCode) -> list[object]:
+    """An oauth_codes row, in CODE_COLUMNS' order."""
+    return [
+        code_hash,
+        code.client_id,
+        code.site_id,
+        *bounds_values(code.bounds),
+        code.resource,
+        code.code_challenge,
+        code.redirect_uri,
+        int(code.redirect_uri_explicit),
+        code.expires_at,
+    ]
+
+
+def grant_values(grant: NewGrant, *, last_used_at: str) -> list[object]:
+    """An oauth_grants row, in GRANT_COLUMNS' order."""
+    return [
+        grant.id,
+        grant.site_id,
+        grant.client_id,
+        *bounds_values(grant.bounds),
+        grant.resource,
+        grant.created_at,
+        grant.expires_at,
+        last_used_at,
     ]
 
 

@@ -38,6 +38,7 @@ from memory_server.client_entries import (
     variable_for,
 )
 from memory_server.settings import Settings
+from memory_server.storage.backends import backend_of
 
 if TYPE_CHECKING:
     from memory_server.admin.client_config.files import Merged
@@ -201,7 +202,7 @@ def _notes(client: str, connection: Connection, settings: Settings) -> None:
     """On stderr: where the credential goes (the entry names it only), and what the entry leaves out."""
     app_name = CLIENT_NAMES[client]
     if isinstance(connection, Launch):
-        if settings.index_backend == "embedded" and settings.database_url is None:
+        if settings.index_backend == "embedded" and backend_of(settings).in_data_dir:
             typer.echo(
                 f"note: the client starts its own server on {settings.data_dir.resolve()}; a `memory-server "
                 "serve` already running there holds its vector index (stop it, or use --transport http)",

@@ -29,7 +29,7 @@ def setup(services: Services) -> dict[str, Any]:
         follower = memories.follower
         backlog = follower.lag() if follower is not None else memories.outbox.backlog()
     return {
-        "storage": "PostgreSQL" if settings.database_url is not None else "SQLite",
+        "storage": services.storage.backend.label,
         "index": "embedded (Qdrant Edge)" if settings.index_backend == "embedded" else "server (Qdrant)",
         "model": memories.embedder.name if memories is not None else None,
         "engine": settings.embedding_engine,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import psycopg
 
-from memory_server.storage.checks import FAIL, OK, Check
+from memory_server.storage.checks import FAIL, OK, Check, CheckedDatabase, schema_check
 from memory_server.storage.postgres.database import Conn, connect
 from memory_server.storage.postgres.errors import first_line
 from memory_server.storage.postgres.schema import SCHEMA, schema_version
@@ -20,14 +19,8 @@ SETTINGS = (
 )
 
 
-@dataclass
-class PostgresState:
-    conn: Conn | None = None
-    counts: tuple[int, int, int, int] | None = None  # memories, indexed, unindexed, queued deletions
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+class PostgresState(CheckedDatabase[Conn]):
+    """What the PostgreSQL checks leave for doctor's later checks."""
 
 
 def where(url: str) -> str:
@@ -72,8 +65,9 @@ def postgres_checks(url: str, state: PostgresState) -> Iterator[Check]:
             "upgrade PostgreSQL to version 12 or newer",
         )
     yield from _durability(str(synchronous), str(fsync), bool(standby))
-    yield from _schema(conn)
-    if (schema_version(conn) or 0) >= 2:
+    version = schema_version(conn)
+    yield schema_check(version, len(SCHEMA))
+    if (version or 0) >= 2:
         state.counts = _counts(conn)
 
 
@@ -100,23 +94,3 @@ def _durability(synchronous: str, fsync: str, standby: bool) -> Iterator[Check]:
         )
     else:
         yield Check("postgres writable", OK, "primary (not in recovery)")
-
-
-def _schema(conn: Conn) -> Iterator[Check]:
-    found = schema_version(conn)
-    current = len(SCHEMA)
-    start = "start the server or run `memory-server site list`: either brings the schema up to date"
-    if found is None:
-        yield Check("schema", FAIL, "no memory-server schema in this database", start)
-        return
-    if found == current:
-        yield Check("schema", OK, f"version {found} (current)")
-    elif found < current:
-        yield Check("schema", FAIL, f"version {found}, this memory-server uses {current}", start)
-    else:
-        yield Check(
-            "schema",
-            FAIL,
-            f"version {found} is newer than this memory-server's ({current})",
-            "upgrade memory-server to the version that wrote this database",
-        )

@@ -38,14 +38,17 @@ from memory_server.storage.oauth_records import (
 )
 from memory_server.storage.oauth_rows import (
     CLIENT_COLUMNS,
+    CODE_COLUMNS,
+    GRANT_COLUMNS,
     GRANTS,
     REQUEST_COLUMNS,
     TOKENS,
-    bounds_values,
     client_of,
     client_values,
     code_of,
+    code_values,
     grant_of,
+    grant_values,
     json_list,
     pending_of,
     request_values,
@@ -157,22 +160,9 @@ class PostgresOAuthStore:
             if conn.execute("SELECT 1 FROM sites WHERE id = %s FOR KEY SHARE", [code.site_id]).fetchone() is None:
                 return False
             conn.execute("DELETE FROM oauth_codes WHERE expires_at <= %s", [now - CODE_REPLAY_WINDOW_S])
-            b = code.bounds
             conn.execute(
-                "INSERT INTO oauth_codes (code_hash, client_id, site_id, scopes, teams, projects, buckets, resource,"
-                " code_challenge, redirect_uri, redirect_uri_explicit, expires_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    code_hash,
-                    code.client_id,
-                    code.site_id,
-                    *bounds_values(b),
-                    code.resource,
-                    code.code_challenge,
-                    code.redirect_uri,
-                    int(code.redirect_uri_explicit),
-                    code.expires_at,
-                ],
+                f"INSERT INTO oauth_codes ({CODE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                code_values(code_hash, code),
             )
             return True
 
@@ -202,20 +192,9 @@ class PostgresOAuthStore:
             ).fetchone()
             if claimed is None:
                 return False
-            b = grant.bounds
             conn.execute(
-                "INSERT INTO oauth_grants (id, site_id, client_id, scopes, teams, projects, buckets, resource,"
-                " created_at, expires_at, last_used_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    grant.id,
-                    grant.site_id,
-                    grant.client_id,
-                    *bounds_values(b),
-                    grant.resource,
-                    grant.created_at,
-                    grant.expires_at,
-                    rfc3339_at(now),
-                ],
+                f"INSERT INTO oauth_grants ({GRANT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                grant_values(grant, last_used_at=rfc3339_at(now)),
             )
             _insert_tokens(conn, grant.id, tokens)
             # Last: a client's row is locked after the site, code and grant (forget_unused_clients locks no

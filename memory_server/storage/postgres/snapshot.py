@@ -17,33 +17,13 @@ from psycopg import IsolationLevel
 from psycopg.rows import TupleRow
 
 from memory_server.errors import NotFound, Unavailable
-from memory_server.storage.memory_rows import exported
+from memory_server.storage.memory_rows import EXPORTED_COLUMNS, EXPORTED_FIELDS, exported
 from memory_server.storage.postgres.errors import postgres_failure, unreachable
 from memory_server.storage.postgres.schema import schema_version
 from memory_server.storage.records import RawItem
 from memory_server.timestamps import now_rfc3339
 
 PAGE = 1000
-MEMORY_FIELDS = (
-    "site",
-    "reference",
-    "content",
-    "type",
-    "location",
-    "project",
-    "team",
-    "bucket",
-    "tags",
-    "metadata",
-    "provenance",
-    "occurred_at",
-    "created_at",
-    "updated_at",
-    "supersedes",
-    "superseded_by",
-    "valid_to",
-    "expires_at",
-)
 
 
 class PostgresSnapshot:
@@ -104,13 +84,9 @@ class PostgresSnapshot:
     def memories(self) -> Iterator[dict[str, Any]]:
         """Each memory's public fields and its site's name, in creation order."""
         where, args = self._where("m", memories=True)
-        sql = (
-            "SELECT s.name, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket, m.tags,"
-            " m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes, m.superseded_by,"
-            f" m.valid_to, m.expires_at FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id"
-        )
+        sql = f"SELECT {EXPORTED_COLUMNS} FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id"
         for row in self._stream("memories", sql, args):
-            yield exported(dict(zip(MEMORY_FIELDS, row, strict=True)))
+            yield exported(dict(zip(("site", *EXPORTED_FIELDS), row, strict=True)))
 
     def indexing_sites(self) -> list[str]:
         """The names of the sites that index their logs."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from memory_server.storage.backends import POSTGRES
 from memory_server.storage.postgres.candidates import PostgresCandidateStore
 from memory_server.storage.postgres.database import RETRY_BUDGET_S, Database, connect
 from memory_server.storage.postgres.errors import first_line, postgres_failure, refusal_on_connect, unreachable
@@ -35,6 +36,7 @@ def open_database(url: str) -> None:
 
 
 class PostgresStorage:
+    backend = POSTGRES
     # PostgreSQL checks its own pages (checksums, WAL): there is no file-level check to defer.
     integrity_unchecked = False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from memory_server.storage.backends import Backend
 from memory_server.storage.health import StorageHealth
 from memory_server.storage.protocols.candidates import CandidateStore
 from memory_server.storage.protocols.logs import LogStore
@@ -61,6 +62,11 @@ class Storage(Protocol):
     def words(self) -> WordStore: ...
     @property
     def health(self) -> StorageHealth: ...
+    @property
+    def backend(self) -> Backend:
+        """Which backend this is and what it can do (memory_server.storage.backends)."""
+        ...
+
     @property
     def identity(self) -> str:
         """Names this authority (random, made with its schema): an index that follows it records whose

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from memory_server.storage.checks import FAIL, OK, Check
+from memory_server.storage.checks import FAIL, OK, Check, CheckedDatabase, schema_check
 from memory_server.storage.files import emptied_database
 from memory_server.storage.sqlite.connection import connect, quick_check
 from memory_server.storage.sqlite.schema import SCHEMA
@@ -16,14 +15,8 @@ from memory_server.storage.sqlite.schema import SCHEMA
 DOCTOR_BUSY_TIMEOUT_MS = 5_000
 
 
-@dataclass
-class SqliteState:
-    conn: sqlite3.Connection | None = None
-    counts: tuple[int, int, int, int] | None = None  # memories, indexed, unindexed, queued deletions
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+class SqliteState(CheckedDatabase[sqlite3.Connection]):
+    """What the SQLite checks leave for doctor's later checks."""
 
 
 def _counts(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
@@ -82,23 +75,7 @@ def sqlite_checks(path: Path, state: SqliteState) -> Iterator[Check]:
     yield _check_writable(conn, path)
 
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    current = len(SCHEMA)
-    if version == current:
-        yield Check("schema", OK, f"version {version} (current)")
-    elif version < current:
-        yield Check(
-            "schema",
-            FAIL,
-            f"version {version}, this memory-server uses {current}",
-            "start the server or run `memory-server site list`: either brings the schema up to date",
-        )
-    else:
-        yield Check(
-            "schema",
-            FAIL,
-            f"version {version} is newer than this memory-server's ({current})",
-            "upgrade memory-server to the version that wrote this database",
-        )
+    yield schema_check(version, len(SCHEMA))
 
     try:
         problems = quick_check(conn) or []

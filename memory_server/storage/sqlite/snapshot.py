@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_server.errors import NotFound
-from memory_server.storage.memory_rows import exported
+from memory_server.storage.memory_rows import EXPORTED_COLUMNS, exported
 from memory_server.storage.records import RawItem
 from memory_server.storage.sqlite.connection import connect, naming_damage
 from memory_server.timestamps import now_rfc3339
@@ -78,11 +78,7 @@ class SqliteSnapshot:
 
     def _memories(self, where: str, args: tuple[Any, ...]) -> Iterator[dict[str, Any]]:
         for row in self._conn.execute(
-            "SELECT s.name AS site, m.reference, m.content, m.type, m.location, m.project, m.team, m.bucket,"
-            " m.tags, m.metadata, m.provenance, m.occurred_at, m.created_at, m.updated_at, m.supersedes,"
-            " m.superseded_by, m.valid_to, m.expires_at"
-            f" FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id",
-            args,
+            f"SELECT {EXPORTED_COLUMNS} FROM memories m JOIN sites s ON s.id = m.site_id{where} ORDER BY m.id", args
         ):
             yield exported(dict(row))
 

@@ -7,6 +7,7 @@ import sqlite3
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
+from memory_server.storage.backends import SQLITE
 from memory_server.storage.files import private_dir, private_file
 from memory_server.storage.health import DatabaseDamaged, damaged_message
 from memory_server.storage.sqlite.candidates import SqliteCandidateStore
@@ -60,6 +61,8 @@ def open_database(path: Path, *, integrity_budget_s: float | None = None) -> boo
 
 
 class SqliteStorage:
+    backend = SQLITE
+
     def __init__(self, path: Path, *, integrity_budget_s: float | None = None) -> None:
         self.path = path
         self.integrity_unchecked = not open_database(path, integrity_budget_s=integrity_budget_s)

@@ -67,8 +67,17 @@ class ApiError(Exception):
 class Server:
     """One server process on a fresh data directory; use as a context manager."""
 
-    def __init__(self, data_dir: Path, *, ranking: str = "production", env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        ranking: str = "production",
+        env: dict[str, str] | None = None,
+        module: str = "memory_server",
+    ) -> None:
+        """`module`: what `python -m` runs for `serve` (bench/memprobe.py wraps the command in a memory probe)."""
         self.data_dir = data_dir
+        self.module = module
         self.ranking = ranking
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -98,7 +107,7 @@ class Server:
                 [
                     sys.executable,
                     "-m",
-                    "memory_server",
+                    self.module,
                     "serve",
                     "--host",
                     "127.0.0.1",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memory_server import heap
 from memory_server.auth.admin import ensure_site
 from memory_server.auth.authenticator import Authenticator
 from memory_server.auth.principal import Principal, site_principal
@@ -47,6 +48,7 @@ class Services:
     memories: Memories | None = None
     memory_error: str | None = None
     log_indexer: LogIndexer | None = None
+    heap_trimmer: heap.HeapTrimmer | None = None
     startup_sync_limit: int = STARTUP_SYNC_LIMIT
     closers: list[Callable[[], None]] = field(default_factory=list)
     observe_embedder: Callable[[Embedder], Embedder] | None = None  # metrics, when an app serves these
@@ -125,6 +127,12 @@ class Services:
     def start_maintenance(self) -> None:
         start_maintenance(self.storage, self.memories, self._stop)
         self.start_log_indexing()
+        self.start_heap_trim()
+
+    def start_heap_trim(self) -> None:
+        """Give the heap's free memory back every heap_trim_interval_s (memory_server/heap.py)."""
+        if self.heap_trimmer is None and self.settings.heap_trim_interval_s > 0 and heap.supported():
+            self.heap_trimmer = heap.HeapTrimmer(self.settings.heap_trim_interval_s, self._stop).start()
 
     def start_log_indexing(self) -> None:
         """Index the log items of the sites and conversations that ask for it, in the background (memory_server/logs/

@@ -60,6 +60,14 @@ class Settings(BaseSettings):
             "Seconds between two rounds of the task that deletes conversations past their site's log retention."
         ),
     )
+    heap_trim_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "Seconds between two returns of the heap's free memory to the system (glibc's malloc_trim; "
+            "0: never). Without them the resident memory keeps what recall freed between writes."
+        ),
+    )
     max_request_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest HTTP request body; larger bodies get 413."
     )

@@ -23,7 +23,7 @@ import numpy as np
 from memory_server.errors import Unavailable
 from memory_server.index.base import Range, VectorIndex
 from memory_server.index.filters import scope_filter
-from memory_server.ranking.candidate_set import CONVERSATION_ID, Candidate, CandidateSet, Row, compact
+from memory_server.ranking.candidate_set import CONVERSATION_ID, ID, Candidate, CandidateSet, Row, compact
 from memory_server.ranking.fusion import LEXICAL_CONTEXT_WEIGHTS, NEIGHBOUR_SCORE_WEIGHTS, document_text
 from memory_server.ranking.lexical import analyze_query, prefetch_terms
 from memory_server.ranking.term_arrays import TERM_IDS
@@ -197,12 +197,24 @@ class CandidateSource:
             )
         held.mark = mark
         with self._cache_lock:
-            self._held_candidates -= len(self._whole_sets.pop(scope, EMPTY_HELD).candidates)
+            replaced = self._whole_sets.pop(scope, EMPTY_HELD)
+            self._held_candidates -= len(replaced.candidates)
+            if replaced is not held:
+                self._uncache_left(replaced.candidates, held.candidates)
             self._whole_sets[scope] = held
             self._held_candidates += len(held.candidates)
             while self._held_candidates > self.whole_set_candidates:  # the least recently built first
                 self._held_candidates -= len(self._whole_sets.pop(next(iter(self._whole_sets))).candidates)
         return held.candidates
+
+    def _uncache_left(self, old: CandidateSet, new: CandidateSet) -> None:
+        """Uncache the memories of a scope's old set that its new set no longer holds (forgotten, expired, filed
+        elsewhere). A cached vector is a row of the matrix of the last set built with it, which may be this old
+        set or one a concurrent recall of the scope built: left cached, each would keep that whole matrix
+        alive (n x 768 bytes for a set of n) until evicted. Under the cache lock."""
+        cache = self._cache
+        for row_id in set(old.column(ID)).difference(new.column(ID)):
+            cache.pop(row_id, None)
 
     def held(self, scope: Scope) -> CandidateSet | None:
         """The set held for the scope, if any (as its last recall left it)."""

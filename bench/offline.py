@@ -8,10 +8,11 @@ every text (documents, words and queries) are kept in a cache file (`--cache`), 
 and a variant costs a minute or two. A variant is a set of module constants changed before the memories are stored
 (`--set module.NAME=value`, e.g. `--set memory_server.ranking.fusion.W_LEXICAL=0.3`).
 
-    python bench/offline.py [--datasets locomo,profiles,evolving] [--modes production,dense,lexical]
+    python bench/offline.py [--datasets locomo,profiles,evolving,multilingual,updates]
+                            [--modes production,dense,lexical]
                             [--set MODULE.NAME=VALUE]... [--vary "SETTING;SETTING"]... [--json OUT]
 
-`--vary`: LoCoMo only, rank again with each set of recall-time settings over the memories stored once.
+`--vary`: LoCoMo and updates only, rank again with each set of recall-time settings over the memories stored once.
 Reported: LoCoMo R@5 / R@10 per category (leave-one-conversation-out figures are in docs/ranking.md); profiles
 R@1 / R@5 / R@10 per category; evolving top-1 and R@3 per kind in the modes "nothing" (no links, no windows, no
 recency), "recency", "windows", "windows recency", "links", "links recency" and "all three" (links, windows and
@@ -254,7 +255,40 @@ def run_multilingual(root: Path, embedder: Embedder, modes: Sequence[str]) -> di
         store.close()
 
 
-RUNS = {"locomo": run_locomo, "profiles": run_profiles, "evolving": run_evolving, "multilingual": run_multilingual}
+def run_updates(root: Path, embedder: Embedder, modes: Sequence[str], variants: Sequence[str] = ()) -> dict[str, Any]:
+    """bench/updates.py's figures for seeds UPDATE_SEEDS, each seed in a store of its own."""
+    from bench import updates
+    from bench.datasets import updates as updates_data
+
+    out: dict[str, Any] = {}
+    for seed in UPDATE_SEEDS:
+        dataset = updates_data.generate(seed)
+        store = Store(root / f"updates-{seed}", embedder)
+        try:
+            store.store([m.remember_body() for m in dataset.memories])
+            for mode in modes:
+                store.memories.retrieval.ranking = mode
+                for variant in variants or [""]:
+                    undo = apply(variant.split(";") if variant else [])
+                    found = [
+                        [h["metadata"].get("key", "?") for h in store.recall(q.text, updates_data.BUCKET)]
+                        for q in dataset.questions
+                    ]
+                    apply(undo)
+                    out[f"{seed} {mode} {variant}".strip()] = updates.score(dataset, found)
+        finally:
+            store.close()
+    return out
+
+
+UPDATE_SEEDS = (11, 12, 13)
+RUNS = {
+    "locomo": run_locomo,
+    "profiles": run_profiles,
+    "evolving": run_evolving,
+    "multilingual": run_multilingual,
+    "updates": run_updates,
+}
 
 
 def apply(settings: Sequence[str]) -> list[str]:
@@ -281,7 +315,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="SETTING;SETTING",
-        help="LoCoMo only: rank again with each of these recall-time settings (stored once)",
+        help="LoCoMo and updates only: rank again with each of these recall-time settings (stored once)",
     )
     parser.add_argument("--cache", type=Path, default=CACHE)
     parser.add_argument("--json", type=Path)
@@ -299,8 +333,8 @@ def main() -> None:
             started = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix=f"bench-offline-{name}-") as tmp:
                 report[name] = (
-                    run_locomo(Path(tmp), embedder, modes, args.vary)
-                    if name == "locomo"
+                    RUNS[name](Path(tmp), embedder, modes, args.vary)  # type: ignore[call-arg]
+                    if name in ("locomo", "updates")
                     else RUNS[name](Path(tmp), embedder, modes)
                 )
             print(f"{name}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ does, every version remembered 1-3 times in other words. Every memory is a `reme
 - overview ("What do we know about X?"): X's distinct current facts in the first five (at most 3), copies
   (a hit stating the same version of a fact as one above it), and the share of X's facts with no memory there.
 
-    python bench/updates.py [--seed N]... [--ranking production|dense|lexical] [--json OUT]
+    python bench/updates.py [--seed N]... [--ranking production|dense|lexical] [--json OUT] [--dump LINES]
 """
 
 from __future__ import annotations
@@ -120,10 +120,13 @@ def run_seed(seed: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         for memory in dataset.memories:
             server.remember(memory.remember_body())
         stored = time.perf_counter()
-        found = [
-            [hit["metadata"].get("key", "?") for hit in server.recall(q.text, limit=args.limit, bucket=data.BUCKET)]
-            for q in dataset.questions
-        ]
+        answers = [server.recall(q.text, limit=args.limit, bucket=data.BUCKET) for q in dataset.questions]
+        found = [[hit["metadata"].get("key", "?") for hit in hits] for hits in answers]
+    if args.dump:
+        with args.dump.open("a") as out:
+            for q, hits in zip(dataset.questions, answers, strict=True):
+                shown = [[h["metadata"].get("key"), h["occurred_at"][:10], h["content"]] for h in hits[:TOP]]
+                out.write(json.dumps({"seed": seed, "question": q.__dict__, "hits": shown}, ensure_ascii=False) + "\n")
     result = score(dataset, found)
     result |= {
         "seed": seed,
@@ -168,6 +171,7 @@ def main() -> None:
     parser.add_argument("--ranking", choices=("production", "dense", "lexical"), default="production")
     parser.add_argument("--limit", type=int, default=10)
     parser.add_argument("--json", type=Path, help="also write the JSON report here")
+    parser.add_argument("--dump", type=Path, help="append each question and its first hits here (JSON lines)")
     args = parser.parse_args()
     report: dict[str, Any] = {"benchmark": "updates", "ranking": args.ranking, "limit": args.limit, "seeds": []}
     with tempfile.TemporaryDirectory(prefix="bench-updates-") as tmp:

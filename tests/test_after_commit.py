@@ -65,7 +65,7 @@ def test_a_failure_after_the_commit_answers_the_write_as_done_and_the_outbox_rep
         assert created.json()["created"] is True
         assert http.get(f"/v1/memories/{reference}").json()["content"] == content
         again = http.post("/v1/memories", json={"content": content})  # a client's retry: the same memory
-        assert (again.status_code, again.json()) == (200, {"reference": reference, "created": False})
+        assert (again.status_code, again.json()) == (200, {"reference": reference, "created": False, "similar": []})
         assert remember_over_mcp(process, auth, "Another fact, saved over MCP.")["created"] is True
         changed = http.patch(f"/v1/memories/{reference}", json={"tags": ["warehouse"]})
         assert changed.status_code == 200, changed.text

@@ -458,7 +458,7 @@ async def test_patch_links_unlinks_and_moves_the_validity(mem: LiveServer) -> No
     assert (get(mem, a)["superseded_by"], get(mem, a)["valid_to"]) == (None, None)
     # Remembering the same memory again with supersedes links it.
     again = rest(mem, "POST", "/v1/memories", json={"content": AUTH[1][0], "occurred_at": AUTH[1][1], "supersedes": a})
-    assert again.status_code == 200 and again.json() == {"reference": b, "created": False}
+    assert again.status_code == 200 and again.json() == {"reference": b, "created": False, "similar": []}
     assert get(mem, a)["superseded_by"] == b
 
 

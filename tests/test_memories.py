@@ -149,7 +149,7 @@ async def test_remember_is_idempotent_and_forget_removes(mem: LiveServer) -> Non
         other = await call(client, "remember", content="The sky is blue.", bucket="b2")
         ref = first.structured_content["reference"]
         assert first.structured_content["created"] is True
-        assert again.structured_content == {"reference": ref, "created": False}
+        assert again.structured_content == {"reference": ref, "created": False, "similar": []}
         assert other.structured_content["created"] is True and other.structured_content["reference"] != ref
         gone = await call(client, "forget", reference=ref)
         assert gone.structured_content == {"reference": ref, "forgotten": True}

@@ -238,10 +238,10 @@ async def test_remember_creates_then_returns_the_existing_reference(live: LiveSe
         first = await http.post("/v1/memories", json=fact)
         assert first.status_code == 201, first.text
         reference = first.json()["reference"]
-        assert first.json() == {"reference": reference, "created": True}
+        assert first.json() == {"reference": reference, "created": True, "similar": []}
         assert first.headers["location"] == f"/v1/memories/{reference}"
         again = await http.post("/v1/memories", json=fact)
-        assert again.status_code == 200 and again.json() == {"reference": reference, "created": False}
+        assert again.status_code == 200 and again.json() == {"reference": reference, "created": False, "similar": []}
 
         got = await http.get(f"/v1/memories/{reference}")
         assert got.status_code == 200
@@ -543,7 +543,7 @@ async def test_patch_cannot_make_two_memories_identical(live: LiveServer) -> Non
         assert moved.status_code == 200
         # And remember now finds the patched one as the existing memory.
         again = await http.post("/v1/memories", json={"content": "Deploys happen on Tuesdays.", "bucket": "ops"})
-        assert again.status_code == 200 and again.json() == {"reference": second, "created": False}
+        assert again.status_code == 200 and again.json() == {"reference": second, "created": False, "similar": []}
 
 
 async def test_concurrent_patches_leave_row_and_index_consistent(live: LiveServer, embedder: Any) -> None:
@@ -938,7 +938,7 @@ async def test_rest_and_mcp_see_the_same_data(live: LiveServer) -> None:
         got = (await http.get(f"/v1/memories/{reference}")).json()
         assert got["content"] == "Remembered over MCP, read over REST." and got["bucket"] == "x"
         again = await http.post("/v1/memories", json={"content": "Remembered over MCP, read over REST.", "bucket": "x"})
-        assert again.json() == {"reference": reference, "created": False}
+        assert again.json() == {"reference": reference, "created": False, "similar": []}
         await http.patch(f"/v1/memories/{reference}", json={"content": "Patched over REST, recalled over MCP."})
         recall = await mcp.call_tool("recall", {"query": "patched over REST", "limit": 1})
         assert recall.structured_content["results"][0]["content"] == "Patched over REST, recalled over MCP."
@@ -1027,6 +1027,15 @@ async def test_scopes_are_enforced_with_403(live: LiveServer) -> None:
         error_of(await reader.delete(f"/v1/memories/{ref}"), 403, "forbidden")
     async with client(live, bearer(live, ["memory:write"])) as writer:
         assert (await writer.post("/v1/memories", json={"content": "written blind"})).status_code == 201
+        # Saying a memory of the site again: saved, but a credential that cannot read learns nothing of it.
+        async with client(live) as http:
+            await remember(http, content="Tom Berg's manager is Maria Lopez.")
+            told = await http.post("/v1/memories", json={"content": "Org chart: Tom Berg reports to Maria Lopez."})
+            assert len(told.json()["similar"]) == 1
+        again = await writer.post(
+            "/v1/memories", json={"content": "Tom Berg reports to Maria Lopez, per the org chart."}
+        )
+        assert again.status_code == 201 and again.json()["similar"] == []
         for method, path, kwargs in [
             ("GET", "/v1/memories", {}),
             ("GET", f"/v1/memories/{ref}", {}),

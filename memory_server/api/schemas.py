@@ -109,6 +109,10 @@ class PublicResults(BaseModel):
 
 class Hit(MemoryFields, Lifecycle):
     score: float
+    copies: list[str] | None = Field(
+        None,
+        description="recall only: the references of memories saying the same thing, folded into this hit.",
+    )
 
 
 class Results(BaseModel):
@@ -131,9 +135,19 @@ class MemoryPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
+class Similar(BaseModel):
+    reference: str
+    score: float
+
+
 class Remembered(BaseModel):
     reference: str
     created: bool
+    similar: list[Similar] = Field(
+        default_factory=list,
+        description="Memories the caller can see, filed alike, that already say the same thing in other words "
+        "(best first): recall folds them into one hit.",
+    )
 
 
 class Forgotten(BaseModel):

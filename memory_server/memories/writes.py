@@ -121,7 +121,7 @@ class MemoryWrites:
             self.words.add(principal.site_id, words)
             if inserted.row_id is not None:
                 self.index.written([inserted.row_id, older.id])
-            return inserted
+            return replace(inserted, vector=document.vector)
         raise Unavailable("the memory to supersede is being changed concurrently; retry")
 
     def _duplicate(self, site_id: int, memory: NewMemory) -> str | None:
@@ -193,7 +193,7 @@ class MemoryWrites:
         inserted = self.store.insert(site_id, rows, words)
         self.words.add(site_id, words)
         self.index.written([i.row_id for i in inserted if i.row_id is not None])
-        return inserted
+        return [replace(i, vector=v) for i, v in zip(inserted, vectors, strict=True)]
 
     def insert_turns(
         self, at: ToIndex, next_seq: int, skipped: int, turns: Sequence[NewMemory]

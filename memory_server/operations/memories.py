@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from memory_server.auth.principal import Principal
+from memory_server.auth.principal import READ, Principal
 from memory_server.errors import InvalidParameters, NotFound, Unavailable
 from memory_server.memories.params import (
     ActivityParams,
@@ -37,6 +37,7 @@ from memory_server.memories.validation import (
 )
 from memory_server.retrieval import context
 from memory_server.settings import Settings
+from memory_server.storage.records import MEMORY
 from memory_server.storage.scope import Scope
 
 # A count of visible memories stops here: past it a status page says "more than" (a full count walks rows).
@@ -105,7 +106,12 @@ class MemoryOperations:
         inserted = await anyio.to_thread.run_sync(memories.writes.remember, principal, new)
         if self.observe is not None:
             self.observe(inserted.created)
-        return {"reference": inserted.reference, "created": inserted.created}
+        similar: list[dict[str, Any]] = []
+        if READ in principal.scopes:  # a credential that cannot read is told nothing about other memories
+            filing = read_scope(principal, filters(project=new.project, team=new.team, bucket=new.bucket))
+            copies = memories.retrieval.copies
+            similar = await anyio.to_thread.run_sync(copies, filing.of_kinds([MEMORY]), inserted, new.content)
+        return {"reference": inserted.reference, "created": inserted.created, "similar": similar}
 
     async def recall(self, principal: Principal, params: RecallParams) -> list[dict[str, Any]]:
         memories = self._memories()

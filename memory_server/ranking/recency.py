@@ -18,7 +18,9 @@ import numpy as np
 
 from memory_server.embeddings.similarity import IDENTITY, Scale
 from memory_server.ranking.candidate_set import Candidate, stacked_vectors
+from memory_server.ranking.facts import names, same_fact
 from memory_server.ranking.languages import folded
+from memory_server.ranking.lexical import analyze, analyze_query
 from memory_server.ranking.time_words import alternation, words
 from memory_server.timestamps import parse_rfc3339
 
@@ -26,6 +28,13 @@ RECENCY_TOP = 10
 RECENCY_DENSE_MARGIN = 0.10  # cosine
 RECENCY_FUSED_MARGIN = 2.0  # z units of the fused score
 RECENCY_STEP = 0.5  # the newest relevant memory ends this far above the top (z units), the others between
+# A memory of the best hit's fact (`of_best_fact`): dense within FACT_DENSE_MARGIN of the best hit's, and holding
+# the query's words the best hit holds, unless it is fused within FACT_FUSED_MARGIN of it and as close to it as
+# FACT_CLOSE (reference scale).
+FACT_DENSE_MARGIN = 0.10  # cosine, on the reference scale
+FACT_FUSED_MARGIN = 1.0  # z units
+FACT_CLOSE = 0.76
+DAY = 86_400.0  # memories of one fact written within a day of each other are not told apart by time
 
 # Words asking for the present state, in every language of memory_server/ranking/time_words.py.
 RECENT = re.compile(r"\b" + alternation(words("recent")) + r"\b")
@@ -51,6 +60,59 @@ def newest_first(
     return _raised(fused, sorted(relevant, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
 
 
+def newest_of_fact_first(
+    fused: np.ndarray, query: str, query_vector: np.ndarray, candidates: Sequence[Candidate], scale: Scale = IDENTITY
+) -> np.ndarray:
+    """The fused scores with the memories stating the best one's fact (`of_best_fact`) raised above the top,
+    newest first, whether or not the query asks for the present: an older value of a fact, or the same thing
+    said before, ranks below its newest statement."""
+    group = of_best_fact(fused, query, query_vector, candidates, scale)
+    days = {i: _seconds(candidates[i]) // DAY for i in group}
+    if len(set(days.values())) < 2:  # written the same day (an import, one conversation): not versions
+        return fused
+    return _raised(fused, sorted(group, key=lambda i: (-days[i], -fused[i])))
+
+
+def of_best_fact(
+    fused: np.ndarray,
+    query: str,
+    query_vector: np.ndarray,
+    candidates: Sequence[Candidate],
+    scale: Scale = IDENTITY,
+    top: np.ndarray | None = None,
+) -> list[int]:
+    """The positions of the relevant memories (`_relevant`) that state the best one's fact, the best first: by
+    facts.same_fact with the query's names, dense within FACT_DENSE_MARGIN of the best, and holding the query's
+    other words the best holds, unless fused within FACT_FUSED_MARGIN of it and as close to it as FACT_CLOSE
+    (another attribute of the same subject is close too, and often newer: the words keep it out)."""
+    top = _best(fused) if top is None else top
+    relevant = _relevant(fused, query_vector, candidates, scale, top)
+    first = int(top[0])
+    looked = [first, *(i for i in relevant if i != first)]
+    vectors = stacked_vectors([candidates[i].vector for i in looked])
+    similar = scale.of(vectors @ vectors[0])
+    dense = scale.of(vectors @ np.asarray(query_vector, dtype=np.float32))
+    query_names = names(query).all
+    held = names(candidates[first].text)
+    wanted = (set(analyze_query(query)) - set(analyze_query(" ".join(query_names)))) & _terms(candidates[first])
+    group = [first]
+    for place, i in enumerate(looked[1:], start=1):
+        close = dense[place] >= dense[0] - FACT_DENSE_MARGIN
+        near = fused[i] >= fused[first] - FACT_FUSED_MARGIN and similar[place] >= FACT_CLOSE
+        asked = bool(wanted) and wanted <= _terms(candidates[i]) or near
+        if (
+            close
+            and asked
+            and same_fact(float(similar[place]), held, names(candidates[i].text), query_names & held.all)
+        ):
+            group.append(i)
+    return group
+
+
+def _terms(candidate: Candidate) -> set[str]:
+    return set(candidate.terms if candidate.terms is not None else analyze(candidate.text))
+
+
 def as_of_first(
     fused: np.ndarray,
     query_vector: np.ndarray,
@@ -58,16 +120,21 @@ def as_of_first(
     until: float,
     naming: np.ndarray,
     scale: Scale = IDENTITY,
+    query: str | None = None,
 ) -> np.ndarray:
     """The fused scores with the relevant memories among the best RECENCY_TOP written by `until` (seconds
-    since the epoch) raised above the top, newest first: what was the case then. Unchanged when one of the
-    best names the period asked about (`naming`, by candidate position: it tells what happened then, and the
-    date boost has placed it), when no relevant memory was written by then, or when every one was and there
-    are fewer than two."""
+    since the epoch) raised above the top, newest first: what was the case then. With `query`, only those
+    stating the best one's fact (`of_best_fact`) if one of them was written by then. Unchanged when one of
+    the best names the period asked about (`naming`, by candidate position: it tells what happened then, and
+    the date boost has placed it), when no relevant memory was written by then, or when every one was and
+    there are fewer than two."""
     top = _best(fused)
     if naming[top].any():
         return fused
     relevant = _relevant(fused, query_vector, candidates, scale, top)
+    if query is not None:  # the best one's fact, when one of its memories was written by then
+        fact = of_best_fact(fused, query, query_vector, candidates, scale, top)
+        relevant = fact if any(_seconds(candidates[i]) <= until for i in fact) else relevant
     seconds = {i: _seconds(candidates[i]) for i in relevant}
     written = [i for i in relevant if seconds[i] <= until]
     if not written or (len(written) == len(relevant) and len(written) < 2):

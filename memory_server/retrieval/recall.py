@@ -20,7 +20,7 @@ from memory_server.index.base import IndexFilter, VectorIndex
 from memory_server.index.filters import scope_filter
 from memory_server.ranking.answers import answer_boost, asked_kinds
 from memory_server.ranking.baselines import rank_single
-from memory_server.ranking.candidate_set import ID, Candidate, CandidateSet
+from memory_server.ranking.candidate_set import ID, Candidate, CandidateSet, stacked_vectors
 from memory_server.ranking.dates import (
     as_of_end,
     date_boost,
@@ -30,16 +30,17 @@ from memory_server.ranking.dates import (
     query_date_terms,
 )
 from memory_server.ranking.expansion import expansion_terms
+from memory_server.ranking.facts import COPY, copies_of, is_copy, names
 from memory_server.ranking.fusion import ranked_positions
 from memory_server.ranking.landmarks import without_landmarks
 from memory_server.ranking.lexical import analyze_query
 from memory_server.ranking.periods import Period, query_periods
-from memory_server.ranking.recency import as_of_first, asks_for_recent, newest_first
+from memory_server.ranking.recency import as_of_first, asks_for_recent, newest_first, newest_of_fact_first
 from memory_server.ranking.speakers import asked_speaker, speaker_boost, speakers
 from memory_server.retrieval.candidates import PREFETCH, CandidateSource
 from memory_server.retrieval.vocabulary import WordVectors
 from memory_server.storage.protocols import MemoryStore
-from memory_server.storage.records import StoredMemory
+from memory_server.storage.records import Inserted, StoredMemory
 from memory_server.storage.scope import Scope
 
 log = logging.getLogger("memory_server.memories")
@@ -53,6 +54,10 @@ WARM_UP_QUERY = "warm up"
 PREPARE_SECONDS = 20.0
 # recall looks this many times `limit` down the ranking for superseded memories to place below their successor.
 DEMOTION_WINDOW = 3
+# recall folds the copies among this many times `limit` of its best (see `_without_copies`).
+FOLD_WINDOW = 3
+# remember looks at this many of a new memory's nearest for the ones saying the same thing (see `copies`).
+SIMILAR_LOOKED = 8
 # Where recall's query embedding runs, beside the work that does not need it (the lexical prefetch, the dates
 # and words the query names): onnxruntime and SQLite release the GIL while they work, so on 2 cores the two
 # overlap. One worker a core: more embeddings at once would only share the cores.
@@ -85,6 +90,7 @@ class Retrieval:
         dates: bool = True,
         speakers: bool = True,
         answers: bool = True,
+        facts: bool = True,
         reembedding: Degraded | None = None,
     ) -> None:
         self.memories = memories
@@ -97,6 +103,7 @@ class Retrieval:
         self.dates = dates  # likewise
         self.speakers = speakers  # likewise
         self.answers = answers  # likewise
+        self.facts = facts  # likewise: the newest statement of a fact first, copies folded (ranking/facts.py)
         self.reembedding = reembedding  # while memories are embedded again with a new model
 
     def notice(self) -> str | None:
@@ -122,26 +129,59 @@ class Retrieval:
             )
             vector = embedding.result()
             ids = candidates.column(ID)
-            scored = [
-                (ids[i], score)
-                for i, score in ranked_positions(
-                    query,
-                    vector,
-                    candidates,
-                    limit=len(candidates),
-                    expansion=expansion,
-                    adjust=self._adjustment(query, vector, candidates, asked, scope),
-                )
-            ]
+            ranked = ranked_positions(
+                query,
+                vector,
+                candidates,
+                limit=len(candidates),
+                expansion=expansion,
+                adjust=self._adjustment(query, vector, candidates, asked, scope),
+            )
+            scored = [(ids[i], score) for i, score in ranked]
+            positions = [i for i, _ in ranked]
+            scored, copies = self._without_copies(scored, positions, candidates, limit) if self.facts else (scored, {})
         else:
             vector = embedding.result()
             scored = [
                 (c.id, score)
                 for c, score in rank_single(self.ranking, query, vector, candidates, limit=len(candidates))
             ]
-        if not demote:
-            return self._hits(scored[:limit], limit)
-        return self._successors_first(scope, scored, limit)
+            copies = {}
+        hits = self._hits(scored[:limit], limit) if not demote else self._successors_first(scope, scored, limit)
+        return self._with_copies(hits, copies) if copies else hits
+
+    def _without_copies(
+        self, scored: list[tuple[int, float]], positions: Sequence[int], candidates: CandidateSet, limit: int
+    ) -> tuple[list[tuple[int, float]], dict[int, list[int]]]:
+        """`scored` (at `positions` of the candidates) without the copies among its best FOLD_WINDOW x limit
+        (ranking/facts.py), and for each memory kept there, the ids of its copies: a top `limit` that holds
+        distinct facts."""
+        window = scored[: max(limit * FOLD_WINDOW, limit + 10)]
+        if len(window) < 2:
+            return scored, {}
+        at = positions[: len(window)]
+        vectors = stacked_vectors([candidates[n].vector for n in at])
+        into = copies_of(range(len(window)), vectors, [candidates[n].text for n in at], self.embedder.similarity.text)
+        if not into:
+            return scored, {}
+        copies: dict[int, list[int]] = {}
+        for place, kept in into.items():
+            copies.setdefault(window[kept][0], []).append(window[place][0])
+        dropped = {window[place][0] for place in into}
+        return [pair for pair in scored if pair[0] not in dropped], copies
+
+    def _with_copies(self, hits: list[dict[str, Any]], copies: dict[int, list[int]]) -> list[dict[str, Any]]:
+        """Each hit with the references of the copies folded into it (`copies`: by id)."""
+        shown = self.memories.by_ids([i for ids in copies.values() for i in ids])
+        kept = self.memories.by_ids(list(copies))
+        folded = {
+            kept[i].reference: [shown[c].reference for c in ids if c in shown] for i, ids in copies.items() if i in kept
+        }
+        for hit in hits:
+            references = folded.get(hit["reference"])
+            if references:
+                hit["copies"] = references
+        return hits
 
     def _by_words(self, scope: Scope, query: str, limit: int) -> list[dict[str, Any]]:
         """While the stored vectors are another model's: the lexical index's best for the query, which sees
@@ -164,8 +204,8 @@ class Retrieval:
         # (recency.py). Not one relative to today ("last year", "in June"): the memories may be from any time.
         windowed = scope.occurred_before is not None or scope.occurred_after is not None
         until = None if recent or windowed or not asked else as_of_end(query)
-        if not person and not kinds and not asked and not recent:
-            return None
+        # A period the query names without its year ("last week") asks what happened then: the dates decide.
+        current = self.facts and self.recency and until is None and (recent or not asked)
         scale = self.embedder.similarity.text
 
         def adjust(fused: np.ndarray) -> np.ndarray:
@@ -176,7 +216,10 @@ class Retrieval:
             if asked:
                 fused = date_boost(fused, asked, candidates)
             if until is not None:
-                return as_of_first(fused, vector, candidates, until, dated_inside(asked, candidates), scale)
+                naming = dated_inside(asked, candidates)
+                return as_of_first(fused, vector, candidates, until, naming, scale, query if self.facts else None)
+            if current:
+                return newest_of_fact_first(fused, query, vector, candidates, scale)
             return newest_first(fused, vector, candidates, scale) if recent else fused
 
         return adjust
@@ -249,6 +292,29 @@ class Retrieval:
                 dated_spans(held)  # ~15 us a memory: a 1,000-memory bucket's first query naming a date paid 15 ms
             prepared += 1
         log.info("prepared the candidates of %d sites and buckets", prepared)
+
+    def copies(self, scope: Scope, inserted: Inserted, content: str) -> list[dict[str, Any]]:
+        """The memories of `scope` that say what the memory just `inserted` says (ranking/facts.py), best
+        first, as references and similarities on the reference scale: what recall will fold together."""
+        if inserted.vector is None or inserted.row_id is None or scope.empty:
+            return []
+        try:
+            found = self.index.search(inserted.vector, where=scope_filter(scope), limit=SIMILAR_LOOKED + 1)
+        except Exception:  # noqa: BLE001 - the memory is saved; what resembles it is only advice
+            log.warning("the memories like a new one were not looked for: the vector index is unavailable")
+            return []
+        scale = self.embedder.similarity.text
+        close = {hit.id: scale(hit.score) for hit in found if hit.id != inserted.row_id and scale(hit.score) >= COPY}
+        own = names(content)
+        rows = self.memories.by_ids(list(close))
+        return [
+            {"reference": rows[i].reference, "score": round(close[i], 4)}
+            for i in sorted(close, key=lambda i: -close[i])
+            if i in rows
+            and scope.admits(rows[i])
+            and rows[i].kind == "memory"
+            and is_copy(close[i], own, names(rows[i].content))
+        ]
 
     def search(self, scope: Scope, query: str, limit: int, min_score: float) -> list[dict[str, Any]]:
         """Strict: every filter matches exactly and the similarity (the model's cosine on the reference scale,

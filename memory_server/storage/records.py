@@ -225,6 +225,7 @@ class Inserted:
     reference: str
     outcome: str
     detail: str = ""
+    vector: np.ndarray | None = field(default=None, compare=False, repr=False)  # when this write embedded it
 
     @property
     def created(self) -> bool:

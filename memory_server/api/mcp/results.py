@@ -49,7 +49,8 @@ def validation_message(exc: BaseException) -> str:
 
 def render_hits(hits: list[dict[str, Any]]) -> str:
     """The text rendering of recall and search_memory answers (docs/spec.md, "Hits and their text"); a
-    superseded hit gets one more line, `Superseded by: <reference> | valid_to=<ts>`, an indexed log item one
+    superseded hit gets one more line, `Superseded by: <reference> | valid_to=<ts>`, a recall hit with copies
+    folded into it `Copies: <reference>, ...`, an indexed log item one
     more, `Conversation: <id> | seq=<n>` (a hit without those fields, as on the public profile, has none)."""
     if not hits:
         return "No matching memories."
@@ -63,6 +64,8 @@ def render_hits(hits: list[dict[str, Any]]) -> str:
         )
         if hit.get("superseded_by"):
             block += f"\nSuperseded by: {hit['superseded_by']} | valid_to={hit.get('valid_to') or '-'}"
+        if hit.get("copies"):
+            block += f"\nCopies: {', '.join(hit['copies'])}"
         if hit.get("kind") == "turn":  # an indexed log item: where to replay_memory around it
             block += f"\nConversation: {hit['provenance'].get('conversation_id')} | seq={hit['provenance'].get('seq')}"
         blocks.append(block)

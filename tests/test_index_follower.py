@@ -16,7 +16,7 @@ import pytest
 from memory_server.auth import admin as auth
 from memory_server.auth.principal import Principal, site_principal
 from memory_server.index.edge import EdgeIndex
-from memory_server.memories.follower import FOLLOW_FILE
+from memory_server.memories.follower import FOLLOW_FILE, read_state
 from memory_server.memories.system import Memories, build_memories, repair
 from memory_server.memories.validation import Filters, read_scope
 from memory_server.settings import Settings
@@ -176,13 +176,34 @@ def test_a_replica_rebuilds_when_its_state_is_lost_or_the_feed_was_pruned(deploy
 def test_the_feed_lists_each_memory_once_with_its_last_change(deployment: Deployment) -> None:
     a = deployment.replica("a")
     outbox = a.storage.outbox
-    start = outbox.change_mark()
+    site_id = deployment.principal.site_id
+    start = outbox.change_mark(site_id)
     first = deployment.remember(a, ROUTERS)
     deployment.remember(a, BOILER)
     a.memories.writes.update(deployment.principal, first, {"tags": ["network"]})
     a.memories.writes.forget(deployment.principal, first)
-    page = outbox.changes(start, 100)
-    assert len(page.changed) == 1 and len(page.deleted) == 1 and page.mark == outbox.change_mark()
+    page = outbox.changes(site_id, start, 100)
+    assert len(page.changed) == 1 and len(page.deleted) == 1 and page.mark == outbox.change_mark(site_id)
     assert not page.more and not page.truncated
-    cut = outbox.changes(start, 1)
+    cut = outbox.changes(site_id, start, 1)
     assert cut.more and cut.mark == start + 1
+
+
+def test_a_replica_follows_each_site_from_where_it_left_it(deployment: Deployment) -> None:
+    a, b = deployment.replica("a"), deployment.replica("b")
+    other_id, _ = auth.ensure_site(a.storage.sites, "other")
+    other = site_principal(other_id, "other", kind="local")
+    deployment.remember(a, ROUTERS)
+    writes = a.memories.writes
+    for content in (BOILER, "The other site's printer is on the second floor."):
+        writes.remember(other, writes.validate(content=content))
+    assert b.memories.follower is not None
+    assert b.memories.follower.catch_up() == 3  # found by what changed lately, site by site
+    site_id = deployment.principal.site_id
+    assert b.memories.follower.marks == {site_id: 1, other_id: 2} and b.memories.follower.lag() == 0
+    state = read_state(b.settings.index_path / FOLLOW_FILE)
+    assert state is not None and state.marks == {site_id: 1, other_id: 2} and state.mark == 3
+    # The other site's changes move nothing of this one's place in the feed.
+    writes.forget(other, writes.remember(other, writes.validate(content="A note soon forgotten.")).reference)
+    assert b.memories.follower.lag() == 2 and b.memories.follower.catch_up() == 1
+    assert b.memories.follower.marks == {site_id: 1, other_id: 4}

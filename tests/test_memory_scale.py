@@ -203,7 +203,7 @@ def test_the_lexical_prefetch_reaches_words_the_index_holds_as_other_tokens(serv
     ids = [query_db(services, "SELECT id FROM memories WHERE reference = ?", r.reference)[0][0] for r in refs]
     candidates = source(services, lexical_postings=100)
     scope = scope_of(services)
-    assert set(candidates.doc_freqs(analyze("acadêmico úteis", "pt")).values()) == {1}
+    assert set(candidates.doc_freqs(site_id, analyze("acadêmico úteis", "pt")).values()) == {1}
     assert candidates.lexical_ids(scope, "Quem avalia o pedido do acadêmico?")[:1] == ids[:1]
     assert candidates.lexical_ids(scope, "Wann zieht das Büro nach München?")[:1] == ids[1:2]
     assert candidates.lexical_ids(scope, "भारत की राजधानी क्या है?")[:1] == ids[2:]
@@ -213,23 +213,23 @@ def test_document_frequencies_are_cached_until_the_corpus_moves_by_a_percent(ser
     site_id, _ = fill(services)
     candidates = source(services)
     writes = services.loaded_memories().writes
-    assert candidates.doc_freqs(["zebra", "budget", "nowher"]) == {"zebra": 1, "budget": 8, "nowher": 0}
+    assert candidates.doc_freqs(site_id, ["zebra", "budget", "nowher"]) == {"zebra": 1, "budget": 8, "nowher": 0}
     writes.remember_many(site_id, [writes.validate(content=f"Zebra sighting number {i}.") for i in range(3)])
     # Only a cost estimate for the prefetch: 3 new rows on 41 are within the tolerance (at least 100 rows).
-    assert candidates.doc_freqs(["zebra"]) == {"zebra": 1}
+    assert candidates.doc_freqs(site_id, ["zebra"]) == {"zebra": 1}
     writes.remember_many(site_id, [writes.validate(content=f"Filler note {i}.") for i in range(100)])
-    assert candidates.doc_freqs(["zebra"]) == {"zebra": 4}
+    assert candidates.doc_freqs(site_id, ["zebra"]) == {"zebra": 4}
     # Counted only as far as the postings budget: a term beyond it is never searched, its count is moot.
-    assert source(services, lexical_postings=5).doc_freqs(["budget", "zebra"]) == {"budget": 6, "zebra": 4}
+    assert source(services, lexical_postings=5).doc_freqs(site_id, ["budget", "zebra"]) == {"budget": 6, "zebra": 4}
 
 
 def test_recall_past_the_full_scan_limit_finds_rare_words_and_neighbours(services: Services) -> None:
-    _, refs = fill(services)
+    site_id, refs = fill(services)
     prefetching = retrieval(services, source(services, full_scan_limit=3, lexical_postings=5))
     hits = prefetching.recall(scope_of(services), "zebra", 3)
     assert hits[0]["reference"] == refs["A zebra crossing was painted outside the office."]
     # Neighbours of prefetched rows come along: the first memory is c0 seq 0; c0 seq 1, 2 are rows 4 and 7.
-    assert services.storage.candidates.neighbours([1], NEIGHBOUR_REACH) == {1, 4, 7}
+    assert services.storage.candidates.neighbours(site_id, [1], NEIGHBOUR_REACH) == {1, 4, 7}
 
 
 def wait_for(condition: Any, timeout_s: float = 60) -> bool:

@@ -42,9 +42,11 @@ def test_candidates(storage: Storage) -> None:
     candidates, scope = storage.candidates, Scope(sid)
     assert candidates.visible_count(scope, 2) == 3 and candidates.visible_count(scope, 100) == 5
     assert candidates.visible_count(Scope(sid, teams=frozenset({"b"})), 100) == 2
-    assert candidates.doc_freqs(["appl", "red", "nothing"]) == {"appl": 4, "red": 2, "nothing": 0}
-    assert candidates.doc_freqs(["appl", "red", "nothing"], up_to=2) == {"appl": 3, "red": 2, "nothing": 0}
-    assert candidates.top_id() == max(ids) + 1
+    # Counted in the site alone: the other site's apple is not.
+    assert candidates.doc_freqs(sid, ["appl", "red", "nothing"]) == {"appl": 3, "red": 2, "nothing": 0}
+    assert candidates.doc_freqs(sid, ["appl", "red", "nothing"], up_to=1) == {"appl": 2, "red": 2, "nothing": 0}
+    assert candidates.doc_freqs(other, ["appl", "red"]) == {"appl": 1, "red": 0}
+    assert candidates.site_size(sid) == 5 and candidates.site_size(other) == 1 and candidates.site_size(10**6) == 0
     held = {ids[0]: "never this version"}
     visible, loaded = candidates.load(scope, None, "model-a", lambda i, version: held.get(i) == version)
     assert visible == [(row.id, row.updated_at) for row in loaded] and [row.id for row in loaded] == ids
@@ -64,7 +66,11 @@ def test_candidates(storage: Storage) -> None:
     assert candidates.best_by_terms(Scope(sid, teams=frozenset({"b"})), ["appl", "sky"], 10) == [ids[4], ids[1]]
     assert candidates.best_by_terms(scope, ["nothing"], 10) == []
     assert candidates.best_by_terms(scope, ["appl"], 1) == [ids[3]]
-    assert candidates.neighbours([ids[2]], 1) == {ids[1], ids[2], ids[3]} and candidates.neighbours([], 1) == set()
+    assert (
+        candidates.neighbours(sid, [ids[2]], 1) == {ids[1], ids[2], ids[3]}
+        and candidates.neighbours(sid, [], 1) == set()
+    )
+    assert candidates.neighbours(other, [ids[2]], 1) == set()
 
 
 def test_a_time_window_narrows_every_read(storage: Storage) -> None:
@@ -149,7 +155,9 @@ def test_lexical_prefetch_ranks_identically_on_both_backends(both: tuple[Storage
             assert _ranked(both[0], bounded[0], terms, references[0]) == _ranked(
                 both[1], bounded[1], terms, references[1]
             ), terms
-        assert both[0].candidates.doc_freqs(terms) == both[1].candidates.doc_freqs(terms)
+        for owner in (0, 1):
+            counted = [store.candidates.doc_freqs(sites[b][owner], terms) for b, store in enumerate(both)]
+            assert counted[0] == counted[1], terms
 
 
 def test_recall_prefetch_is_the_same_on_both_backends(both: tuple[Storage, Storage]) -> None:

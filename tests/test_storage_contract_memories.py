@@ -309,8 +309,12 @@ def test_supersede_chains(storage: Storage) -> None:
     assert storage.memories.chain_head(sid, "mem_gone") is None
     assert storage.memories.chain_head(site(storage, "other"), a.reference) is None
     # What recall reads of its best-ranked memories: which have a successor, and until when they were valid.
-    assert storage.memories.replaced([a.row_id, b.row_id, c.row_id, 10**9]) == {a.row_id: when[1], b.row_id: when[2]}
-    assert storage.memories.replaced([]) == {}
+    assert storage.memories.replaced(sid, [a.row_id, b.row_id, c.row_id, 10**9]) == {
+        a.row_id: when[1],
+        b.row_id: when[2],
+    }
+    assert storage.memories.replaced(sid, []) == {}
+    assert storage.memories.replaced(site(storage, "another"), [a.row_id, b.row_id]) == {}  # another site's ids
     newest = storage.memories.newest(Scope(sid), [a.reference, b.reference, c.reference])
     assert {k: v.reference for k, v in newest.items()} == {a.reference: c.reference, b.reference: c.reference}
     window = Scope(sid).within(occurred_after=None, occurred_before=when[2])  # c is outside: b is the newest

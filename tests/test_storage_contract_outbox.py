@@ -64,16 +64,17 @@ def test_outbox(storage: Storage) -> None:
 def test_change_feed(storage: Storage) -> None:
     sid = site(storage)
     outbox = storage.outbox
-    assert outbox.change_mark() == 0 and outbox.changes(0, 10).changed == [] and len(storage.identity) == 32
+    assert outbox.change_mark() == 0 and outbox.changes(sid, 0, 10).changed == [] and len(storage.identity) == 32
     a, b = remember(storage, sid, "first memory"), remember(storage, sid, "second memory")
-    start = outbox.change_mark()
+    start = outbox.change_mark(sid)
     assert (
         start == 2 and outbox.ids_after(0, 10) == [a.row_id, b.row_id] and outbox.ids_after(a.row_id, 10) == [b.row_id]
     )
+    assert outbox.sites_of([a.row_id, b.row_id, 10**9]) == {sid}
     stored = storage.memories.get(Scope(sid), a.reference)
     assert stored is not None
     outbox.mark_indexed([(a.row_id, stored.updated_at)])
-    assert outbox.change_mark() == start  # being indexed changes nothing the index holds
+    assert outbox.change_mark(sid) == start  # being indexed changes nothing the index holds
     storage.memories.update(
         sid,
         a.reference,
@@ -83,26 +84,48 @@ def test_change_feed(storage: Storage) -> None:
         words=Words(),
     )
     storage.memories.delete(Scope(sid), b.reference)
-    page = outbox.changes(start, 10)
+    page = outbox.changes(sid, start, 10)
     assert (page.changed, page.deleted, page.mark, page.more, page.truncated) == (
         [a.row_id],
         [b.row_id],
-        outbox.change_mark(),
+        outbox.change_mark(sid),
         False,
         False,
     )
-    assert outbox.changes(0, 10).deleted == [b.row_id]  # inserted, then deleted: deleted, once
-    cut = outbox.changes(0, 1)
+    assert outbox.changes(sid, 0, 10).deleted == [b.row_id]  # inserted, then deleted: deleted, once
+    cut = outbox.changes(sid, 0, 1)
     assert cut.more and cut.mark == 1 and cut.changed == [a.row_id]
     # When each change was made: a reader that applied change `mark` at `mark_at` finds it as it was.
-    assert cut.after_at is None and cut.mark_at is not None and outbox.changes(1, 10).after_at == cut.mark_at
-    assert page.after_at == outbox.changes(start - 1, 1).mark_at and page.mark_at is not None
+    assert cut.after_at is None and cut.mark_at is not None and outbox.changes(sid, 1, 10).after_at == cut.mark_at
+    assert page.after_at == outbox.changes(sid, start - 1, 1).mark_at and page.mark_at is not None
     # A feed whose numbering is behind what a reader applied (changes lost by a failover): rebuild.
-    assert outbox.changes(outbox.change_mark() + 3, 10).truncated
+    assert outbox.changes(sid, outbox.change_mark(sid) + 3, 10).truncated
     assert outbox.prune_changes(3600.0) == 0 and outbox.prune_changes(-1.0) >= 4
-    assert outbox.changes(0, 10).truncated and not outbox.changes(outbox.change_mark(), 10).truncated
+    assert outbox.changes(sid, 0, 10).truncated and not outbox.changes(sid, outbox.change_mark(sid), 10).truncated
     remember(storage, sid, "third memory")
-    assert outbox.changes(page.mark, 10).truncated is False and outbox.change_mark() == page.mark + 1
+    assert outbox.changes(sid, page.mark, 10).truncated is False and outbox.change_mark(sid) == page.mark + 1
+
+
+def test_each_site_has_a_change_feed_of_its_own(storage: Storage) -> None:
+    """Numbered per site: one site's writes never move another's numbers; the store's total is every site's
+    numbers added up; what changed lately is found by time."""
+    sid, other = site(storage), site(storage, "other")
+    outbox = storage.outbox
+    marks, clock = outbox.change_marks()
+    assert marks == {} and clock > 0
+    a = remember(storage, sid, "first memory")
+    for n in range(3):
+        remember(storage, other, f"another site's memory {n}")
+    storage.memories.delete(Scope(other), remember(storage, other, "gone").reference)
+    assert outbox.change_mark(sid) == 1 and outbox.change_mark(other) == 5 and outbox.change_mark() == 6
+    assert outbox.change_marks()[0] == {sid: 1, other: 5}
+    page = outbox.changes(sid, 0, 10)
+    assert (page.changed, page.deleted, page.mark) == ([a.row_id], [], 1)
+    assert len(outbox.changes(other, 0, 10).changed) == 3 and len(outbox.changes(other, 0, 10).deleted) == 1
+    later, clock = outbox.change_marks(clock + 3600.0)
+    assert later == {}
+    remember(storage, sid, "second memory")
+    assert outbox.change_marks(clock - 60.0)[0] == {sid: 2, other: 5}
 
 
 def test_change_numbers_follow_commit_order_across_servers(
@@ -127,7 +150,7 @@ def test_change_numbers_follow_commit_order_across_servers(
             thread.start()
         while not stop.is_set():
             done = not any(thread.is_alive() for thread in threads)
-            page = follower.outbox.changes(mark, 7)
+            page = follower.outbox.changes(sid, mark, 7)
             seen.update(page.changed)
             mark = page.mark
             if done and not page.more:

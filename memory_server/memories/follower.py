@@ -2,16 +2,19 @@
 
 Several replicas on one PostgreSQL each hold a Qdrant Edge index of their own. The outbox cannot serve them
 (`memories.indexed` says whether *an* index has a row, not which), so each replica follows the authority's
-change feed instead: every insert, change and deletion of a memory, numbered in commit order. A replica
-applies the changes after the last one its index holds — after each of its own writes (so it reads its own
-writes at once) and every FOLLOW_INTERVAL_S (so it sees the others' within about that long).
+change feed instead: every insert, change and deletion of a memory, numbered per site in commit order. A
+replica applies each site's changes after the last one its index holds — after each of its own writes (so it
+reads its own writes at once) and every FOLLOW_INTERVAL_S (so it sees the others' within about that long).
+Which sites changed is asked of the changes made lately (since the last look, less CLOCK_SLACK_S for a
+transaction committed a little after its change was numbered), and of every site's counter at start and
+every SWEEP_S.
 
 How far the index got is kept beside it (`follow.json`: the authority's identity, the model, the last change
-applied and when it was made), written only after the index is flushed, so it never claims more than the index
-holds; applying a change twice is harmless. A missing or foreign state file, a new index, a feed pruned past
-that point, or an authority that no longer has that change as it was (a PostgreSQL failover to a standby
-that had not received it: the number is behind, or was given to a later change) means a rebuild from the
-whole authority.
+applied of each site and when it was made), written only after the index is flushed, so it never claims more
+than the index holds; applying a change twice is harmless. A missing or foreign state file, a new index, a
+feed pruned past that point, or an authority that no longer has that change as it was (a PostgreSQL failover
+to a standby that had not received it: the number is behind, or was given to a later change) means a rebuild
+from the whole authority.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memory_server.index.base import IndexUnavailable, batched
@@ -40,14 +44,24 @@ CHANGES_PAGE = 500
 REBUILD_PAGE = 1000
 # Changes are kept this long: a replica away for longer rebuilds its index when it comes back.
 CHANGE_RETENTION_S = 7 * 24 * 3600.0
+# Every site's counter is read this often; in between, only the sites with changes made since the last look
+# (less CLOCK_SLACK_S: a change is numbered a moment before its transaction commits).
+SWEEP_S = 30.0
+CLOCK_SLACK_S = 1.0
 
 
 @dataclass(frozen=True)
 class FollowState:
     authority: str
     model: str
-    mark: int
-    mark_at: float | None = None  # when change `mark` was made (None: not known, after a rebuild)
+    marks: dict[int, int] = field(default_factory=dict)  # site -> its last change applied
+    # site -> when that change was made (absent: not known, after a rebuild)
+    marks_at: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def mark(self) -> int:
+        """How many changes the index holds, of every site (each site's changes are numbered from 1)."""
+        return sum(self.marks.values())
 
 
 class IndexFollower:
@@ -67,8 +81,10 @@ class IndexFollower:
         self.word_store = word_store
         self.authority = authority
         self.state_path = state_path
-        self.mark = 0
-        self.mark_at: float | None = None
+        self.marks: dict[int, int] = {}
+        self.marks_at: dict[int, float] = {}
+        self.looked_at: float | None = None  # the store's clock at the last look at what changed
+        self.swept = 0.0  # time.monotonic() of the last look at every site
         self.needs_rebuild = True
         self.rebuilt = 0  # memories the rebuild under way has put in the index
         self._lock = threading.Lock()  # one catch-up at a time: request threads and the follow loop
@@ -84,27 +100,36 @@ class IndexFollower:
             and state.model == self.outbox.embedder.name
         )
         self.needs_rebuild = not usable
-        self.mark = state.mark if usable and state is not None else 0
-        self.mark_at = state.mark_at if usable and state is not None else None
+        self.marks = dict(state.marks) if usable and state is not None else {}
+        self.marks_at = dict(state.marks_at) if usable and state is not None else {}
+        self.looked_at = None
+
+    @property
+    def mark(self) -> int:
+        """How many changes the index holds, of every site."""
+        return sum(self.marks.values())
 
     def lag(self) -> int:
         """Changes of the authority this index does not hold yet (all of them before a rebuild)."""
-        newest = self.store.change_mark()
-        return newest if self.needs_rebuild else max(0, newest - self.mark)
+        newest, _ = self.store.change_marks()
+        if self.needs_rebuild:
+            return sum(newest.values())
+        return sum(max(0, seq - self.marks.get(site_id, 0)) for site_id, seq in newest.items())
 
     # The write path's IndexSync: after each commit, apply everything up to it (this server's write
-    # included). The commit stands whatever the index does; a failure is retried by the follow loop.
+    # included): the written memories' sites, or after a deletion every site changed lately. The commit
+    # stands whatever the index does; a failure is retried by the follow loop.
     def written(self, ids: Sequence[int]) -> None:
-        self._catch_up_after_commit()
+        self._catch_up_after_commit(self.store.sites_of(ids) if ids else set())
 
     def deleted(self, ids: Sequence[int]) -> None:
-        self._catch_up_after_commit()
+        self._catch_up_after_commit(None)
 
-    def _catch_up_after_commit(self) -> None:
+    def _catch_up_after_commit(self, sites: set[int] | None) -> None:
         if self.needs_rebuild:  # a rebuild under way (minutes, when the model changed) applies it afterwards
             return
         try:
-            self.catch_up()
+            self.catch_up(sites)
         except Exception as exc:
             self._throttle.log(
                 logging.WARNING,
@@ -114,41 +139,68 @@ class IndexFollower:
                 exc_info=not isinstance(exc, IndexUnavailable),
             )
 
-    def catch_up(self) -> int:
-        """Apply the changes after the last one applied (or rebuild); returns how many memories changed."""
+    def catch_up(self, sites: set[int] | None = None) -> int:
+        """Apply the changes after the last one applied of each site (or rebuild): of `sites`, or of those
+        changed lately; returns how many memories changed."""
         with self._lock:
             if self.needs_rebuild:
                 return self._rebuild()
-            done = 0
-            while True:
-                page = self.store.changes(self.mark, CHANGES_PAGE)
-                if page.truncated:
-                    log.warning("the change feed no longer reaches change %d: rebuilding the index", self.mark)
+            clock = self.looked_at
+            if sites is None:
+                sweep = self.looked_at is None or time.monotonic() - self.swept >= SWEEP_S
+                since = None if sweep or self.looked_at is None else self.looked_at - CLOCK_SLACK_S
+                newest, clock = self.store.change_marks(since)
+                if sweep:
+                    self.swept = time.monotonic()
+                sites = {site_id for site_id, seq in newest.items() if seq != self.marks.get(site_id, 0)}
+            done, before = 0, dict(self.marks)
+            for site_id in sorted(sites):
+                applied = self._catch_up_site(site_id)
+                if applied is None:
                     return done + self._rebuild()
-                if self.mark_at is not None and page.after_at is not None and page.after_at != self.mark_at:
-                    log.warning(
-                        "the authority's change %d is not the one this index applied (a failover lost "
-                        "changes): rebuilding the index",
-                        self.mark,
-                    )
-                    return done + self._rebuild()
-                if page.deleted:
-                    self.outbox.index.delete(page.deleted)
-                rows = self.store.index_rows(page.changed) if page.changed else []
-                self._apply(rows)
-                done += len(page.changed) + len(page.deleted)
-                if page.mark != self.mark:
-                    self._advance(page.mark, page.mark_at)
-                if not page.more:
-                    return done
+                done += applied
+            if self.marks != before:
+                self._save()
+            self.looked_at = clock
+            return done
+
+    def _catch_up_site(self, site_id: int) -> int | None:
+        """Apply the site's changes after the last one applied; None when only a rebuild can catch up."""
+        done = 0
+        while True:
+            mark = self.marks.get(site_id, 0)
+            page = self.store.changes(site_id, mark, CHANGES_PAGE)
+            if page.truncated:
+                log.warning(
+                    "the change feed no longer reaches change %d of site %d: rebuilding the index", mark, site_id
+                )
+                return None
+            made_at = self.marks_at.get(site_id)
+            if made_at is not None and page.after_at is not None and page.after_at != made_at:
+                log.warning(
+                    "the authority's change %d of site %d is not the one this index applied (a failover lost "
+                    "changes): rebuilding the index",
+                    mark,
+                    site_id,
+                )
+                return None
+            if page.deleted:
+                self.outbox.index.delete(page.deleted)
+            self._apply(self.store.index_rows(page.changed) if page.changed else [])
+            done += len(page.changed) + len(page.deleted)
+            self.marks[site_id] = page.mark
+            if page.mark_at is not None:
+                self.marks_at[site_id] = page.mark_at
+            if not page.more:
+                return done
 
     def rebuild(self) -> int:
         with self._lock:
             return self._rebuild()
 
     def _rebuild(self) -> int:
-        # The mark is taken first: a change committed while the rows are read is applied again afterwards.
-        mark = self.store.change_mark()
+        # The marks are taken first: a change committed while the rows are read is applied again afterwards.
+        marks, clock = self.store.change_marks()
         self.outbox.index.reset(self.outbox.expected())
         done, after = 0, 0
         self.rebuilt = 0
@@ -162,7 +214,9 @@ class IndexFollower:
             done += len(ids)
             after = ids[-1]
         self.needs_rebuild = False
-        self._advance(mark, None)
+        self.marks, self.marks_at = marks, {}
+        self.looked_at, self.swept = clock, time.monotonic()
+        self._save()
         if done:
             log.info("built the index from the authority: %d memories", done)
         return done
@@ -183,29 +237,38 @@ class IndexFollower:
             if unseen:
                 self.words.add(site_id, self.word_store.vectors(site_id, unseen, self.outbox.embedder.name))
 
-    def _advance(self, mark: int, mark_at: float | None) -> None:
+    def _save(self) -> None:
         self.outbox.index.flush()  # the state may claim only what the index holds on disk
-        self.mark, self.mark_at = mark, mark_at
-        _write(self.state_path, FollowState(self.authority, self.outbox.embedder.name, mark, mark_at))
+        _write(self.state_path, FollowState(self.authority, self.outbox.embedder.name, self.marks, self.marks_at))
 
 
 def read_state(path: Path) -> FollowState | None:
-    """The state beside an index, or None when missing or unreadable."""
+    """The state beside an index, or None when missing, unreadable, or of a feed numbered for the whole store."""
     try:
         raw = json.loads(path.read_text())
-        at = raw.get("mark_at")
         return FollowState(
             authority=str(raw["authority"]),
             model=str(raw["model"]),
-            mark=int(raw["mark"]),
-            mark_at=None if at is None else float(at),
+            marks={int(site_id): int(seq) for site_id, seq in raw["marks"].items()},
+            marks_at={int(site_id): float(at) for site_id, at in raw["marks_at"].items()},
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing, or torn by a power cut: a rebuild puts it right
 
 
 def _write(path: Path, state: FollowState) -> None:
-    # No fsync: a state older than the index only means changes applied twice, which is harmless.
+    # No fsync: a state older than the index only means changes applied twice, which is harmless. `mark`,
+    # every site's changes added up, is for a reader comparing it with the authority's total.
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(state)))
+    tmp.write_text(
+        json.dumps(
+            {
+                "authority": state.authority,
+                "model": state.model,
+                "mark": state.mark,
+                "marks": {str(site_id): seq for site_id, seq in state.marks.items()},
+                "marks_at": {str(site_id): at for site_id, at in state.marks_at.items()},
+            }
+        )
+    )
     os.replace(tmp, path)

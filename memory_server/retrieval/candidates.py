@@ -7,7 +7,7 @@ version), so only the others are read in full: their vectors and terms are most 
 
 A scope's size test is remembered for LARGE_SCOPE_SECONDS; a cached candidate is a plain tuple of plain values
 (`Row`), which the garbage collector stops tracking; the candidate set of a scope ranked whole is held (`Held`)
-and given again while the store's change number stays and none of its memories expired; start-up fills the
+and given again while its site's change number stays and none of its memories expired; start-up fills the
 cache (`warm`) and prepares the held sets (Retrieval.warm_up). Measurements: docs/ranking.md.
 """
 
@@ -80,7 +80,7 @@ def fingerprint(visible: Sequence[tuple[int, str]]) -> Fingerprint:
 @dataclass
 class Held:
     """A scope's candidate set, with the fingerprint of the (id, version) of the memories it was made of, the
-    store's change number when they were last looked at, and when the first of them expires."""
+    site's change number when they were last looked at, and when the first of them expires."""
 
     visible: Fingerprint
     candidates: CandidateSet
@@ -106,10 +106,10 @@ class CandidateSource:
         cache_size: int = CANDIDATE_CACHE,
         whole_set_candidates: int = WHOLE_SET_CANDIDATES,
         prefetch: int = PREFETCH,
-        change_mark: Callable[[], int] | None = None,
+        change_mark: Callable[[int], int] | None = None,
     ) -> None:
-        """`change_mark`: the store's change number (OutboxStore.change_mark), which grows with every change
-        of a memory: while it stays, a scope's held set needs no look at the store."""
+        """`change_mark`: a site's change number (OutboxStore.change_mark), which grows with every change of
+        one of its memories: while it stays, a scope's held set needs no look at the store."""
         self.store = store
         self.index = index
         self.model = model
@@ -121,7 +121,8 @@ class CandidateSource:
         # stops tracking the tuple (see the module docstring).
         self._cache: dict[int, Entry] = {}
         self._cache_lock = threading.Lock()
-        self._df_cache: dict[str, tuple[int, int]] = {}  # term -> (memories holding it, top id then)
+        # (site, token) -> (the site's memories holding it, the site's size then)
+        self._df_cache: dict[tuple[int, str], tuple[int, int]] = {}
         self._large: dict[Scope, float] = {}  # scope (its `at` aside) -> when it was counted as large
         self._whole_sets: dict[Scope, Held] = {}  # the last set of each scope ranked whole (`_whole`)
         self._held_candidates = 0
@@ -147,7 +148,7 @@ class CandidateSource:
             self._remember_large(scope)
         # The lexical side and its neighbours first: they do not need the query's vector.
         lexical = set(self.lexical_ids(scope, query))
-        ids = lexical | self._neighbours(lexical)
+        ids = lexical | self._neighbours(scope.site_id, lexical)
         if callable(vector):
             vector = vector()
         nearest = set(self._dense_ids(scope, vector))
@@ -155,21 +156,21 @@ class CandidateSource:
         # window on its occurred_at: a memory telling of the day is often dated days after it.
         for first, last in windows:
             nearest |= set(self._dense_ids(scope, vector, Range("days", gte=first, lte=last)))
-        ids |= nearest | self._neighbours(nearest - lexical)
+        ids |= nearest | self._neighbours(scope.site_id, nearest - lexical)
         if not ids:
             return CandidateSet(())
         # The scope is applied again when loading: neighbours must be visible too.
         visible, rows = self.store.load(scope, sorted(ids), self.model, self._fresh)
         return CandidateSet.of_rows(self._candidates(visible, rows))
 
-    def _neighbours(self, ids: set[int]) -> set[int]:
+    def _neighbours(self, site_id: int, ids: set[int]) -> set[int]:
         """The conversation neighbours of `ids`, looked up for those that may have any: a memory cached
         without a conversation has none (saved facts, notes), and asking the store for them cost 0.2 ms a
         lookup of 100-200 ids at 100k memories. A cached memory given a conversation since is taken as it
         was cached until it is read again: its neighbours are missed by the prefetch meanwhile."""
         cache = self._cache
         asked = sorted(i for i in ids if (entry := cache.get(i)) is None or entry[1][CONVERSATION_ID] is not None)
-        return self.store.neighbours(asked, NEIGHBOUR_REACH) if asked else set()
+        return self.store.neighbours(site_id, asked, NEIGHBOUR_REACH) if asked else set()
 
     def _whole(self, scope: Scope) -> CandidateSet | None:
         """Every memory the scope sees, or None when it sees more than the full-scan limit. The set of the
@@ -178,7 +179,7 @@ class CandidateSource:
         # A time window is asked for once, as a rule: its set is not held (200 random 30-day windows at 100k
         # memories, ~4,100 in each, held 360 MB more for nothing).
         holds = scope.occurred_after is None and scope.occurred_before is None
-        mark = self.change_mark() if holds and self.change_mark is not None else None
+        mark = self.change_mark(scope.site_id) if holds and self.change_mark is not None else None
         held = self._whole_sets.get(scope) if holds else None
         if held is not None and mark is not None and held.mark == mark and scope.at < held.valid_until:
             return held.candidates
@@ -351,66 +352,67 @@ class CandidateSource:
         `lexical_postings` rather than by the corpus (BM25 over a common term reads its whole posting list,
         growing with the corpus): the memories holding the query's rarest terms (postings adding up to at
         most `postings_budget`), best first by BM25. Memories reached only through common terms come from
-        the dense prefetch and their neighbours."""
-        freqs, top = self._query_doc_freqs(query)
-        return self._best_by_terms(scope, prefetch_terms(freqs, self.postings_budget(top)))
+        the dense prefetch and their neighbours. Every statistic is the scope's site's own, so what other
+        sites write never changes what is found."""
+        freqs, size = self._query_doc_freqs(scope.site_id, query)
+        return self._best_by_terms(scope, prefetch_terms(freqs, self.postings_budget(size)))
 
     def words_alone_ids(self, scope: Scope, query: str, wanted: int) -> list[int]:
         """`lexical_ids` when there is no dense side to reach the memories holding only common terms (while
         they are embedded again): when the bounded prefetch finds fewer than `wanted`, every term of the
         query is searched, at a cost that grows with the corpus for as long as that lasts."""
-        freqs, top = self._query_doc_freqs(query)
-        selective = prefetch_terms(freqs, self.postings_budget(top))
+        freqs, size = self._query_doc_freqs(scope.site_id, query)
+        selective = prefetch_terms(freqs, self.postings_budget(size))
         found = self._best_by_terms(scope, selective)
         held = sorted(term for term, df in freqs.items() if df > 0)
         if len(found) >= wanted or len(held) == len(selective):  # nothing left out that could add more
             return found
         return list(dict.fromkeys([*found, *self._best_by_terms(scope, held)]))
 
-    def _query_doc_freqs(self, query: str) -> tuple[dict[str, int], int]:
-        """The query's distinct analysed terms (sorted) with their document frequencies, and the highest
-        memory id they were counted at."""
+    def _query_doc_freqs(self, site_id: int, query: str) -> tuple[dict[str, int], int]:
+        """The query's distinct analysed terms (sorted) with their document frequencies in the site, and the
+        site's size they were counted at."""
         terms = sorted(set(analyze_query(query)))
         if not terms:
             return {}, 0
-        top = self.store.top_id()
-        return self.doc_freqs(terms, top), top
+        size = self.store.site_size(site_id)
+        return self.doc_freqs(site_id, terms, size), size
 
     def _best_by_terms(self, scope: Scope, terms: list[str]) -> list[int]:
         return self.store.best_by_terms(scope, terms, self.prefetch) if terms else []
 
     def postings_budget(self, memories: int) -> int:
-        """The lexical prefetch's postings budget in a store of about `memories` (its highest id)."""
+        """The lexical prefetch's postings budget in a site of `memories` memories."""
         share = max(LEXICAL_POSTINGS_FLOOR, int(memories * LEXICAL_POSTINGS_SHARE))
         return min(self.lexical_postings, share)
 
-    def doc_freqs(self, terms: Sequence[str], top: int | None = None) -> dict[str, int]:
-        """How many memories hold each term, counted up to the postings budget + 1. The lexical index holds a
-        term as FTS5's tokens of it (accents folded, a Hindi word in pieces), so a term counts its rarest
-        token's memories: at least as many as hold the term, as a search for the term finds them."""
+    def doc_freqs(self, site_id: int, terms: Sequence[str], size: int | None = None) -> dict[str, int]:
+        """How many of the site's memories hold each term, counted up to the postings budget + 1. The lexical
+        index holds a term as FTS5's tokens of it (accents folded, a Hindi word in pieces), so a term counts
+        its rarest token's memories: at least as many as hold the term, as a search for the term finds
+        them."""
         tokens = {term: fts_tokens(term) for term in terms}
-        counted = self._token_doc_freqs(sorted({token for held in tokens.values() for token in held}), top)
+        counted = self._token_doc_freqs(site_id, sorted({token for held in tokens.values() for token in held}), size)
         return {term: min((counted[token] for token in held), default=0) for term, held in tokens.items()}
 
-    def _token_doc_freqs(self, tokens: Sequence[str], top: int | None) -> dict[str, int]:
-        """How many memories hold each of FTS5's tokens. Reading them walks each token's postings (linear in
-        the corpus, up to the budget on PostgreSQL), and they only choose how the prefetch asks the lexical
-        index, so they are cached while the corpus has grown or shrunk by at most 1% (judged by the highest
-        memory id)."""
-        top = self.store.top_id() if top is None else top
-        fresh = max(100, top // 100)
+    def _token_doc_freqs(self, site_id: int, tokens: Sequence[str], size: int | None) -> dict[str, int]:
+        """How many of the site's memories hold each of FTS5's tokens. Reading them walks each token's postings
+        (linear in the corpus, up to the budget on PostgreSQL), and they only choose how the prefetch asks the
+        lexical index, so they are cached while the site has grown or shrunk by at most 1%."""
+        size = self.store.site_size(site_id) if size is None else size
+        fresh = max(100, size // 100)
         cache = self._df_cache
         out: dict[str, int] = {}
         for token in tokens:
-            hit = cache.get(token)
-            if hit is not None and abs(top - hit[1]) <= fresh:
+            hit = cache.get((site_id, token))
+            if hit is not None and abs(size - hit[1]) <= fresh:
                 out[token] = hit[0]
         missing = [token for token in tokens if token not in out]
         if missing:
             # Counted only as far as the budget: a term more frequent than it is never searched.
-            found = self.store.doc_freqs(missing, up_to=self.lexical_postings)
+            found = self.store.doc_freqs(site_id, missing, up_to=self.lexical_postings)
             if len(cache) > DF_CACHE_TERMS:
                 cache.clear()  # rare; refilled by the next queries
-            cache.update((token, (df, top)) for token, df in found.items())
+            cache.update(((site_id, token), (df, size)) for token, df in found.items())
             out.update(found)
         return out

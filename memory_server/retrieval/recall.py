@@ -237,7 +237,7 @@ class Retrieval:
         best = dict(top)
         # Which of them have a successor, from an index; only those are read whole (rarely any), and the
         # rest once the order is known: reading the 30 whole took 0.9 ms, most of it decoding their JSON.
-        replaced = self.memories.replaced(list(best))
+        replaced = self.memories.replaced(scope.site_id, list(best))
         superseded = self.memories.by_ids([i for i in best if i in replaced and scope.replaced_in_window(replaced[i])])
         newest = self.memories.newest(scope, [m.reference for m in superseded.values()]) if superseded else {}
         found = dict(superseded)

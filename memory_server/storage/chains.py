@@ -49,10 +49,11 @@ class Chains:
         if row is None or row[1] is not None:
             raise StaleRow(older)
         self._run(
-            f"UPDATE memories SET superseded_by = ?, valid_to = ?, {CHANGED} WHERE id = ?",
+            f"UPDATE memories SET superseded_by = ?, valid_to = ?, {CHANGED} WHERE site_id = ? AND id = ?",
             reference,
             occurred_at,
             now_rfc3339(),
+            site_id,
             row[0],
         )
         if self._follows(site_id, reference, older):  # reference was already older than `older`
@@ -129,7 +130,13 @@ class Chains:
                 changed.append(int(row[0]))
         if successor is not None:
             linked = older if changed else None
-            self._run(f"UPDATE memories SET supersedes = ?, {CHANGED} WHERE id = ?", linked, now, successor[0])
+            self._run(
+                f"UPDATE memories SET supersedes = ?, {CHANGED} WHERE site_id = ? AND id = ?",
+                linked,
+                now,
+                site_id,
+                successor[0],
+            )
             changed.append(int(successor[0]))
         return changed
 

@@ -1,9 +1,10 @@
 """The reads recall ranks from, on PostgreSQL: visible memories, their vectors and terms, lexical prefetches.
 
 Matching is on `memories_fts.tokens` (FTS5's tokens of the analysed terms, GIN-indexed): a query term is a
-phrase of its tokens, as FTS5 reads a quoted term. The prefetch's ranking is FTS5's bm25(), computed over
-the matching rows (lexicon.py); the caller keeps those rows few (terms whose postings add up to a
-few thousand), so the rows, the phrase counts and the table totals are read in one snapshot and scored here.
+phrase of its tokens, as FTS5 reads a quoted term. The prefetch's ranking is FTS5's bm25() over the site's
+statistics alone (memory_server/storage/site_bm25.py), computed over the site's matching rows; the caller keeps
+those rows few (terms whose postings in the site add up to a few thousand), so the rows and the site's
+totals are read in one snapshot and scored there.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import numpy as np
 
 from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.postgres.lexicon import bm25_order, instances
 from memory_server.storage.postgres.scope import scope_sql
 from memory_server.storage.records import CandidateRow
 from memory_server.storage.scope import Scope
+from memory_server.storage.site_bm25 import SiteRow, site_bm25_order
 
 
 def _match(phrases: Sequence[list[str]]) -> tuple[str, list[object]]:
@@ -77,7 +78,7 @@ class PostgresCandidateStore:
             if up_to is not None and len(visible) > up_to:
                 return visible, []
             missing = [row_id for row_id, updated_at in visible if not cached(row_id, updated_at)]
-            return visible, _candidate_rows(conn, missing) if missing else []
+            return visible, _candidate_rows(conn, missing, scope.site_id) if missing else []
 
         return self._db.read(read, snapshot=True)
 
@@ -112,22 +113,24 @@ class PostgresCandidateStore:
         )
         return [(int(site_id), bucket, int(n)) for site_id, bucket, n, _ in rows]
 
-    def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
-        """Rows holding each term as one token (what FTS5's vocabulary counts: the term is not tokenized).
-        Counting visits every matching row (a common term's at 100k: ~100 ms, the first recalls' p95 after a
-        start), hence `up_to`."""
+    def doc_freqs(self, site_id: int, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
+        """The site's rows holding each term as one token (what FTS5's vocabulary counts: the term is not
+        tokenized). Counting visits every matching row (a common term's at 100k: ~100 ms, the first recalls'
+        p95 after a start), hence `up_to`."""
         limit = "" if up_to is None else f" LIMIT {int(up_to) + 1}"
         rows = self._db.read(
             lambda conn: conn.execute(
-                f"SELECT q.t, (SELECT count(*) FROM (SELECT 1 FROM memories_fts f WHERE f.tokens @> ARRAY[q.t]{limit})"
-                " AS holding) FROM unnest(%s::text[]) AS q (t)",
-                [list(terms)],
+                "SELECT q.t, (SELECT count(*) FROM (SELECT 1 FROM memories_fts f WHERE f.site_id = %s"
+                f" AND f.tokens @> ARRAY[q.t]{limit}) AS holding) FROM unnest(%s::text[]) AS q (t)",
+                [site_id, list(terms)],
             ).fetchall()
         )
         return {term: 0 for term in terms} | {str(term): int(n) for term, n in rows}
 
-    def top_id(self) -> int:
-        row = self._db.read(lambda conn: conn.execute("SELECT coalesce(max(id), 0) FROM memories").fetchone())
+    def site_size(self, site_id: int) -> int:
+        row = self._db.read(
+            lambda conn: conn.execute("SELECT rows FROM memory_lexicon WHERE site_id = %s", [site_id]).fetchone()
+        )
         return int(row[0]) if row else 0
 
     def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
@@ -139,21 +142,23 @@ class PostgresCandidateStore:
         match, match_args = _match(live)
 
         def read(conn: Conn) -> list[int]:
-            totals = conn.execute("SELECT rows, tokens FROM memories_fts_totals").fetchone()
-            hits = _phrase_hits(conn, phrases)
-            rows = {
-                int(row_id): list(tokens)
-                for row_id, tokens in conn.execute(
-                    "SELECT f.id, f.tokens FROM memories_fts f JOIN memories m ON m.id = f.id"
-                    f" WHERE {match} AND m.vector IS NOT NULL AND {where}",  # without a vector, no candidate
-                    [*match_args, *args],
+            totals = conn.execute("SELECT rows, tokens FROM memory_lexicon WHERE site_id = %s", [scope.site_id])
+            found = totals.fetchone()
+            # Every row of the site holding a phrase counts in its statistics; the scope's, with a vector
+            # (without one, no candidate), are ranked.
+            rows = [
+                SiteRow(int(row_id), list(tokens), bool(visible))
+                for row_id, tokens, visible in conn.execute(
+                    f"SELECT f.id, f.tokens, (m.vector IS NOT NULL AND {where}) FROM memories_fts f"
+                    f" JOIN memories m ON m.site_id = f.site_id AND m.id = f.id WHERE f.site_id = %s AND {match}",
+                    [*args, scope.site_id, *match_args],
                 ).fetchall()
-            }
-            return bm25_order(rows, phrases, hits, (int(totals[0]), int(totals[1])) if totals else (0, 0), limit)
+            ]
+            return site_bm25_order(rows, phrases, (int(found[0]), int(found[1])) if found else (0, 0), limit)
 
         return self._db.read(read, snapshot=True)
 
-    def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
+    def neighbours(self, site_id: int, ids: Sequence[int], reach: int) -> set[int]:
         if not ids:
             return set()
         rows = self._db.read(
@@ -161,46 +166,23 @@ class PostgresCandidateStore:
                 "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
                 " AND n.conversation_id = m.conversation_id"
                 " AND n.conversation_seq BETWEEN m.conversation_seq - %s AND m.conversation_seq + %s"
-                " WHERE m.id = ANY(%s::bigint[]) AND m.conversation_id IS NOT NULL",
-                [reach, reach, list(ids)],
+                " WHERE m.site_id = %s AND m.id = ANY(%s::bigint[]) AND m.conversation_id IS NOT NULL",
+                [reach, reach, site_id, list(ids)],
             ).fetchall()
         )
         return {int(r[0]) for r in rows}
 
 
-def _phrase_hits(conn: Conn, phrases: Sequence[list[str]]) -> list[int]:
-    """How many rows of the whole table hold each phrase (FTS5's count for its idf)."""
-    singles = [phrase[0] for phrase in phrases if len(phrase) == 1]
-    counts: dict[str, int] = {}
-    if singles:
-        counts = {
-            str(t): int(n)
-            for t, n in conn.execute(
-                "SELECT q.t, (SELECT count(*) FROM memories_fts f WHERE f.tokens @> ARRAY[q.t])"
-                " FROM unnest(%s::text[]) AS q (t)",
-                [sorted(set(singles))],
-            ).fetchall()
-        }
-    hits: list[int] = []
-    for phrase in phrases:
-        if len(phrase) == 1:
-            hits.append(counts.get(phrase[0], 0))
-        elif not phrase:
-            hits.append(0)
-        else:
-            rows = conn.execute("SELECT f.tokens FROM memories_fts f WHERE f.tokens @> %s::text[]", [phrase]).fetchall()
-            hits.append(sum(1 for (tokens,) in rows if instances(list(tokens), phrase)))
-    return hits
-
-
-def _candidate_rows(conn: Conn, ids: Sequence[int]) -> list[CandidateRow]:
+def _candidate_rows(conn: Conn, ids: Sequence[int], site_id: int | None = None) -> list[CandidateRow]:
+    """The rows of `ids` (of one site when given: a recall's; start-up's warming reads every site's)."""
+    site = "" if site_id is None else "m.site_id = %s AND "
     found: list[tuple[Any, ...]] = (
         conn.cursor(binary=True)
         .execute(
             "SELECT m.id, m.site_id, m.updated_at, m.content, m.occurred_at, m.conversation_id, m.conversation_seq,"
-            " m.vector, f.terms FROM memories m JOIN memories_fts f ON f.id = m.id"
-            " WHERE m.id = ANY(%s::bigint[]) AND m.vector IS NOT NULL ORDER BY m.id",
-            [list(ids)],
+            " m.vector, f.terms FROM memories m JOIN memories_fts f ON f.site_id = m.site_id AND f.id = m.id"
+            f" WHERE {site}m.id = ANY(%s::bigint[]) AND m.vector IS NOT NULL ORDER BY m.id",
+            [*([] if site_id is None else [site_id]), list(ids)],
         )
         .fetchall()
     )

@@ -6,7 +6,7 @@ vector index is written after the commit, and a deleted row is queued in `index_
 Two servers may insert the same memory at once: the unique (site, dedup key) index makes the second wait
 for the first's COMMIT, then `ON CONFLICT DO NOTHING` lets it decide again from the committed row (a
 duplicate), as SQLite's single writer would. A batch's lexical rows go in last, in one statement, so the
-totals row BM25 needs is locked only for the moment before COMMIT.
+site's totals row BM25 needs is locked only for the moment before COMMIT.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` 
 PROVENANCE_FILTERS = ("source", "agent", "conversation_id")  # provenance keys a listing can filter on
 ATTRIBUTES = "content, type, location, project, team, bucket, tags, metadata, provenance, occurred_at"
 INSERT_FTS = (
-    "INSERT INTO memories_fts (id, terms, tokens) SELECT r.id, r.terms, string_to_array(r.tokens, ' ')"
+    "INSERT INTO memories_fts (site_id, id, terms, tokens) SELECT %s, r.id, r.terms, string_to_array(r.tokens, ' ')"
     " FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS r (id, terms, tokens)"
 )
 
@@ -76,6 +76,7 @@ class PostgresMemoryStore:
                 conn.execute(
                     INSERT_FTS,
                     [
+                        site_id,
                         [row_id for row_id, _ in created],
                         [terms for _, terms in created],
                         [" ".join(fts_tokens(terms)) for _, terms in created],
@@ -104,6 +105,7 @@ class PostgresMemoryStore:
                 conn.execute(
                     INSERT_FTS,
                     [
+                        at.site_id,
                         [row_id for row_id, _ in created],
                         [terms for _, terms in created],
                         [" ".join(fts_tokens(terms)) for _, terms in created],
@@ -143,7 +145,7 @@ class PostgresMemoryStore:
                 return None
             chains(conn).bridge(scope.site_id, reference, found[1], found[2])
             # The lexical row goes by cascade, the id is queued for the index by trigger.
-            conn.execute("DELETE FROM memories WHERE id = %s", [found[0]])
+            conn.execute("DELETE FROM memories WHERE site_id = %s AND id = %s", [scope.site_id, found[0]])
             return int(found[0])
 
         return self._db.write(delete)
@@ -276,13 +278,14 @@ class PostgresMemoryStore:
         rows = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE m.id = ANY(%s::bigint[])", [list(ids)])
         return {row.id: row for row in rows}
 
-    def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
+    def replaced(self, site_id: int, ids: Sequence[int]) -> dict[int, str | None]:
         if not ids:
             return {}
         rows = self._db.read(
             lambda conn: conn.execute(
-                "SELECT id, valid_to FROM memories WHERE id = ANY(%s::bigint[]) AND superseded_by IS NOT NULL",
-                [list(ids)],
+                "SELECT id, valid_to FROM memories WHERE site_id = %s AND id = ANY(%s::bigint[])"
+                " AND superseded_by IS NOT NULL",
+                [site_id, list(ids)],
             ).fetchall()
         )
         return {int(row[0]): row[1] for row in rows}
@@ -303,20 +306,21 @@ class PostgresMemoryStore:
                 # The rows locked while their terms are worked out: a change of one meanwhile waits, then writes
                 # its own terms over these.
                 rows = conn.execute(
-                    "SELECT m.id, m.content, m.occurred_at, f.terms FROM memories m JOIN memories_fts f"
-                    " ON f.id = m.id WHERE m.id > %s ORDER BY m.id LIMIT %s FOR UPDATE OF m",
+                    "SELECT m.id, m.site_id, m.content, m.occurred_at, f.terms FROM memories m JOIN memories_fts f"
+                    " ON f.site_id = m.site_id AND f.id = m.id WHERE m.id > %s ORDER BY m.id LIMIT %s FOR UPDATE OF m",
                     [after, batch],
                 ).fetchall()
                 if not rows:
                     return None
                 changed = [
-                    (row_id, new)
-                    for row_id, content, occurred_at, old in rows
+                    (row_id, site_id, new)
+                    for row_id, site_id, content, occurred_at, old in rows
                     if (new := terms(content, occurred_at)) != old
                 ]
-                for row_id, new in changed:
+                for row_id, site_id, new in changed:
                     conn.execute(
-                        "UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s", [new, fts_tokens(new), row_id]
+                        "UPDATE memories_fts SET terms = %s, tokens = %s WHERE site_id = %s AND id = %s",
+                        [new, fts_tokens(new), site_id, row_id],
                     )
                 return int(rows[-1][0]), len(changed)
 
@@ -470,11 +474,11 @@ def update(
         assignments += ", vector = %s, vector_model = %s"
         values += [vector_blob(document.vector), document.model]
         store_words(conn, site_id, words, document.model)
-    conn.execute(f"UPDATE memories SET {assignments} WHERE id = %s", [*values, now.id])
+    conn.execute(f"UPDATE memories SET {assignments} WHERE site_id = %s AND id = %s", [*values, site_id, now.id])
     if document is not None:
         conn.execute(
-            "UPDATE memories_fts SET terms = %s, tokens = %s WHERE id = %s",
-            [document.terms, fts_tokens(document.terms), now.id],
+            "UPDATE memories_fts SET terms = %s, tokens = %s WHERE site_id = %s AND id = %s",
+            [document.terms, fts_tokens(document.terms), site_id, now.id],
         )
     relink(chains(conn), site_id, reference, now, memory)
     return now.id

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from memory_server.storage import change_feed as feed
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.records import ChangePage, IndexRow, collapse_changes
+from memory_server.storage.records import ChangePage, IndexRow
 
 
 class PostgresOutboxStore:
@@ -115,9 +116,36 @@ class PostgresOutboxStore:
         )
         return {int(r[0]) for r in rows}
 
-    def change_mark(self) -> int:
-        row = self._db.read(lambda conn: conn.execute("SELECT seq FROM memory_change_counter").fetchone())
+    def sites_of(self, ids: Sequence[int]) -> set[int]:
+        rows = self._db.read(
+            lambda conn: conn.execute(
+                "SELECT DISTINCT site_id FROM memories WHERE id = ANY(%s::bigint[])", [list(ids)]
+            ).fetchall()
+        )
+        return {int(r[0]) for r in rows}
+
+    def change_mark(self, site_id: int | None = None) -> int:
+        row = self._db.read(
+            lambda conn: (
+                conn.execute(feed.TOTAL_MARK).fetchone()
+                if site_id is None
+                else conn.execute(feed.sql(feed.SITE_MARK, "%s"), [site_id]).fetchone()
+            )
+        )
         return int(row[0]) if row else 0
+
+    def change_marks(self, since: float | None = None) -> tuple[dict[int, int], float]:
+        def read(conn: Conn) -> tuple[list[tuple[Any, ...]], Any]:
+            found = (
+                conn.execute(feed.ALL_MARKS)
+                if since is None
+                else conn.execute(feed.sql(feed.RECENT_MARKS, "%s"), [since])
+            ).fetchall()
+            clock = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+            return found, clock[0] if clock else 0.0
+
+        found, clock = self._db.read(read, snapshot=True)
+        return {int(site_id): int(seq) for site_id, seq in found}, float(clock)
 
     def ids_after(self, after: int, limit: int) -> list[int]:
         rows = self._db.read(
@@ -127,28 +155,18 @@ class PostgresOutboxStore:
         )
         return [int(r[0]) for r in rows]
 
-    def changes(self, after: int, limit: int) -> ChangePage:
-        def read(conn: Conn) -> tuple[list[tuple[Any, ...]], Any, Any, Any]:
-            rows = conn.execute(
-                "SELECT seq, id, deleted, changed_at FROM memory_changes WHERE seq > %s ORDER BY seq LIMIT %s",
-                [after, limit],
-            ).fetchall()
-            first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()
-            newest = conn.execute("SELECT seq FROM memory_change_counter").fetchone()
-            at = conn.execute("SELECT changed_at FROM memory_changes WHERE seq = %s", [after]).fetchone()
-            return rows, first[0] if first else None, newest[0] if newest else 0, at[0] if at else None
+    def changes(self, site_id: int, after: int, limit: int) -> ChangePage:
+        def read(conn: Conn) -> ChangePage:
+            rows = conn.execute(feed.sql(feed.PAGE, "%s"), [site_id, after, limit]).fetchall()
+            first = conn.execute(feed.sql(feed.FIRST, "%s"), [site_id]).fetchone()
+            newest = conn.execute(feed.sql(feed.SITE_MARK, "%s"), [site_id]).fetchone()
+            at = conn.execute(feed.sql(feed.MADE_AT, "%s"), [site_id, after]).fetchone()
+            return feed.change_page(
+                rows, first[0] if first else None, newest[0] if newest else None, at[0] if at else None, after, limit
+            )
 
         # One snapshot: the rows, whether the ones before them are still kept, and when `after` was made.
-        rows, first, newest, at = self._db.read(read, snapshot=True)
-        # A counter behind `after`: a failover to a standby that had not received the changes after it.
-        truncated = (after < int(newest) and (first is None or int(first) > after + 1)) or after > int(newest)
-        return collapse_changes(
-            [(int(r[0]), int(r[1]), bool(r[2]), float(r[3])) for r in rows],
-            after,
-            limit,
-            truncated,
-            None if at is None else float(at),
-        )
+        return self._db.read(read, snapshot=True)
 
     def prune_changes(self, older_than_s: float) -> int:
         cut = time.time() - older_than_s

@@ -243,8 +243,8 @@ def delete_site(conn: Conn, name: str) -> bool:
         return False
     site_id = int(row[0])
     # The lexical rows first, in one statement: left to the foreign key's cascade, each memory's would be a
-    # statement of its own (and a write of the totals row each).
-    conn.execute("DELETE FROM memories_fts f USING memories m WHERE m.id = f.id AND m.site_id = %s", [site_id])
+    # statement of its own (and a write of the site's totals row each).
+    conn.execute("DELETE FROM memories_fts WHERE site_id = %s", [site_id])
     for table in SITE_TABLES:
         conn.execute(f"DELETE FROM {table} WHERE site_id = %s", [site_id])  # memories: queued for the index
     delete_site_rows(conn, site_id)  # OAuth codes, grants and their tokens

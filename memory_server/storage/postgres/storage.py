@@ -59,7 +59,7 @@ class PostgresStorage:
         """A cheap sanity read of every table the server needs; PostgreSQL verifies pages as it reads them."""
         self._db.read(
             lambda conn: conn.execute(
-                "SELECT (SELECT count(*) FROM sites), (SELECT rows FROM memories_fts_totals)"
+                "SELECT (SELECT count(*) FROM sites), (SELECT count(*) FROM memory_lexicon)"
             ).fetchone()
         )
         return None

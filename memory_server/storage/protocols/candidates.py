@@ -43,19 +43,19 @@ class CandidateStore(Protocol):
         most recently written to first."""
         ...
 
-    def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
-        """How many memories (of every site) hold each analysed term; with `up_to`, counted up to `up_to` + 1
-        at most."""
+    def doc_freqs(self, site_id: int, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
+        """How many of the site's memories hold each analysed term; with `up_to`, counted up to `up_to` + 1 at
+        most. A site's statistics are its own: what other sites hold never counts."""
         ...
 
-    def top_id(self) -> int:
-        """The highest memory id: a cheap measure of how much the corpus has grown."""
+    def site_size(self, site_id: int) -> int:
+        """How many of the site's memories the lexical index holds: the measure of how much it has grown."""
         ...
 
     def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
-        """Visible memories holding any of `terms`, best first by BM25."""
+        """Visible memories holding any of `terms`, best first by BM25 over the statistics of the scope's site."""
         ...
 
-    def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
-        """Ids of the memories within `reach` seq of these in the same conversation (these included)."""
+    def neighbours(self, site_id: int, ids: Sequence[int], reach: int) -> set[int]:
+        """Ids of the site's memories within `reach` seq of these in the same conversation (these included)."""
         ...

@@ -109,8 +109,8 @@ class MemoryStore(Protocol):
         transaction, then record `version`; how many memories' terms changed."""
         ...
 
-    def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
-        """Those of these memories that have a successor, with their valid_to: what recall needs of the
+    def replaced(self, site_id: int, ids: Sequence[int]) -> dict[int, str | None]:
+        """Those of these memories of the site that have a successor, with their valid_to: what recall needs of the
         memories it ranked best to place the superseded ones, without reading them whole."""
         ...
 

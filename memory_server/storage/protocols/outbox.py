@@ -42,23 +42,34 @@ class OutboxStore(Protocol):
         """Which of these ids still have a row."""
         ...
 
+    def sites_of(self, ids: Sequence[int]) -> set[int]:
+        """The sites of those of these memories still stored."""
+        ...
+
     def counts(self) -> tuple[int, int, int]:
         """(indexed memories, unindexed memories, queued deletions)."""
         ...
 
-    # The change feed: every insert, change and deletion of a memory, numbered in commit order, so a server
-    # with an index of its own (one replica of several on a shared authority) can follow what others write.
+    # The change feed: every insert, change and deletion of a memory, numbered per site in commit order (each
+    # site's own counter: no row every site's writes update), so a server with an index of its own (one
+    # replica of several on a shared authority) can follow what others write, site by site.
 
-    def change_mark(self) -> int:
-        """The number of the newest change (0: none yet)."""
+    def change_mark(self, site_id: int | None = None) -> int:
+        """The number of the site's newest change (0: none yet); without a site, how many changes every site
+        has had (a number that grows with every change)."""
+        ...
+
+    def change_marks(self, since: float | None = None) -> tuple[dict[int, int], float]:
+        """The newest change number of every site that has had one, or with `since` (unix seconds, the store's
+        clock) of the sites with a change kept made from then on; and the store's clock when read."""
         ...
 
     def ids_after(self, after: int, limit: int) -> list[int]:
         """Ids of stored memories above `after`, ascending (a whole index rebuilt page by page)."""
         ...
 
-    def changes(self, after: int, limit: int) -> ChangePage:
-        """Up to `limit` changes after change number `after`, oldest first."""
+    def changes(self, site_id: int, after: int, limit: int) -> ChangePage:
+        """Up to `limit` of the site's changes after its change number `after`, oldest first."""
         ...
 
     def prune_changes(self, older_than_s: float) -> int:

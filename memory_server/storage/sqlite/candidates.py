@@ -12,8 +12,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.records import CandidateRow
 from memory_server.storage.scope import Scope
+from memory_server.storage.site_bm25 import site_bm25_order
+from memory_server.storage.sqlite.lexicon import alone, fts_phrase, site_doc_freqs, site_rows, site_totals
 from memory_server.storage.sqlite.scope import marks, scope_sql
 from memory_server.storage.sqlite.writer import Readers
 
@@ -23,11 +26,6 @@ from memory_server.storage.sqlite.writer import Readers
 # rarely reads a row. Measured at 100k in-process, embedding aside, p50 mapped -> unmapped: whole site 5.7 ->
 # 6.1 ms, a bucket 2.3 -> 2.5 ms, a 30-day window (4,100 memories, read whole) 26.3 -> 28.5 ms.
 CHUNK = 500  # ids per IN (...) list
-
-
-def fts_phrase(term: str) -> str:
-    """An analysed term as an FTS5 string literal (terms are \\w+ runs, but quote them anyway)."""
-    return '"' + term.replace('"', '""') + '"'
 
 
 class SqliteCandidateStore:
@@ -120,40 +118,48 @@ class SqliteCandidateStore:
             .fetchall()
         ]
 
-    def doc_freqs(self, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
-        """FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only these terms'
-        doclists, without scoring); capped at `up_to` + 1 as the other backend counts."""
+    def doc_freqs(self, site_id: int, terms: Sequence[str], up_to: int | None = None) -> dict[str, int]:
+        """The site's rows holding each token, capped at `up_to` + 1 as the other backend counts. While the site
+        holds every row, from FTS5's vocabulary, read through a per-connection temp table (fts5vocab walks only
+        these terms' doclists, without scoring)."""
         conn = self._reader()
         conn.execute(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memories_fts_terms USING fts5vocab(main, 'memories_fts', 'row')"
         )
-        found = conn.execute(
-            f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({marks(terms)})", list(terms)
-        ).fetchall()
+        with _snapshot(conn):
+            if not alone(conn, site_id):
+                return {term: 0 for term in terms} | site_doc_freqs(conn, site_id, terms, up_to)
+            found = conn.execute(
+                f"SELECT term, doc FROM temp.memories_fts_terms WHERE term IN ({marks(terms)})", list(terms)
+            ).fetchall()
         cap = float("inf") if up_to is None else up_to + 1
         return {term: 0 for term in terms} | {row[0]: int(min(int(row[1]), cap)) for row in found}
 
-    def top_id(self) -> int:
-        return int(self._reader().execute("SELECT max(id) FROM memories").fetchone()[0] or 0)
+    def site_size(self, site_id: int) -> int:
+        return site_totals(self._reader(), site_id)[0]
 
     def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
+        conn = self._reader()
         where, args = scope_sql(scope)
-        # CROSS JOIN keeps FTS5 the outer loop: driven from `memories`, the planner would run the MATCH once
-        # per visible row. Each match is tested against the scope in `memories_scope_by_id` (schema step 12),
-        # which the planner would pass over for the rowid; a memory without a vector is no candidate anyway.
-        return [
-            int(r[0])
-            for r in self._reader()
-            .execute(
-                "SELECT m.id FROM memories_fts f CROSS JOIN memories m INDEXED BY "
-                "memories_scope_by_id ON m.id = f.rowid"
-                f" WHERE memories_fts MATCH ? AND m.vector IS NOT NULL AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
-                [" OR ".join(fts_phrase(t) for t in terms), *args, limit],
-            )
-            .fetchall()
-        ]
+        with _snapshot(conn):
+            if not alone(conn, scope.site_id):
+                phrases = [fts_tokens(term) for term in terms]
+                rows = site_rows(conn, scope.site_id, terms, where, args)
+                return site_bm25_order(rows, phrases, site_totals(conn, scope.site_id), limit)
+            # CROSS JOIN keeps FTS5 the outer loop: driven from `memories`, the planner would run the MATCH once
+            # per visible row. Each match is tested against the scope in `memories_scope_by_id` (schema step
+            # 12), which the planner would pass over for the rowid; a memory without a vector is no candidate.
+            return [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT m.id FROM memories_fts f CROSS JOIN memories m INDEXED BY "
+                    "memories_scope_by_id ON m.id = f.rowid WHERE memories_fts MATCH ? AND m.vector IS NOT NULL"
+                    f" AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+                    [" OR ".join(fts_phrase(t) for t in terms), *args, limit],
+                ).fetchall()
+            ]
 
-    def neighbours(self, ids: Sequence[int], reach: int) -> set[int]:
+    def neighbours(self, site_id: int, ids: Sequence[int], reach: int) -> set[int]:
         if not ids:
             return set()
         found = (
@@ -162,8 +168,8 @@ class SqliteCandidateStore:
                 "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
                 " AND n.conversation_id = m.conversation_id"
                 " AND n.conversation_seq BETWEEN m.conversation_seq - ? AND m.conversation_seq + ?"
-                f" WHERE m.id IN ({marks(ids)}) AND m.conversation_id IS NOT NULL",
-                [reach, reach, *ids],
+                f" WHERE m.id IN ({marks(ids)}) AND m.site_id = ? AND m.conversation_id IS NOT NULL",
+                [reach, reach, *ids, site_id],
             )
             .fetchall()
         )

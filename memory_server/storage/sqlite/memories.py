@@ -32,6 +32,7 @@ from memory_server.storage.records import (
     Words,
 )
 from memory_server.storage.scope import Scope
+from memory_server.storage.sqlite.lexicon import insert_terms, update_terms
 from memory_server.storage.sqlite.scope import marks, scope_sql
 from memory_server.storage.sqlite.writer import Readers, Writer
 from memory_server.timestamps import now_rfc3339
@@ -131,7 +132,7 @@ class SqliteMemoryStore:
             if document is not None:
                 assignments += ", vector = ?, vector_model = ?"
                 values += [vector_blob(document.vector), document.model]
-                conn.execute("UPDATE memories_fts SET terms = ? WHERE rowid = ?", (document.terms, row_id))
+                update_terms(conn, [(document.terms, row_id)])
                 store_words(conn, site_id, words, document.model)
             conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values, row_id))
             relink(Chains(conn), site_id, reference, now, memory)
@@ -289,13 +290,15 @@ class SqliteMemoryStore:
         )
         return {int(row["id"]): stored(row) for row in rows}
 
-    def replaced(self, ids: Sequence[int]) -> dict[int, str | None]:
+    def replaced(self, site_id: int, ids: Sequence[int]) -> dict[int, str | None]:
         if not ids:
             return {}
         rows = (
             self._readers.get()
             .execute(
-                f"SELECT id, valid_to FROM memories WHERE id IN ({marks(ids)}) AND superseded_by IS NOT NULL", list(ids)
+                f"SELECT id, valid_to FROM memories WHERE site_id = ? AND id IN ({marks(ids)})"
+                " AND superseded_by IS NOT NULL",
+                [site_id, *ids],
             )
             .fetchall()
         )
@@ -325,7 +328,7 @@ class SqliteMemoryStore:
                     for row_id, content, occurred_at, old in rows
                     if (new := terms(content, occurred_at)) != old
                 ]
-                conn.executemany("UPDATE memories_fts SET terms = ? WHERE rowid = ?", changed)
+                update_terms(conn, changed)
                 return int(rows[-1][0]), len(changed)
 
             return self._writer.run_sync(work)
@@ -410,7 +413,7 @@ def insert(
         ),
     )
     row_id = int(cur.lastrowid or 0)
-    conn.execute("INSERT INTO memories_fts (rowid, terms) VALUES (?, ?)", (row_id, document.terms))
+    insert_terms(conn, row_id, site_id, document.terms)
     conn.execute("DELETE FROM index_deletions WHERE id = ?", (row_id,))
     if live and memory.supersedes is not None:  # an import keeps the links it read instead
         Chains(conn).link(site_id, reference, memory.occurred_at, memory.supersedes)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
-from memory_server.storage.records import ChangePage, IndexRow, collapse_changes
+from memory_server.storage import change_feed as feed
+from memory_server.storage.records import ChangePage, IndexRow
 from memory_server.storage.sqlite.scope import marks
 from memory_server.storage.sqlite.writer import Readers, Writer
 
@@ -94,9 +96,36 @@ class SqliteOutboxStore:
             }
         return found
 
-    def change_mark(self) -> int:
-        row = self._readers.get().execute("SELECT seq FROM sqlite_sequence WHERE name = 'memory_changes'").fetchone()
+    def sites_of(self, ids: Sequence[int]) -> set[int]:
+        conn = self._readers.get()
+        found: set[int] = set()
+        for start in range(0, len(ids), CHUNK):
+            chunk = list(ids[start : start + CHUNK])
+            found |= {
+                int(r[0])
+                for r in conn.execute(f"SELECT DISTINCT site_id FROM memories WHERE id IN ({marks(chunk)})", chunk)
+            }
+        return found
+
+    def change_mark(self, site_id: int | None = None) -> int:
+        conn = self._readers.get()
+        row = (
+            conn.execute(feed.TOTAL_MARK).fetchone()
+            if site_id is None
+            else conn.execute(feed.sql(feed.SITE_MARK, "?"), (site_id,)).fetchone()
+        )
         return int(row[0]) if row is not None else 0
+
+    def change_marks(self, since: float | None = None) -> tuple[dict[int, int], float]:
+        conn = self._readers.get()
+        with _snapshot(conn):
+            found = (
+                conn.execute(feed.ALL_MARKS)
+                if since is None
+                else conn.execute(feed.sql(feed.RECENT_MARKS, "?"), (since,))
+            ).fetchall()
+            clock = conn.execute("SELECT (julianday('now') - 2440587.5) * 86400.0").fetchone()[0]
+        return {int(site_id): int(seq) for site_id, seq in found}, float(clock)
 
     def ids_after(self, after: int, limit: int) -> list[int]:
         return [
@@ -106,28 +135,14 @@ class SqliteOutboxStore:
             .fetchall()
         ]
 
-    def changes(self, after: int, limit: int) -> ChangePage:
+    def changes(self, site_id: int, after: int, limit: int) -> ChangePage:
         conn = self._readers.get()
-        conn.execute("BEGIN")  # one snapshot: the rows, and whether the ones before them are still kept
-        try:
-            rows = conn.execute(
-                "SELECT seq, id, deleted, changed_at FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, limit),
-            ).fetchall()
-            first = conn.execute("SELECT min(seq) FROM memory_changes").fetchone()[0]
-            newest = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'memory_changes'").fetchone()
-            at = conn.execute("SELECT changed_at FROM memory_changes WHERE seq = ?", (after,)).fetchone()
-        finally:
-            conn.execute("COMMIT")
-        mark = int(newest[0]) if newest is not None else 0
-        truncated = (after < mark and (first is None or int(first) > after + 1)) or after > mark
-        return collapse_changes(
-            [(int(r[0]), int(r[1]), bool(r[2]), float(r[3])) for r in rows],
-            after,
-            limit,
-            truncated,
-            float(at[0]) if at else None,
-        )
+        with _snapshot(conn):  # one snapshot: the rows, and whether the ones before them are still kept
+            rows = conn.execute(feed.sql(feed.PAGE, "?"), (site_id, after, limit)).fetchall()
+            first = conn.execute(feed.sql(feed.FIRST, "?"), (site_id,)).fetchone()[0]
+            newest = conn.execute(feed.sql(feed.SITE_MARK, "?"), (site_id,)).fetchone()
+            at = conn.execute(feed.sql(feed.MADE_AT, "?"), (site_id, after)).fetchone()
+        return feed.change_page(rows, first, newest[0] if newest else None, at[0] if at else None, after, limit)
 
     def prune_changes(self, older_than_s: float) -> int:
         cut = time.time() - older_than_s
@@ -165,3 +180,13 @@ def _index_row(row: sqlite3.Row) -> IndexRow:
         expires_at=row["expires_at"],
         turn_seq=row["turn_seq"],
     )
+
+
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction around several SELECTs (WAL: they all see the same commit)."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import sqlite3
 
+from memory_server.storage.fts5 import fts_tokens
+
 # Tables holding a site's data, emptied when the site is deleted.
-SITE_TABLES = ["tokens", "conversations", "log_items", "append_keys", "memories", "memory_words", "console_sessions"]
+SITE_TABLES = [
+    "tokens",
+    "conversations",
+    "log_items",
+    "append_keys",
+    "memories",
+    "memory_words",
+    "console_sessions",
+    "memory_lexicon",
+]
 
 SCHEMA = [
     # 1: sites, tokens, conversation logs
@@ -305,12 +316,77 @@ SCHEMA = [
     CREATE INDEX oauth_requests_by_client ON oauth_requests (client_id);
     CREATE INDEX oauth_codes_by_client ON oauth_codes (client_id);
     """,
+    # 17: each site's lexical statistics (memory_lexicon: its rows and tokens, what FTS5 keeps for the whole
+    # table), from each lexical row's site and FTS5 length (memories_fts_sizes: FTS5 tables take no triggers),
+    # so that a site's ranking never depends on another site's memories. The lengths of the rows stored
+    # before are counted by fts_token_count, which `migrate` defines.
+    """
+    CREATE TABLE memory_lexicon (site_id INTEGER PRIMARY KEY, rows INTEGER NOT NULL, tokens INTEGER NOT NULL);
+    CREATE TABLE memories_fts_sizes (id INTEGER PRIMARY KEY, site_id INTEGER NOT NULL, size INTEGER NOT NULL);
+    CREATE TRIGGER memories_fts_size_added AFTER INSERT ON memories_fts_sizes BEGIN
+        INSERT INTO memory_lexicon (site_id, rows, tokens) VALUES (new.site_id, 1, new.size)
+            ON CONFLICT (site_id) DO UPDATE SET rows = rows + 1, tokens = tokens + excluded.tokens;
+    END;
+    CREATE TRIGGER memories_fts_size_removed AFTER DELETE ON memories_fts_sizes BEGIN
+        UPDATE memory_lexicon SET rows = rows - 1, tokens = tokens - old.size WHERE site_id = old.site_id;
+    END;
+    CREATE TRIGGER memories_fts_size_changed AFTER UPDATE OF size ON memories_fts_sizes BEGIN
+        UPDATE memory_lexicon SET tokens = tokens - old.size + new.size WHERE site_id = new.site_id;
+    END;
+    INSERT INTO memories_fts_sizes (id, site_id, size)
+        SELECT m.id, m.site_id, fts_token_count(f.terms) FROM memories m JOIN memories_fts f ON f.rowid = m.id;
+    DROP TRIGGER memories_deleted;
+    CREATE TRIGGER memories_deleted AFTER DELETE ON memories BEGIN
+        DELETE FROM memories_fts WHERE rowid = old.id;
+        DELETE FROM memories_fts_sizes WHERE id = old.id;
+        INSERT OR IGNORE INTO index_deletions (id) VALUES (old.id);
+    END;
+    """,
+    # 18: the change feed numbered per site (each site's own counter row), as on PostgreSQL, where it spares two
+    # sites' writes a row in common. The feed starts again: only this process's held candidate sets read it.
+    """
+    DROP TRIGGER memories_change_insert;
+    DROP TRIGGER memories_change_update;
+    DROP TRIGGER memories_change_delete;
+    DROP TABLE memory_changes;
+    CREATE TABLE memory_change_counters (site_id INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+    CREATE TABLE memory_changes (
+        site_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        id INTEGER NOT NULL,
+        deleted INTEGER NOT NULL,
+        changed_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0),  -- unix seconds
+        PRIMARY KEY (site_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX memory_changes_by_time ON memory_changes (changed_at);
+    CREATE TRIGGER memories_change_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memory_change_counters (site_id, seq) VALUES (new.site_id, 1)
+            ON CONFLICT (site_id) DO UPDATE SET seq = seq + 1;
+        INSERT INTO memory_changes (site_id, seq, id, deleted)
+            SELECT new.site_id, seq, new.id, 0 FROM memory_change_counters WHERE site_id = new.site_id;
+    END;
+    CREATE TRIGGER memories_change_update AFTER UPDATE OF content, type, location, project, team, bucket, tags,
+        metadata, provenance, occurred_at, vector, vector_model, superseded_by, valid_to, expires_at ON memories
+    BEGIN
+        INSERT INTO memory_change_counters (site_id, seq) VALUES (new.site_id, 1)
+            ON CONFLICT (site_id) DO UPDATE SET seq = seq + 1;
+        INSERT INTO memory_changes (site_id, seq, id, deleted)
+            SELECT new.site_id, seq, new.id, 0 FROM memory_change_counters WHERE site_id = new.site_id;
+    END;
+    CREATE TRIGGER memories_change_delete AFTER DELETE ON memories BEGIN
+        INSERT INTO memory_change_counters (site_id, seq) VALUES (old.site_id, 1)
+            ON CONFLICT (site_id) DO UPDATE SET seq = seq + 1;
+        INSERT INTO memory_changes (site_id, seq, id, deleted)
+            SELECT old.site_id, seq, old.id, 1 FROM memory_change_counters WHERE site_id = old.site_id;
+    END;
+    """,
 ]
 
 
 def migrate(conn: sqlite3.Connection, extra: list[str] | None = None) -> None:
     """Apply schema steps not yet applied (tracked in `PRAGMA user_version`), each in one transaction."""
     steps = SCHEMA + (extra or [])
+    conn.create_function("fts_token_count", 1, _token_count, deterministic=True)
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -322,6 +398,11 @@ def migrate(conn: sqlite3.Connection, extra: list[str] | None = None) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _token_count(terms: str | None) -> int:
+    """A lexical row's length as FTS5 counts it (its number of tokens)."""
+    return len(fts_tokens(terms)) if terms else 0
 
 
 def _statements(script: str) -> list[str]:

@@ -24,6 +24,7 @@ from memory_server.storage.listing import order_column
 from memory_server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
 from memory_server.storage.postgres.database import Conn, Database
 from memory_server.storage.postgres.scope import scope_sql
+from memory_server.storage.postgres.words import store_words
 from memory_server.storage.records import (
     BY_CREATED,
     CONFLICT,
@@ -488,17 +489,3 @@ def chains(conn: Conn) -> Chains:
     # A row about to be linked is locked: two writers superseding it at once serialise, and the second finds
     # it superseded (StaleRow) and resolves the chain again.
     return Chains(conn, mark="%s", lock=" FOR UPDATE")
-
-
-def store_words(conn: Conn, site_id: int, words: Words, model: str) -> None:
-    """Write a site's new word vectors inside the caller's transaction (the one saving their memory)."""
-    if not words.words or words.vectors is None:
-        return
-    # The last vector of a repeated word wins, as with SQLite's INSERT OR REPLACE.
-    latest = dict(zip(words.words, (vector_blob(v) for v in words.vectors), strict=True))
-    conn.execute(
-        "INSERT INTO memory_words (site_id, word, model, vector) SELECT %s, w.word, %s, w.vector"
-        " FROM unnest(%s::text[], %s::bytea[]) AS w (word, vector)"
-        " ON CONFLICT (site_id, word) DO UPDATE SET model = excluded.model, vector = excluded.vector",
-        [site_id, model, list(latest), list(latest.values())],
-    )

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from memory_server.storage.memory_rows import vector_blob
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.postgres.memories import store_words
 from memory_server.storage.records import Words
 
 
@@ -74,3 +74,17 @@ class PostgresWordStore:
         return Words(
             tuple(str(word) for word, _ in rows), np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
         )
+
+
+def store_words(conn: Conn, site_id: int, words: Words, model: str) -> None:
+    """Write a site's new word vectors inside the caller's transaction (the one saving their memory)."""
+    if not words.words or words.vectors is None:
+        return
+    # The last vector of a repeated word wins, as with SQLite's INSERT OR REPLACE.
+    latest = dict(zip(words.words, (vector_blob(v) for v in words.vectors), strict=True))
+    conn.execute(
+        "INSERT INTO memory_words (site_id, word, model, vector) SELECT %s, w.word, %s, w.vector"
+        " FROM unnest(%s::text[], %s::bytea[]) AS w (word, vector)"
+        " ON CONFLICT (site_id, word) DO UPDATE SET model = excluded.model, vector = excluded.vector",
+        [site_id, model, list(latest), list(latest.values())],
+    )

@@ -34,6 +34,7 @@ from memory_server.storage.records import (
 from memory_server.storage.scope import Scope
 from memory_server.storage.sqlite.lexicon import insert_terms, update_terms
 from memory_server.storage.sqlite.scope import marks, scope_sql
+from memory_server.storage.sqlite.words import store_words
 from memory_server.storage.sqlite.writer import Readers, Writer
 from memory_server.timestamps import now_rfc3339
 
@@ -418,13 +419,3 @@ def insert(
     if live and memory.supersedes is not None:  # an import keeps the links it read instead
         Chains(conn).link(site_id, reference, memory.occurred_at, memory.supersedes)
     return Inserted(row_id, reference, CREATED)
-
-
-def store_words(conn: sqlite3.Connection, site_id: int, words: Words, model: str) -> None:
-    """Write a site's new word vectors inside the caller's transaction (the one saving their memory)."""
-    if not words.words or words.vectors is None:
-        return
-    conn.executemany(
-        "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
-        [(site_id, w, model, vector_blob(v)) for w, v in zip(words.words, words.vectors, strict=True)],
-    )

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from memory_server.storage.memory_rows import vector_blob
 from memory_server.storage.records import Words
-from memory_server.storage.sqlite.memories import store_words
 from memory_server.storage.sqlite.outbox import CHUNK
 from memory_server.storage.sqlite.scope import marks
 from memory_server.storage.sqlite.writer import Readers, Writer
@@ -68,3 +68,13 @@ class SqliteWordStore:
         if not found:
             return Words()
         return Words(tuple(found), np.stack(list(found.values())))
+
+
+def store_words(conn: sqlite3.Connection, site_id: int, words: Words, model: str) -> None:
+    """Write a site's new word vectors inside the caller's transaction (the one saving their memory)."""
+    if not words.words or words.vectors is None:
+        return
+    conn.executemany(
+        "INSERT OR REPLACE INTO memory_words (site_id, word, model, vector) VALUES (?, ?, ?, ?)",
+        [(site_id, w, model, vector_blob(v)) for w, v in zip(words.words, words.vectors, strict=True)],
+    )

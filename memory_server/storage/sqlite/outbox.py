@@ -86,25 +86,18 @@ class SqliteOutboxStore:
         self._writer.run_sync(job)
 
     def present(self, ids: Sequence[int]) -> set[int]:
-        conn = self._readers.get()
-        found: set[int] = set()
-        for start in range(0, len(ids), CHUNK):
-            chunk = list(ids[start : start + CHUNK])
-            found |= {
-                int(r[0])
-                for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks(chunk)})", chunk).fetchall()
-            }
-        return found
+        return self._ints("SELECT id FROM memories WHERE id IN ({})", ids)
 
     def sites_of(self, ids: Sequence[int]) -> set[int]:
+        return self._ints("SELECT DISTINCT site_id FROM memories WHERE id IN ({})", ids)
+
+    def _ints(self, sql: str, ids: Sequence[int]) -> set[int]:
+        """The integers `sql` (its `{}`: the placeholders of one chunk of `ids`) reads, over every chunk."""
         conn = self._readers.get()
         found: set[int] = set()
         for start in range(0, len(ids), CHUNK):
             chunk = list(ids[start : start + CHUNK])
-            found |= {
-                int(r[0])
-                for r in conn.execute(f"SELECT DISTINCT site_id FROM memories WHERE id IN ({marks(chunk)})", chunk)
-            }
+            found |= {int(r[0]) for r in conn.execute(sql.format(marks(chunk)), chunk)}
         return found
 
     def change_mark(self, site_id: int | None = None) -> int:

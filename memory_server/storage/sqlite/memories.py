@@ -13,15 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memory_server.errors import InvalidParameters
+from memory_server.storage import decided as decided_rows
 from memory_server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from memory_server.storage.listing import order_column
 from memory_server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
 from memory_server.storage.records import (
     BY_CREATED,
-    CONFLICT,
     CREATED,
-    DUPLICATE,
-    PRESENT,
     Document,
     Inserted,
     Kept,
@@ -348,35 +346,11 @@ class SqliteMemoryStore:
 
 
 def find_duplicate(conn: sqlite3.Connection, site_id: int, dedup_key: str) -> str | None:
-    row = conn.execute(
-        "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ?", (site_id, dedup_key)
-    ).fetchone()
-    return row[0] if row else None
+    return decided_rows.find_duplicate(conn, site_id, dedup_key)
 
 
 def decided(conn: sqlite3.Connection, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
-    """The outcome of inserting `memory` when rows already stored decide it (no new row), else None."""
-    if kept is not None and kept.reference is not None:
-        row = conn.execute("SELECT site_id, dedup_key FROM memories WHERE reference = ?", (kept.reference,)).fetchone()
-        if row is not None:
-            if int(row[0]) != site_id:
-                return Inserted(
-                    None,
-                    kept.reference,
-                    CONFLICT,
-                    f"conflict: reference {kept.reference} belongs to a memory of another site",
-                )
-            if row[1] != memory.dedup_key:
-                return Inserted(
-                    None,
-                    kept.reference,
-                    CONFLICT,
-                    f"conflict: reference {kept.reference} already holds a memory with other content "
-                    "or filing (type, location, project, team, bucket)",
-                )
-            return Inserted(None, kept.reference, PRESENT)
-    existing = find_duplicate(conn, site_id, memory.dedup_key)
-    return Inserted(None, existing, DUPLICATE) if existing is not None else None
+    return decided_rows.decided(conn, site_id, memory, kept)
 
 
 def insert(

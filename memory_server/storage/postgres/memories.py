@@ -18,7 +18,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from memory_server.errors import InvalidParameters, Unavailable
-from memory_server.storage import decided as decided_rows
+from memory_server.storage import memory_sql
 from memory_server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.listing import order_column
@@ -33,7 +33,6 @@ from memory_server.storage.records import (
     Inserted,
     Kept,
     NewMemory,
-    StaleRow,
     StoredMemory,
     ToIndex,
     Words,
@@ -346,11 +345,11 @@ class PostgresMemoryStore:
 
 
 def find_duplicate(conn: Conn, site_id: int, dedup_key: str) -> str | None:
-    return decided_rows.find_duplicate(conn, site_id, dedup_key, mark="%s")
+    return memory_sql.find_duplicate(conn, site_id, dedup_key, mark="%s")
 
 
 def decided(conn: Conn, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
-    return decided_rows.decided(conn, site_id, memory, kept, mark="%s")
+    return memory_sql.decided(conn, site_id, memory, kept, mark="%s")
 
 
 def insert(conn: Conn, site_id: int, memory: NewMemory, document: Document, kept: Kept | None = None) -> Inserted:
@@ -419,35 +418,9 @@ def update(
     if row is None:
         return None
     now = stored(row)
-    if any(getattr(now, name) != value for name, value in based_on.items()):
-        raise StaleRow(reference)
-    clash = conn.execute(
-        "SELECT reference FROM memories WHERE site_id = %s AND dedup_key = %s AND id != %s",
-        [site_id, memory.dedup_key, now.id],
-    ).fetchone()
-    if clash is not None:
-        raise InvalidParameters(
-            f"memory {clash[0]} already has this content with the same type, location, project, team and "
-            "bucket; forget one of them instead of making them identical"
-        )
-    conversation_id, seq = memory.conversation_position
-    assignments = (
-        "content = %s, type = %s, location = %s, project = %s, team = %s, bucket = %s, tags = %s,"
-        " metadata = %s, provenance = %s, occurred_at = %s, updated_at = %s, dedup_key = %s,"
-        " conversation_id = %s, conversation_seq = %s, supersedes = %s, expires_at = %s, indexed = 0"
-    )
-    values: list[Any] = [
-        *attribute_values(memory),
-        now_rfc3339(),
-        memory.dedup_key,
-        conversation_id,
-        seq,
-        memory.supersedes,
-        memory.expires_at,
-    ]
+    memory_sql.check_update(conn, site_id, reference, now, memory, based_on, mark="%s")
+    assignments, values = memory_sql.update_assignments(memory, document, mark="%s")
     if document is not None:
-        assignments += ", vector = %s, vector_model = %s"
-        values += [vector_blob(document.vector), document.model]
         store_words(conn, site_id, words, document.model)
     conn.execute(f"UPDATE memories SET {assignments} WHERE site_id = %s AND id = %s", [*values, site_id, now.id])
     if document is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memory_server.errors import InvalidParameters
-from memory_server.storage import decided as decided_rows
+from memory_server.storage import memory_sql
 from memory_server.storage.chains import MAX_CHAIN, Chains, chain_sql, newest_of, relink
 from memory_server.storage.listing import order_column
 from memory_server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
@@ -24,7 +24,6 @@ from memory_server.storage.records import (
     Inserted,
     Kept,
     NewMemory,
-    StaleRow,
     StoredMemory,
     ToIndex,
     Words,
@@ -101,39 +100,13 @@ class SqliteMemoryStore:
             if row is None:
                 return None
             now = stored(row)
-            if any(getattr(now, name) != value for name, value in based_on.items()):
-                raise StaleRow(reference)
             row_id = now.id
-            clash = conn.execute(
-                "SELECT reference FROM memories WHERE site_id = ? AND dedup_key = ? AND id != ?",
-                (site_id, memory.dedup_key, row_id),
-            ).fetchone()
-            if clash is not None:
-                raise InvalidParameters(
-                    f"memory {clash[0]} already has this content with the same type, location, project, team and "
-                    "bucket; forget one of them instead of making them identical"
-                )
-            conversation_id, seq = memory.conversation_position
-            assignments = (
-                "content = ?, type = ?, location = ?, project = ?, team = ?, bucket = ?, tags = ?,"
-                " metadata = ?, provenance = ?, occurred_at = ?, updated_at = ?, dedup_key = ?,"
-                " conversation_id = ?, conversation_seq = ?, supersedes = ?, expires_at = ?, indexed = 0"
-            )
-            values: list[Any] = [
-                *attribute_values(memory),
-                now_rfc3339(),
-                memory.dedup_key,
-                conversation_id,
-                seq,
-                memory.supersedes,
-                memory.expires_at,
-            ]
+            memory_sql.check_update(conn, site_id, reference, now, memory, based_on)
+            assignments, values = memory_sql.update_assignments(memory, document)
             if document is not None:
-                assignments += ", vector = ?, vector_model = ?"
-                values += [vector_blob(document.vector), document.model]
                 update_terms(conn, [(document.terms, row_id)])
                 store_words(conn, site_id, words, document.model)
-            conn.execute(f"UPDATE memories SET {assignments} WHERE id = ?", (*values, row_id))
+            conn.execute(f"UPDATE memories SET {assignments} WHERE site_id = ? AND id = ?", (*values, site_id, row_id))
             relink(Chains(conn), site_id, reference, now, memory)
             return row_id
 
@@ -346,11 +319,11 @@ class SqliteMemoryStore:
 
 
 def find_duplicate(conn: sqlite3.Connection, site_id: int, dedup_key: str) -> str | None:
-    return decided_rows.find_duplicate(conn, site_id, dedup_key)
+    return memory_sql.find_duplicate(conn, site_id, dedup_key)
 
 
 def decided(conn: sqlite3.Connection, site_id: int, memory: NewMemory, kept: Kept | None) -> Inserted | None:
-    return decided_rows.decided(conn, site_id, memory, kept)
+    return memory_sql.decided(conn, site_id, memory, kept)
 
 
 def insert(

@@ -1,5 +1,5 @@
 """FTS5's tokens of a text: what SQLite's lexical index (`memories_fts`) holds for it, and what PostgreSQL's
-lexical tables are made to hold so that both rank alike (memory_server/storage/postgres/lexicon.py).
+lexical tables are made to hold so that both rank alike (memory_server/storage/site_bm25.py).
 
 The analysed terms (memory_server.ranking.lexical) are almost always plain ASCII words, which `unicode61` splits
 on every non-alphanumeric byte and lowercases. Anything else is tokenized by an in-memory FTS5 table of the same

@@ -21,6 +21,7 @@ from fastmcp import Client
 
 from memory_server.api.app import create_app
 from memory_server.auth import admin as auth
+from memory_server.services import Services, open_services
 from memory_server.settings import Settings
 from memory_server.storage.backends import BACKENDS, POSTGRES, SQLITE, backend_of, database_url
 from memory_server.storage.factory import open_storage
@@ -114,6 +115,17 @@ def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     if url is not None and "database_url" not in overrides:
         overrides["database_url"] = url
     return Settings(data_dir=data_dir, **overrides)
+
+
+@pytest.fixture
+def services(tmp_path: Path, embedder: Any) -> Iterator[Services]:
+    """The server's services on a fresh data directory, the memories loaded (a module may define its own)."""
+    services = open_services(make_settings(tmp_path / "data"))
+    services.load_memories(embedder=embedder)
+    try:
+        yield services
+    finally:
+        services.close()
 
 
 def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...]]:

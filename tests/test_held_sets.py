@@ -7,29 +7,13 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from memory_server.memories.validation import Filters, read_scope
 from memory_server.retrieval.candidates import CandidateSource
-from memory_server.services import Services, open_services
+from memory_server.services import Services
 from memory_server.timestamps import now_rfc3339
-
-from tests.conftest import make_settings
-
-
-@pytest.fixture
-def services(tmp_path: Path, embedder: Any) -> Iterator[Services]:
-    services = open_services(make_settings(tmp_path / "data"))
-    services.load_memories(embedder=embedder)
-    try:
-        yield services
-    finally:
-        services.close()
 
 
 def test_a_forgotten_memory_does_not_keep_its_old_set_alive(services: Services, embedder: Any) -> None:

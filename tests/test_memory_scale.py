@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -44,16 +44,6 @@ def test_prefetch_terms_takes_the_rarest_terms_within_the_budget() -> None:
     assert prefetch_terms({"x": 3, "y": 3, "z": 1}, 3) == ["z"]
     assert prefetch_terms({"a": 0}, 10) == []
     assert fts_phrase("caf\u00e9") == '"caf\u00e9"'
-
-
-@pytest.fixture
-def services(tmp_path: Path, embedder: Any) -> Iterator[Services]:
-    services = open_services(make_settings(tmp_path / "data"))
-    services.load_memories(embedder=embedder)
-    try:
-        yield services
-    finally:
-        services.close()
 
 
 def source(services: Services, **limits: int) -> CandidateSource:

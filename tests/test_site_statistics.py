@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import random
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from memory_server.memories.validation import Filters, read_scope
 from memory_server.ranking.lexical import analyzed_text
 from memory_server.retrieval.candidates import CandidateSource
 from memory_server.retrieval.recall import Retrieval
-from memory_server.services import Services, open_services
+from memory_server.services import Services
 from memory_server.settings import Settings
 from memory_server.storage.backends import SQLITE, backend_of
 from memory_server.storage.factory import open_storage
@@ -43,16 +42,6 @@ QUERIES = [
     "harbor sunset river",
     "backup schedule laptop",
 ]
-
-
-@pytest.fixture
-def services(tmp_path: Path, embedder: Any) -> Iterator[Services]:
-    services = open_services(make_settings(tmp_path / "data"))
-    services.load_memories(embedder=embedder)
-    try:
-        yield services
-    finally:
-        services.close()
 
 
 def texts(count: int, seed: int, weights: list[float]) -> list[str]:

@@ -310,10 +310,7 @@ class Retrieval:
         return [
             {"reference": rows[i].reference, "score": round(close[i], 4)}
             for i in sorted(close, key=lambda i: -close[i])
-            if i in rows
-            and scope.admits(rows[i])
-            and rows[i].kind == "memory"
-            and is_copy(close[i], own, names(rows[i].content))
+            if i in rows and scope.admits(rows[i]) and is_copy(close[i], own, names(rows[i].content))
         ]
 
     def search(self, scope: Scope, query: str, limit: int, min_score: float) -> list[dict[str, Any]]:

@@ -17,9 +17,9 @@ import numpy as np
 
 from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.postgres.scope import scope_sql
 from memory_server.storage.records import CandidateRow
 from memory_server.storage.scope import Scope
+from memory_server.storage.scope_sql import POSTGRES, scope_sql
 from memory_server.storage.site_bm25 import SiteRow, site_bm25_order
 
 
@@ -40,7 +40,7 @@ class PostgresCandidateStore:
         self._db = db
 
     def visible_count(self, scope: Scope, up_to: int) -> int:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, POSTGRES)
         # Counted only up to the limit: a full count would walk every visible row of a large site.
         row = self._db.read(
             lambda conn: conn.execute(
@@ -59,7 +59,7 @@ class PostgresCandidateStore:
     ) -> tuple[list[tuple[int, str]], list[CandidateRow]]:
         """The visible memories embedded with `model` (all, or those of `ids`), in id order; and the rows of
         those `cached(id, updated_at)` does not already hold, read in the same snapshot."""
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, POSTGRES)
         if ids is not None:
             where += " AND m.id = ANY(%s::bigint[])"
             args.append(list(ids))
@@ -97,7 +97,7 @@ class PostgresCandidateStore:
             yield self._db.read(partial(_candidate_rows, ids=ids[start : start + CHUNK]))
 
     def next_expiry(self, scope: Scope) -> str | None:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, POSTGRES)
         row = self._db.read(
             lambda conn: conn.execute(f"SELECT min(m.expires_at) FROM memories m WHERE {where}", args).fetchone()
         )
@@ -138,7 +138,7 @@ class PostgresCandidateStore:
         live = [phrase for phrase in phrases if phrase]
         if not live or limit == 0:
             return []
-        where, args = scope_sql(scope, "m")
+        where, args = scope_sql(scope, POSTGRES)
         match, match_args = _match(live)
 
         def read(conn: Conn) -> list[int]:

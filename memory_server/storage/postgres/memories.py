@@ -24,7 +24,6 @@ from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.listing import order_column
 from memory_server.storage.memory_rows import COLUMNS, attribute_values, stored, vector_blob
 from memory_server.storage.postgres.database import Conn, Database
-from memory_server.storage.postgres.scope import scope_sql
 from memory_server.storage.postgres.words import store_words
 from memory_server.storage.records import (
     BY_CREATED,
@@ -38,6 +37,7 @@ from memory_server.storage.records import (
     Words,
 )
 from memory_server.storage.scope import Scope
+from memory_server.storage.scope_sql import POSTGRES, scope_sql
 from memory_server.timestamps import now_rfc3339
 
 REWRITE_BATCH = 1000  # memories whose terms one transaction of `rewrite_terms` writes again
@@ -131,7 +131,7 @@ class PostgresMemoryStore:
         return self._db.write(lambda conn: update(conn, site_id, reference, memory, based_on, document, words))
 
     def delete(self, scope: Scope, reference: str) -> int | None:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, POSTGRES)
 
         def delete(conn: Conn) -> int | None:
             found = conn.execute(
@@ -151,7 +151,7 @@ class PostgresMemoryStore:
     # --- reads ------------------------------------------------------------------------------------
 
     def get(self, scope: Scope, reference: str) -> StoredMemory | None:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, POSTGRES)
         rows = self._rows(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = %s AND {where}", [reference, *args])
         return rows[0] if rows else None
 
@@ -209,7 +209,7 @@ class PostgresMemoryStore:
         occurred_before: str | None,
     ) -> tuple[str, list[object]]:
         """The condition of a listing: the scope, the filing place, the provenance and the occurred window."""
-        where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before))
+        where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before), POSTGRES)
         if location is not None:
             where += " AND m.location = %s"
             args.append(location)
@@ -223,7 +223,7 @@ class PostgresMemoryStore:
         return where, args
 
     def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
-        where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before))
+        where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before), POSTGRES)
         rows = self._db.read(
             lambda conn: conn.execute(
                 f"SELECT substr(m.occurred_at, 1, 10) AS day, count(*) FROM memories m WHERE {where}"
@@ -236,7 +236,7 @@ class PostgresMemoryStore:
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
         if not references:
             return {}
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, POSTGRES)
         sql = (
             chain_sql("= ANY(?::text[])").replace("?", "%s") + "SELECT chain.start, chain.depth, "
             f"{COLUMNS} FROM chain JOIN memories m ON m.site_id = %s AND m.reference = chain.ref WHERE {where}"

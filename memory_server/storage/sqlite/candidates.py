@@ -15,9 +15,9 @@ import numpy as np
 from memory_server.storage.fts5 import fts_tokens
 from memory_server.storage.records import CandidateRow
 from memory_server.storage.scope import Scope
+from memory_server.storage.scope_sql import SQLITE, marks, scope_sql
 from memory_server.storage.site_bm25 import site_bm25_order
 from memory_server.storage.sqlite.lexicon import alone, fts_phrase, site_doc_freqs, site_rows, site_totals
-from memory_server.storage.sqlite.scope import marks, scope_sql
 from memory_server.storage.sqlite.writer import Readers
 
 # The database file is read a page at a time, not memory-mapped: mapped, the pages recall touched counted in
@@ -36,7 +36,7 @@ class SqliteCandidateStore:
         return self._readers.get()
 
     def visible_count(self, scope: Scope, up_to: int) -> int:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, SQLITE)
         # Counted only up to the limit: a full count would walk every visible row of a large site.
         return int(
             self._reader()
@@ -56,7 +56,7 @@ class SqliteCandidateStore:
         those `cached(id, updated_at)` does not already hold. One read transaction: the ids and the rows are
         of one state of the database."""
         conn = self._reader()
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, SQLITE)
         source = "memories m"
         if ids is not None:
             # NOT INDEXED: the ids are looked up by rowid; otherwise the planner may walk the whole site
@@ -102,7 +102,7 @@ class SqliteCandidateStore:
             yield _candidate_rows(cursor, ids[start : start + CHUNK])
 
     def next_expiry(self, scope: Scope) -> str | None:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, SQLITE)
         row = self._reader().execute(f"SELECT min(m.expires_at) FROM memories m WHERE {where}", args).fetchone()
         return row[0] if row else None
 
@@ -140,7 +140,7 @@ class SqliteCandidateStore:
 
     def best_by_terms(self, scope: Scope, terms: Sequence[str], limit: int) -> list[int]:
         conn = self._reader()
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, SQLITE)
         with _snapshot(conn):
             if not alone(conn, scope.site_id):
                 phrases = [fts_tokens(term) for term in terms]

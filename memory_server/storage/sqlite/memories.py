@@ -29,8 +29,8 @@ from memory_server.storage.records import (
     Words,
 )
 from memory_server.storage.scope import Scope
+from memory_server.storage.scope_sql import SQLITE, marks, scope_sql
 from memory_server.storage.sqlite.lexicon import insert_terms, update_terms
-from memory_server.storage.sqlite.scope import marks, scope_sql
 from memory_server.storage.sqlite.words import store_words
 from memory_server.storage.sqlite.writer import Readers, Writer
 from memory_server.timestamps import now_rfc3339
@@ -114,7 +114,7 @@ class SqliteMemoryStore:
 
     def delete(self, scope: Scope, reference: str) -> int | None:
         def delete(conn: sqlite3.Connection) -> int | None:
-            where, args = scope_sql(scope)
+            where, args = scope_sql(scope, SQLITE)
             found = conn.execute(
                 f"SELECT m.id, m.supersedes, m.superseded_by FROM memories m WHERE m.reference = ? AND {where}",
                 (reference, *args),
@@ -130,7 +130,7 @@ class SqliteMemoryStore:
     # --- reads ------------------------------------------------------------------------------------
 
     def get(self, scope: Scope, reference: str) -> StoredMemory | None:
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, SQLITE)
         row = (
             self._readers.get()
             .execute(f"SELECT {COLUMNS} FROM memories m WHERE m.reference = ? AND {where}", (reference, *args))
@@ -195,7 +195,7 @@ class SqliteMemoryStore:
         occurred_before: str | None,
     ) -> tuple[str, list[object]]:
         """The condition of a listing: the scope, the filing place, the provenance and the occurred window."""
-        where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before))
+        where, args = scope_sql(scope.within(occurred_after=occurred_after, occurred_before=occurred_before), SQLITE)
         if location is not None:
             where += " AND m.location = ?"
             args.append(location)
@@ -207,7 +207,7 @@ class SqliteMemoryStore:
         return where, args
 
     def occurred_per_day(self, scope: Scope, since: str, before: str) -> list[tuple[str, int]]:
-        where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before))
+        where, args = scope_sql(scope.within(occurred_after=since, occurred_before=before), SQLITE)
         rows = (
             self._readers.get()
             .execute(
@@ -222,7 +222,7 @@ class SqliteMemoryStore:
     def newest(self, scope: Scope, references: Sequence[str]) -> dict[str, StoredMemory]:
         if not references:
             return {}
-        where, args = scope_sql(scope)
+        where, args = scope_sql(scope, SQLITE)
         rows = (
             self._readers.get()
             .execute(

@@ -12,7 +12,7 @@ import numpy as np
 
 from memory_server.storage import change_feed as feed
 from memory_server.storage.records import ChangePage, IndexRow
-from memory_server.storage.sqlite.scope import marks
+from memory_server.storage.scope_sql import marks
 from memory_server.storage.sqlite.writer import Readers, Writer
 
 CHUNK = 500  # ids per IN (...) list

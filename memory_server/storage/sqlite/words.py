@@ -9,8 +9,8 @@ import numpy as np
 
 from memory_server.storage.memory_rows import vector_blob
 from memory_server.storage.records import Words
+from memory_server.storage.scope_sql import marks
 from memory_server.storage.sqlite.outbox import CHUNK
-from memory_server.storage.sqlite.scope import marks
 from memory_server.storage.sqlite.writer import Readers, Writer
 
 

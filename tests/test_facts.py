@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from memory_server.ranking.candidate_set import Candidate
-from memory_server.ranking.facts import copies_of, is_copy, names, same_fact
+from memory_server.ranking.facts import DAY, copies_of, is_copy, names, older_statements, same_fact
 from memory_server.ranking.recency import newest_of_fact_first
 
 from tests.conftest import LiveServer
@@ -84,6 +84,23 @@ def test_the_newest_of_the_best_facts_memories_goes_first_by_day() -> None:
     ]
 
 
+def test_an_older_statement_of_a_fact_a_newer_hit_states_goes_below() -> None:
+    texts = [
+        "Reorg: Tom Berg now reports to Jonas Weber.",
+        "Tom Berg lives in Lisbon.",
+        "Org chart: Tom Berg reports to Maria Lopez.",
+        "Grace Kim reports to Maria Lopez.",
+    ]
+    vectors = np.stack([unit(1, 0, 0), unit(1, 0, 0.6), unit(1, 0.3, 0), unit(1, 0.3, 0.01)])
+    days = [400 * DAY, 10 * DAY, 0.0, 0.0]
+    # The older manager is as close to the newer one as a restatement and names Tom: below. Grace's manager is
+    # as close but names neither Tom nor Jonas; Tom's home names Tom but says another thing.
+    assert older_statements(vectors, texts, days) == {2}
+    # Written within a day of it: not told apart by time. Nothing above it: nothing moves.
+    assert older_statements(vectors, texts, [0.5 * DAY, 10 * DAY, 0.0, 0.0]) == set()
+    assert older_statements(vectors[2:], texts[2:], days[2:]) == set()
+
+
 MEMORIES = [
     ("Tom Berg's manager is Maria Lopez.", "2024-02-05T10:00:00Z"),
     ("Org chart: Tom Berg reports to Maria Lopez.", "2024-02-20T10:00:00Z"),
@@ -115,6 +132,25 @@ def test_the_newest_statement_of_a_fact_comes_first_and_copies_fold(live: LiveSe
     # A question about the past is answered by what was the case then.
     then = recall("Who did Tom Berg report to in March 2024?")[0]
     assert then["reference"] in (refs[0], refs[1])
+
+
+def test_an_overview_shows_distinct_facts_before_an_older_restatement(live: LiveServer) -> None:
+    said = [
+        ("Tom Berg's manager is Maria Lopez.", "2024-02-05T10:00:00Z"),
+        ("Tom Berg lives in Lisbon.", "2024-03-01T10:00:00Z"),
+        ("Tom Berg's manager is Maria Lopez (Payments).", "2025-06-10T10:00:00Z"),
+        ("Tom Berg's desk is in the Madrid office.", "2024-04-01T10:00:00Z"),
+    ]
+    refs = [
+        rest(live, "POST", "/v1/memories", json={"content": c, "occurred_at": w, "bucket": "overview"})["reference"]
+        for c, w in said
+    ]
+    body = {"query": "What do we know about Tom Berg?", "limit": 3, "bucket": "overview"}
+    shown = [h["reference"] for h in rest(live, "POST", "/v1/recall", json=body)["results"]]
+    assert sorted(shown) == sorted(refs[1:]), shown
+    # Asked about then, the older statement is still there to find.
+    body["query"] = "What did we know about Tom Berg's manager in February 2024?"
+    assert refs[0] in [h["reference"] for h in rest(live, "POST", "/v1/recall", json=body)["results"]]
 
 
 def test_remember_answers_with_the_memories_that_already_say_it(live: LiveServer) -> None:

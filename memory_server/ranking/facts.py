@@ -9,7 +9,8 @@ names that are closer still (COPY) say the same thing: a copy.
 
 These are judgements without a model of the language, so they only order, fold and advise, and delete
 nothing: recall puts the newest memory of the best hit's fact first (recency.newest_of_fact_first; an older
-value stays in the answer, below) and folds copies into the first of them, listing them; remember answers
+value stays in the answer, below), folds copies into the first of them, listing them, and places an older
+statement of a fact a newer hit already states (`older_statements`) below the other facts; remember answers
 with the copies a new memory has. Measurements: docs/ranking.md.
 """
 
@@ -26,6 +27,8 @@ from memory_server.ranking.languages import folded
 
 SAME_FACT = 0.70  # reference scale: e5-small cosine 0.90
 COPY = 0.80  # reference scale: e5-small cosine 0.93
+RESTATED = 0.92  # reference scale: an older memory this close to a newer one above it, with its names, ranks below
+DAY = 86_400.0  # memories of one fact written within a day of each other are not told apart by time
 
 _WORD = re.compile(r"[\w#@][\w#@./:+-]*[\w]|[\w]")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -94,3 +97,26 @@ def copies_of(
         else:
             folded_into[place] = into
     return folded_into
+
+
+def older_statements(
+    vectors: np.ndarray, texts: Sequence[str], seconds: Sequence[float], scale: Scale = IDENTITY
+) -> set[int]:
+    """The positions (best first; `vectors`, `texts` and `seconds` since the epoch by position) whose fact a
+    memory above them already states, written at least a DAY later: as close as RESTATED, holding one of its
+    names. An older value, or the same value said before: the answer's first places go to other facts."""
+    if len(texts) < 2:
+        return set()
+    similar = cosines(vectors, scale)
+    found = [names(t) for t in texts]
+    older: set[int] = set()
+    for place in range(1, len(texts)):
+        if any(
+            above not in older
+            and seconds[above] >= seconds[place] + DAY
+            and similar[place, above] >= RESTATED
+            and same_fact(1.0, found[above], found[place])
+            for above in range(place)
+        ):
+            older.add(place)
+    return older

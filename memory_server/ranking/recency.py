@@ -18,7 +18,7 @@ import numpy as np
 
 from memory_server.embeddings.similarity import IDENTITY, Scale
 from memory_server.ranking.candidate_set import Candidate, stacked_vectors
-from memory_server.ranking.facts import names, same_fact
+from memory_server.ranking.facts import DAY, names, same_fact
 from memory_server.ranking.languages import folded
 from memory_server.ranking.lexical import analyze, analyze_query
 from memory_server.ranking.time_words import alternation, words
@@ -34,7 +34,6 @@ RECENCY_STEP = 0.5  # the newest relevant memory ends this far above the top (z 
 FACT_DENSE_MARGIN = 0.10  # cosine, on the reference scale
 FACT_FUSED_MARGIN = 1.0  # z units
 FACT_CLOSE = 0.76
-DAY = 86_400.0  # memories of one fact written within a day of each other are not told apart by time
 
 # Words asking for the present state, in every language of memory_server/ranking/time_words.py.
 RECENT = re.compile(r"\b" + alternation(words("recent")) + r"\b")
@@ -44,7 +43,8 @@ def asks_for_recent(query: str) -> bool:
     return RECENT.search(folded(query)) is not None
 
 
-def _seconds(candidate: Candidate) -> float:
+def seconds_of(candidate: Candidate) -> float:
+    """When the candidate occurred, in seconds since the epoch (-inf: unknown)."""
     moment = parse_rfc3339(candidate.occurred_at) if candidate.occurred_at else None
     return moment.timestamp() if moment is not None else float("-inf")
 
@@ -57,7 +57,7 @@ def newest_first(
     relevant = _relevant(fused, query_vector, candidates, scale)
     if len(relevant) < 2:
         return fused
-    return _raised(fused, sorted(relevant, key=lambda i: (-_seconds(candidates[i]), -fused[i])))
+    return _raised(fused, sorted(relevant, key=lambda i: (-seconds_of(candidates[i]), -fused[i])))
 
 
 def newest_of_fact_first(
@@ -67,7 +67,7 @@ def newest_of_fact_first(
     newest first, whether or not the query asks for the present: an older value of a fact, or the same thing
     said before, ranks below its newest statement."""
     group = of_best_fact(fused, query, query_vector, candidates, scale)
-    days = {i: _seconds(candidates[i]) // DAY for i in group}
+    days = {i: seconds_of(candidates[i]) // DAY for i in group}
     if len(set(days.values())) < 2:  # written the same day (an import, one conversation): not versions
         return fused
     return _raised(fused, sorted(group, key=lambda i: (-days[i], -fused[i])))
@@ -134,8 +134,8 @@ def as_of_first(
     relevant = _relevant(fused, query_vector, candidates, scale, top)
     if query is not None:  # the best one's fact, when one of its memories was written by then
         fact = of_best_fact(fused, query, query_vector, candidates, scale, top)
-        relevant = fact if any(_seconds(candidates[i]) <= until for i in fact) else relevant
-    seconds = {i: _seconds(candidates[i]) for i in relevant}
+        relevant = fact if any(seconds_of(candidates[i]) <= until for i in fact) else relevant
+    seconds = {i: seconds_of(candidates[i]) for i in relevant}
     written = [i for i in relevant if seconds[i] <= until]
     if not written or (len(written) == len(relevant) and len(written) < 2):
         return fused

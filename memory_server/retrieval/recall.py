@@ -30,12 +30,12 @@ from memory_server.ranking.dates import (
     query_date_terms,
 )
 from memory_server.ranking.expansion import expansion_terms
-from memory_server.ranking.facts import COPY, copies_of, is_copy, names
+from memory_server.ranking.facts import COPY, copies_of, is_copy, names, older_statements
 from memory_server.ranking.fusion import ranked_positions
-from memory_server.ranking.landmarks import without_landmarks
+from memory_server.ranking.landmarks import landmark_terms, without_landmarks
 from memory_server.ranking.lexical import analyze_query
 from memory_server.ranking.periods import Period, query_periods
-from memory_server.ranking.recency import as_of_first, asks_for_recent, newest_first, newest_of_fact_first
+from memory_server.ranking.recency import as_of_first, asks_for_recent, newest_first, newest_of_fact_first, seconds_of
 from memory_server.ranking.speakers import asked_speaker, speaker_boost, speakers
 from memory_server.retrieval.candidates import PREFETCH, CandidateSource
 from memory_server.retrieval.vocabulary import WordVectors
@@ -54,7 +54,7 @@ WARM_UP_QUERY = "warm up"
 PREPARE_SECONDS = 20.0
 # recall looks this many times `limit` down the ranking for superseded memories to place below their successor.
 DEMOTION_WINDOW = 3
-# recall folds the copies among this many times `limit` of its best (see `_without_copies`).
+# recall folds the copies among this many times `limit` of its best (see `_distinct_facts`).
 FOLD_WINDOW = 3
 # remember looks at this many of a new memory's nearest for the ones saying the same thing (see `copies`).
 SIMILAR_LOOKED = 8
@@ -139,7 +139,12 @@ class Retrieval:
             )
             scored = [(ids[i], score) for i, score in ranked]
             positions = [i for i, _ in ranked]
-            scored, copies = self._without_copies(scored, positions, candidates, limit) if self.facts else (scored, {})
+            if self.facts:
+                # not what held before a landmark ("before Emacs"): the older statement is the answer
+                current = self._times(query, asked, scope)[2] and not landmark_terms(query)
+                scored, copies = self._distinct_facts(scored, positions, candidates, limit, current)
+            else:
+                copies = {}
         else:
             vector = embedding.result()
             scored = [
@@ -150,25 +155,46 @@ class Retrieval:
         hits = self._hits(scored[:limit], limit) if not demote else self._successors_first(scope, scored, limit)
         return self._with_copies(hits, copies) if copies else hits
 
-    def _without_copies(
-        self, scored: list[tuple[int, float]], positions: Sequence[int], candidates: CandidateSet, limit: int
+    def _distinct_facts(
+        self,
+        scored: list[tuple[int, float]],
+        positions: Sequence[int],
+        candidates: CandidateSet,
+        limit: int,
+        current: bool,
     ) -> tuple[list[tuple[int, float]], dict[int, list[int]]]:
-        """`scored` (at `positions` of the candidates) without the copies among its best FOLD_WINDOW x limit
-        (ranking/facts.py), and for each memory kept there, the ids of its copies: a top `limit` that holds
-        distinct facts."""
+        """`scored` (at `positions` of the candidates) with its best FOLD_WINDOW x limit holding distinct facts
+        (ranking/facts.py): without the copies, and for each memory kept, the ids of its copies; when what is
+        true now answers the query (`current`), an older statement of a fact a newer hit states is placed
+        below the others of the window, so the first places go to other facts."""
         window = scored[: max(limit * FOLD_WINDOW, limit + 10)]
         if len(window) < 2:
             return scored, {}
         at = positions[: len(window)]
         vectors = stacked_vectors([candidates[n].vector for n in at])
-        into = copies_of(range(len(window)), vectors, [candidates[n].text for n in at], self.embedder.similarity.text)
-        if not into:
-            return scored, {}
+        scale = self.embedder.similarity.text
+        into = copies_of(range(len(window)), vectors, [candidates[n].text for n in at], scale)
         copies: dict[int, list[int]] = {}
-        for place, kept in into.items():
-            copies.setdefault(window[kept][0], []).append(window[place][0])
-        dropped = {window[place][0] for place in into}
-        return [pair for pair in scored if pair[0] not in dropped], copies
+        for place, folded_into in into.items():
+            copies.setdefault(window[folded_into][0], []).append(window[place][0])
+        kept = [place for place in range(len(window)) if place not in into]
+        older = (
+            older_statements(
+                vectors[kept],
+                [candidates[at[p]].text for p in kept],
+                [seconds_of(candidates[at[p]]) for p in kept],
+                scale,
+            )
+            if current
+            else set()
+        )
+        first = [window[p] for n, p in enumerate(kept) if n not in older]
+        floor = first[-1][1] if first else 0.0
+        # below the last of the others, in their order (scores only order the answer)
+        below = [
+            (window[p][0], floor - (n + 1) * 1e-6) for n, p in enumerate(p for k, p in enumerate(kept) if k in older)
+        ]
+        return [*first, *below, *scored[len(window) :]], copies
 
     def _with_copies(self, hits: list[dict[str, Any]], copies: dict[int, list[int]]) -> list[dict[str, Any]]:
         """Each hit with the references of the copies folded into it (`copies`: by id)."""
@@ -199,13 +225,7 @@ class Retrieval:
         the newest relevant ones written by its end (ranking/recency.py)."""
         person = asked_speaker(query, speakers(candidates)) if self.speakers else None
         kinds = asked_kinds(query) if self.answers else []
-        recent = self.recency and asks_for_recent(query)
-        # A period a query names with its year, when the caller gave no time window: what was the case then
-        # (recency.py). Not one relative to today ("last year", "in June"): the memories may be from any time.
-        windowed = scope.occurred_before is not None or scope.occurred_after is not None
-        until = None if recent or windowed or not asked else as_of_end(query)
-        # A period the query names without its year ("last week") asks what happened then: the dates decide.
-        current = self.facts and self.recency and until is None and (recent or not asked)
+        recent, until, current = self._times(query, asked, scope)
         scale = self.embedder.similarity.text
 
         def adjust(fused: np.ndarray) -> np.ndarray:
@@ -223,6 +243,16 @@ class Retrieval:
             return newest_first(fused, vector, candidates, scale) if recent else fused
 
         return adjust
+
+    def _times(self, query: str, asked: Sequence[Period], scope: Scope) -> tuple[bool, float | None, bool]:
+        """Whether the query asks for the present state (`recent`); `until`, the end of a period it names with
+        its year when the caller gave no time window (what was the case then: recency.py; not one relative to
+        today, "last year", "in June": the memories may be from any time); and whether what is true now answers
+        it (`current`: a period named without its year, "last week", asks what happened then: the dates decide)."""
+        recent = self.recency and asks_for_recent(query)
+        windowed = scope.occurred_before is not None or scope.occurred_after is not None
+        until = None if recent or windowed or not asked else as_of_end(query)
+        return recent, until, self.facts and self.recency and until is None and (recent or not asked)
 
     def _successors_first(self, scope: Scope, scored: Sequence[tuple[int, float]], limit: int) -> list[dict[str, Any]]:
         """The best `limit`, each superseded memory among them placed below the memories that superseded it.

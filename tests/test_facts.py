@@ -67,21 +67,38 @@ def test_the_newest_of_the_best_facts_memories_goes_first_by_day() -> None:
     texts = [
         ("Hugo Marsh's manager is Lena Eklund.", unit(1, 0, 0), "2024-05-16T10:00:00Z"),
         ("Hugo Marsh's new manager is Ingrid Lund.", unit(1, 0.2, 0), "2024-08-31T10:00:00Z"),
-        # As close, newer, but about his desk: it holds no "manager" and ranks well below, so it stays put.
-        ("Hugo Marsh's desk is in the Madrid office.", unit(1, 0, 0.25), "2025-07-07T10:00:00Z"),
+        # Close, as relevant, newer, but about his desk: it holds no "manager", ranks well below and is not as
+        # close as FACT_VERY_CLOSE, so it stays put.
+        ("Hugo Marsh's desk is in the Madrid office.", unit(1, 0, 0.7), "2025-07-07T10:00:00Z"),
     ]
     candidates = [Candidate(id=n, text=t, vector=v, occurred_at=w) for n, (t, v, w) in enumerate(texts)]
     fused = np.array([3.0, 2.5, 1.5])
-    adjusted = newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", unit(1, 0.05, 0.05), candidates)
+    adjusted = newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", unit(1, 0.05, 0.3), candidates)
     assert list(np.argsort(-adjusted, kind="stable")) == [1, 0, 2]
     assert adjusted[2] == fused[2]
     # Saved the same day (an import, one conversation): not versions of each other, nothing moves.
     same_day = [c._replace(occurred_at="2024-05-16T10:00:00Z") for c in candidates]
-    assert list(newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", unit(1, 0.05, 0.05), same_day)) == [
+    assert list(newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", unit(1, 0.05, 0.3), same_day)) == [
         3.0,
         2.5,
         1.5,
     ]
+
+
+def test_a_newer_value_worded_without_the_querys_words_joins_its_fact_when_very_close() -> None:
+    texts = [
+        ("Hugo Marsh's manager is Lena Eklund.", unit(1, 0, 0), "2024-05-16T10:00:00Z"),
+        # No "manager", and well below on the fused score: only its closeness says it is the same fact.
+        ("Hugo Marsh now reports to Ingrid Lund.", unit(1, 0.3, 0.1), "2024-08-31T10:00:00Z"),
+        # Newer too, about as close, but less relevant to the question: another attribute, it stays put.
+        ("Hugo Marsh's desk is in the Madrid office.", unit(1, 0, 0.5), "2025-07-07T10:00:00Z"),
+    ]
+    candidates = [Candidate(id=n, text=t, vector=v, occurred_at=w) for n, (t, v, w) in enumerate(texts)]
+    fused = np.array([3.0, 1.5, 1.4])
+    query = unit(1, 0.3, -0.1)
+    adjusted = newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", query, candidates)
+    assert list(np.argsort(-adjusted, kind="stable")) == [1, 0, 2]
+    assert adjusted[2] == fused[2]
 
 
 def test_an_older_statement_of_a_fact_a_newer_hit_states_goes_below() -> None:

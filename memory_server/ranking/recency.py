@@ -34,6 +34,10 @@ RECENCY_STEP = 0.5  # the newest relevant memory ends this far above the top (z 
 FACT_DENSE_MARGIN = 0.10  # cosine, on the reference scale
 FACT_FUSED_MARGIN = 1.0  # z units
 FACT_CLOSE = 0.76
+# ... or as close to it as FACT_VERY_CLOSE and dense within FACT_VERY_CLOSE_DENSE of it: a newer value is often
+# worded without the query's words ("Hugo now reports to Ingrid" for "Who is Hugo's manager?").
+FACT_VERY_CLOSE = 0.84
+FACT_VERY_CLOSE_DENSE = 0.04  # cosine, on the reference scale
 
 # Words asking for the present state, in every language of memory_server/ranking/time_words.py.
 RECENT = re.compile(r"\b" + alternation(words("recent")) + r"\b")
@@ -83,8 +87,9 @@ def of_best_fact(
 ) -> list[int]:
     """The positions of the relevant memories (`_relevant`) that state the best one's fact, the best first: by
     facts.same_fact with the query's names, dense within FACT_DENSE_MARGIN of the best, and holding the query's
-    other words the best holds, unless fused within FACT_FUSED_MARGIN of it and as close to it as FACT_CLOSE
-    (another attribute of the same subject is close too, and often newer: the words keep it out)."""
+    other words the best holds, unless fused within FACT_FUSED_MARGIN of it and as close to it as FACT_CLOSE,
+    or as close as FACT_VERY_CLOSE and dense within FACT_VERY_CLOSE_DENSE of it (another attribute of the same
+    subject is close too, and often newer: the words keep it out)."""
     top = _best(fused) if top is None else top
     relevant = _relevant(fused, query_vector, candidates, scale, top)
     first = int(top[0])
@@ -99,7 +104,8 @@ def of_best_fact(
     for place, i in enumerate(looked[1:], start=1):
         close = dense[place] >= dense[0] - FACT_DENSE_MARGIN
         near = fused[i] >= fused[first] - FACT_FUSED_MARGIN and similar[place] >= FACT_CLOSE
-        asked = bool(wanted) and wanted <= _terms(candidates[i]) or near
+        very_close = similar[place] >= FACT_VERY_CLOSE and dense[place] >= dense[0] - FACT_VERY_CLOSE_DENSE
+        asked = bool(wanted) and wanted <= _terms(candidates[i]) or near or very_close
         if (
             close
             and asked

@@ -17,6 +17,7 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_edge import UpdateOperation
 
+from memory_server.errors import Unavailable
 from memory_server.index.base import PAYLOAD_VERSION, Condition, IndexFilter, IndexPoint, Range
 from memory_server.index.edge import EdgeIndex
 from memory_server.index.edge_files import read_info, write_info
@@ -798,3 +799,23 @@ def test_the_as_of_reordering() -> None:
     # Nothing relevant was written by then: left alone.
     early = datetime(2020, 1, 1, tzinfo=UTC).timestamp()
     assert list(as_of_first(fused, query, candidates, early, nothing_named)) == list(fused)
+
+
+def test_upkeep_says_an_unavailable_store_in_a_line_and_a_bug_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database away (a changed password, a restart) is expected: its message, no traceback, in the log."""
+
+    def away() -> int:
+        raise Unavailable("PostgreSQL authentication failed (retrying will not help)")
+
+    def bug() -> int:
+        raise KeyError("site")
+
+    with caplog.at_level("WARNING", logger="memory_server.memories"):
+        maintenance._once(away, "", "following the authority failed")
+        maintenance._once(bug, "", "deleting expired memories failed")
+    said = {record.getMessage(): record.exc_info for record in caplog.records}
+    line = "following the authority failed: unavailable: PostgreSQL authentication failed (retrying will not help)"
+    assert said[line] is None, said
+    assert said["deleting expired memories failed"] is not None

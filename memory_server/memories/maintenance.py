@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
+from memory_server.errors import Unavailable
 from memory_server.index.base import IndexUnavailable
 from memory_server.logging_setup import Throttle
 from memory_server.memories.follower import CHANGE_RETENTION_S, FOLLOW_INTERVAL_S, IndexFollower
@@ -31,6 +32,8 @@ def _once(step: Callable[[], int], done: str, failed: str) -> None:
         count = step()
         if count and done:
             log.info(done, count)
+    except (IndexUnavailable, Unavailable) as exc:  # expected (a full disk, the database away): no traceback
+        log.warning("%s: %s", failed, exc)
     except Exception:
         log.warning(failed, exc_info=True)
 
@@ -122,7 +125,7 @@ def _reported(throttle: Throttle) -> Iterator[None]:
     """A failed round is said once a minute and retried on the next."""
     try:
         yield
-    except IndexUnavailable as exc:  # a full disk, an unreachable server: expected, said once a minute
+    except (IndexUnavailable, Unavailable) as exc:  # a full disk, an unreachable server: expected, once a minute
         throttle.log(logging.WARNING, "maintenance", "index maintenance waits: %s", exc)
     except Exception:
         throttle.log(logging.WARNING, "maintenance", "index maintenance failed; retrying later", exc_info=True)

@@ -142,7 +142,7 @@ class Retrieval:
             if self.facts:
                 # not what held before a landmark ("before Emacs"): the older statement is the answer
                 current = self._times(query, asked, scope)[2] and not landmark_terms(query)
-                scored, copies = self._distinct_facts(scored, positions, candidates, limit, current)
+                scored, copies = self._distinct_facts(scored, positions, candidates, limit, current, scope.site_id)
             else:
                 copies = {}
         else:
@@ -162,11 +162,13 @@ class Retrieval:
         candidates: CandidateSet,
         limit: int,
         current: bool,
+        site_id: int,
     ) -> tuple[list[tuple[int, float]], dict[int, list[int]]]:
         """`scored` (at `positions` of the candidates) with its best FOLD_WINDOW x limit holding distinct facts
         (ranking/facts.py): without the copies, and for each memory kept, the ids of its copies; when what is
         true now answers the query (`current`), an older statement of a fact a newer hit states is placed
-        below the others of the window, so the first places go to other facts."""
+        below the others of the window, so the first places go to other facts; one with an explicit successor
+        stays where it is, for `_successors_first` to place by its chain."""
         window = scored[: max(limit * FOLD_WINDOW, limit + 10)]
         if len(window) < 2:
             return scored, {}
@@ -188,6 +190,9 @@ class Retrieval:
             if current
             else set()
         )
+        if older:
+            linked = self.memories.replaced(site_id, [window[kept[n]][0] for n in older])
+            older = {n for n in older if window[kept[n]][0] not in linked}
         first = [window[p] for n, p in enumerate(kept) if n not in older]
         floor = first[-1][1] if first else 0.0
         # below the last of the others, in their order (scores only order the answer)

@@ -63,6 +63,18 @@ def unit(*values: float) -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
+MANAGER = "Who is Hugo Marsh's manager?"
+
+
+def candidates_of(rows: list[tuple[str, np.ndarray, str]]) -> list[Candidate]:
+    """(text, vector, occurred_at) rows as candidates, numbered in order."""
+    return [Candidate(id=n, text=t, vector=v, occurred_at=w) for n, (t, v, w) in enumerate(rows)]
+
+
+def order(scores: np.ndarray) -> list[int]:
+    return [int(i) for i in np.argsort(-scores, kind="stable")]
+
+
 def test_the_newest_of_the_best_facts_memories_goes_first_by_day() -> None:
     texts = [
         ("Hugo Marsh's manager is Lena Eklund.", unit(1, 0, 0), "2024-05-16T10:00:00Z"),
@@ -71,18 +83,14 @@ def test_the_newest_of_the_best_facts_memories_goes_first_by_day() -> None:
         # close as FACT_VERY_CLOSE, so it stays put.
         ("Hugo Marsh's desk is in the Madrid office.", unit(1, 0, 0.7), "2025-07-07T10:00:00Z"),
     ]
-    candidates = [Candidate(id=n, text=t, vector=v, occurred_at=w) for n, (t, v, w) in enumerate(texts)]
+    candidates = candidates_of(texts)
     fused = np.array([3.0, 2.5, 1.5])
-    adjusted = newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", unit(1, 0.05, 0.3), candidates)
-    assert list(np.argsort(-adjusted, kind="stable")) == [1, 0, 2]
+    adjusted = newest_of_fact_first(fused, MANAGER, unit(1, 0.05, 0.3), candidates)
+    assert order(adjusted) == [1, 0, 2]
     assert adjusted[2] == fused[2]
     # Saved the same day (an import, one conversation): not versions of each other, nothing moves.
     same_day = [c._replace(occurred_at="2024-05-16T10:00:00Z") for c in candidates]
-    assert list(newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", unit(1, 0.05, 0.3), same_day)) == [
-        3.0,
-        2.5,
-        1.5,
-    ]
+    assert list(newest_of_fact_first(fused, MANAGER, unit(1, 0.05, 0.3), same_day)) == [3.0, 2.5, 1.5]
 
 
 def test_a_newer_value_worded_without_the_querys_words_joins_its_fact_when_very_close() -> None:
@@ -93,11 +101,9 @@ def test_a_newer_value_worded_without_the_querys_words_joins_its_fact_when_very_
         # Newer too, about as close, but less relevant to the question: another attribute, it stays put.
         ("Hugo Marsh's desk is in the Madrid office.", unit(1, 0, 0.5), "2025-07-07T10:00:00Z"),
     ]
-    candidates = [Candidate(id=n, text=t, vector=v, occurred_at=w) for n, (t, v, w) in enumerate(texts)]
     fused = np.array([3.0, 1.5, 1.4])
-    query = unit(1, 0.3, -0.1)
-    adjusted = newest_of_fact_first(fused, "Who is Hugo Marsh's manager?", query, candidates)
-    assert list(np.argsort(-adjusted, kind="stable")) == [1, 0, 2]
+    adjusted = newest_of_fact_first(fused, MANAGER, unit(1, 0.3, -0.1), candidates_of(texts))
+    assert order(adjusted) == [1, 0, 2]
     assert adjusted[2] == fused[2]
 
 

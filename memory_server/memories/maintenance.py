@@ -23,6 +23,8 @@ from memory_server.memories.system import Memories
 from memory_server.storage.protocols import Storage
 
 log = logging.getLogger("memory_server.memories")
+# What upkeep expects now and then (a full disk, the database or the index server away): said without a traceback.
+EXPECTED = (IndexUnavailable, Unavailable)
 
 MAINTENANCE_INTERVAL_S = 10.0
 
@@ -32,7 +34,7 @@ def _once(step: Callable[[], int], done: str, failed: str) -> None:
         count = step()
         if count and done:
             log.info(done, count)
-    except (IndexUnavailable, Unavailable) as exc:  # expected (a full disk, the database away): no traceback
+    except EXPECTED as exc:
         log.warning("%s: %s", failed, exc)
     except Exception:
         log.warning(failed, exc_info=True)
@@ -125,7 +127,7 @@ def _reported(throttle: Throttle) -> Iterator[None]:
     """A failed round is said once a minute and retried on the next."""
     try:
         yield
-    except (IndexUnavailable, Unavailable) as exc:  # a full disk, an unreachable server: expected, once a minute
+    except EXPECTED as exc:  # said once a minute
         throttle.log(logging.WARNING, "maintenance", "index maintenance waits: %s", exc)
     except Exception:
         throttle.log(logging.WARNING, "maintenance", "index maintenance failed; retrying later", exc_info=True)

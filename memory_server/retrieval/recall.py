@@ -124,6 +124,7 @@ class Retrieval:
         asked = query_periods(query) if self.dates and self.ranking == "production" else []
         candidates = self.source.candidates(scope, query, embedding.result, windows=prefetch_windows(asked))
         if self.ranking == "production":
+            recent, until, current = self._times(query, asked, scope)
             expansion = without_landmarks(
                 query, self.expansion(scope.site_id, query, candidates) | query_date_terms(asked)
             )
@@ -135,14 +136,14 @@ class Retrieval:
                 candidates,
                 limit=len(candidates),
                 expansion=expansion,
-                adjust=self._adjustment(query, vector, candidates, asked, scope),
+                adjust=self._adjustment(query, vector, candidates, asked, recent, until, current),
             )
             scored = [(ids[i], score) for i, score in ranked]
             positions = [i for i, _ in ranked]
             if self.facts:
                 # not what held before a landmark ("before Emacs"): the older statement is the answer
-                current = self._times(query, asked, scope)[2] and not landmark_terms(query)
-                scored, copies = self._distinct_facts(scored, positions, candidates, limit, current, scope.site_id)
+                now = current and not landmark_terms(query)
+                scored, copies = self._distinct_facts(scored, positions, candidates, limit, now, scope.site_id)
             else:
                 copies = {}
         else:
@@ -175,30 +176,28 @@ class Retrieval:
         at = positions[: len(window)]
         vectors = stacked_vectors([candidates[n].vector for n in at])
         scale = self.embedder.similarity.text
-        into = copies_of(range(len(window)), vectors, [candidates[n].text for n in at], scale)
+        texts = [candidates[n].text for n in at]
+        into = copies_of(range(len(window)), vectors, texts, scale)
         copies: dict[int, list[int]] = {}
         for place, folded_into in into.items():
             copies.setdefault(window[folded_into][0], []).append(window[place][0])
         kept = [place for place in range(len(window)) if place not in into]
-        older = (
-            older_statements(
-                vectors[kept],
-                [candidates[at[p]].text for p in kept],
-                [seconds_of(candidates[at[p]]) for p in kept],
-                scale,
-            )
-            if current
-            else set()
-        )
+        older: set[int] = set()  # places in `kept`
+        if current:
+            seconds = [seconds_of(candidates[at[p]]) for p in kept]
+            older = older_statements(vectors[kept], [texts[p] for p in kept], seconds, scale)
         if older:
             linked = self.memories.replaced(site_id, [window[kept[n]][0] for n in older])
             older = {n for n in older if window[kept[n]][0] not in linked}
-        first = [window[p] for n, p in enumerate(kept) if n not in older]
-        floor = first[-1][1] if first else 0.0
+        if not into and not older:
+            return scored, copies
+        first: list[tuple[int, float]] = []
+        moved: list[tuple[int, float]] = []
+        for n, place in enumerate(kept):
+            (moved if n in older else first).append(window[place])
         # below the last of the others, in their order (scores only order the answer)
-        below = [
-            (window[p][0], floor - (n + 1) * 1e-6) for n, p in enumerate(p for k, p in enumerate(kept) if k in older)
-        ]
+        floor = first[-1][1] if first else 0.0
+        below = [(row_id, floor - (n + 1) * 1e-6) for n, (row_id, _) in enumerate(moved)]
         return [*first, *below, *scored[len(window) :]], copies
 
     def _with_copies(self, hits: list[dict[str, Any]], copies: dict[int, list[int]]) -> list[dict[str, Any]]:
@@ -221,16 +220,23 @@ class Retrieval:
         return self._hits([(row_id, 1.0 / (1.0 + rank)) for rank, row_id in enumerate(ids)], limit, scope)
 
     def _adjustment(
-        self, query: str, vector: np.ndarray, candidates: CandidateSet, asked: Sequence[Period], scope: Scope
+        self,
+        query: str,
+        vector: np.ndarray,
+        candidates: CandidateSet,
+        asked: Sequence[Period],
+        recent: bool,
+        until: float | None,
+        current: bool,
     ) -> Callable[[np.ndarray], np.ndarray] | None:
         """What the query itself asks of the fused scores: the memories said by a person it names
         (ranking/speakers.py), those holding the kind of answer it asks for (a time, a number, a name:
         ranking/answers.py), memories dated in a period it names (ranking/dates.py), then, for a query
         about the present, the newest relevant ones, and for one about a past period without a time window,
-        the newest relevant ones written by its end (ranking/recency.py)."""
+        the newest relevant ones written by its end (ranking/recency.py); `recent`, `until` and `current` as
+        `_times` reads them."""
         person = asked_speaker(query, speakers(candidates)) if self.speakers else None
         kinds = asked_kinds(query) if self.answers else []
-        recent, until, current = self._times(query, asked, scope)
         scale = self.embedder.similarity.text
 
         def adjust(fused: np.ndarray) -> np.ndarray:

@@ -80,14 +80,13 @@ def is_copy(similarity: float, first: Names, other: Names) -> bool:
 
 
 def copies_of(
-    order: Sequence[int], vectors: np.ndarray, texts: Sequence[str], scale: Scale = IDENTITY
+    order: Sequence[int], vectors: np.ndarray, found: Sequence[Names], scale: Scale = IDENTITY
 ) -> dict[int, int]:
     """position -> the earlier position it is a copy of, for each position of `order` (best first) that
-    copies one kept before it; `vectors` and `texts` are by position of `order`."""
+    copies one kept before it; `vectors` and `found` (each text's `names`) are by position of `order`."""
     if len(order) < 2:
         return {}
     similar = cosines(vectors, scale)
-    found = [names(t) for t in texts]
     kept: list[int] = []
     folded_into: dict[int, int] = {}
     for place in range(len(order)):
@@ -100,17 +99,17 @@ def copies_of(
 
 
 def older_statements(
-    vectors: np.ndarray, texts: Sequence[str], seconds: Sequence[float], scale: Scale = IDENTITY
+    vectors: np.ndarray, found: Sequence[Names], seconds: Sequence[float], scale: Scale = IDENTITY
 ) -> set[int]:
-    """The positions (best first; `vectors`, `texts` and `seconds` since the epoch by position) whose fact a
-    memory above them already states, written at least a DAY later: as close as RESTATED, holding one of its
-    names. An older value, or the same value said before: the answer's first places go to other facts."""
-    if len(texts) < 2:
+    """The positions (best first; `vectors`, `found` (each text's `names`) and `seconds` since the epoch by
+    position) whose fact a memory above them already states, written at least a DAY later: as close as
+    RESTATED, holding one of its names. An older value, or the same value said before: the answer's first
+    places go to other facts."""
+    if len(found) < 2:
         return set()
     similar = cosines(vectors, scale)
-    found = [names(t) for t in texts]
     older: set[int] = set()
-    for place in range(1, len(texts)):
+    for place in range(1, len(found)):
         if any(
             above not in older
             and seconds[above] >= seconds[place] + DAY

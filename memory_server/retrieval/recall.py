@@ -176,8 +176,8 @@ class Retrieval:
         at = positions[: len(window)]
         vectors = stacked_vectors([candidates[n].vector for n in at])
         scale = self.embedder.similarity.text
-        texts = [candidates[n].text for n in at]
-        into = copies_of(range(len(window)), vectors, texts, scale)
+        found = [names(candidates[n].text) for n in at]
+        into = copies_of(range(len(window)), vectors, found, scale)
         copies: dict[int, list[int]] = {}
         for place, folded_into in into.items():
             copies.setdefault(window[folded_into][0], []).append(window[place][0])
@@ -185,7 +185,7 @@ class Retrieval:
         older: set[int] = set()  # places in `kept`
         if current:
             seconds = [seconds_of(candidates[at[p]]) for p in kept]
-            older = older_statements(vectors[kept], [texts[p] for p in kept], seconds, scale)
+            older = older_statements(vectors[kept], [found[p] for p in kept], seconds, scale)
         if older:
             linked = self.memories.replaced(site_id, [window[kept[n]][0] for n in older])
             older = {n for n in older if window[kept[n]][0] not in linked}

@@ -165,7 +165,8 @@ class SqliteCandidateStore:
         found = (
             self._reader()
             .execute(
-                "SELECT n.id FROM memories m JOIN memories n ON n.site_id = m.site_id"
+                # NOT INDEXED: m by rowid (see _candidate_rows); n by its conversation.
+                "SELECT n.id FROM memories m NOT INDEXED JOIN memories n ON n.site_id = m.site_id"
                 " AND n.conversation_id = m.conversation_id"
                 " AND n.conversation_seq BETWEEN m.conversation_seq - ? AND m.conversation_seq + ?"
                 f" WHERE m.id IN ({marks(ids)}) AND m.site_id = ? AND m.conversation_id IS NOT NULL",

@@ -20,10 +20,11 @@ from memory_server.services import Services, open_services
 
 from tests.conftest import make_settings
 
-ID_LIST = re.compile(r"\bid IN \((?:-?\d+, ?){7,}-?\d+\)")  # eight ids or more, as the trace shows them bound
-# A walk of a table, or of the listed table (memories, m) by an index of the site rather than by its ids.
+# Eight ids or more, or three references or more, as the trace shows them bound.
+LISTED = re.compile(r"\b(id IN \((-?\d+, ?){7,}-?\d+\)|reference IN \(('[^']*', ?){2,}'[^']*'\))")
+# A walk of a table, or of a listed table (memories, m, c) by an index of the site rather than by its keys.
 SITE_WALK = re.compile(
-    r"SCAN (memories|m|n)\b|SEARCH (memories|m) USING (COVERING )?INDEX \w+ \(site_id=\?(?! AND id=)"
+    r"SCAN (memories|m|n)\b|SEARCH (memories|m|c) USING (COVERING )?INDEX \w+ \(site_id=\?(?! AND id=)"
 )
 
 
@@ -51,7 +52,7 @@ def test_recall_and_search_read_listed_memories_by_rowid(traced: tuple[Services,
     writes = services.loaded_memories().writes
     principal = services.local_principal("acme")
     topics = ["the deploy window", "the staging database", "the release train", "the on-call rota"]
-    writes.remember_many(
+    older = writes.remember_many(
         principal.site_id,
         [
             writes.validate(
@@ -61,6 +62,13 @@ def test_recall_and_search_read_listed_memories_by_rowid(traced: tuple[Services,
             for n in range(120)
         ],
     )
+    for n in range(0, 24, 4):  # deploy windows replaced: recall places them by their chains
+        writes.remember(
+            principal,
+            writes.validate(
+                content=f"Update: the deploy window of note {n} is slot {n + 1} now.", supersedes=older[n].reference
+            ),
+        )
     memories = services.loaded_memories()
     # A site past the full-scan limit takes the prefetch path (candidates by id, their neighbours): the limits
     # are lowered so that these memories are such a site.
@@ -74,9 +82,9 @@ def test_recall_and_search_read_listed_memories_by_rowid(traced: tuple[Services,
         for retrieval in (memories.retrieval, large_site):
             assert retrieval.recall(scope, asked, 10)
         memories.retrieval.search(scope.only_current(True), asked, 10, 0.0)
-    listed = [s for s in statements if ID_LIST.search(s) and s.lstrip().upper().startswith("SELECT")]
+    listed = [s for s in statements if LISTED.search(s) and s.lstrip().upper().startswith(("SELECT", "WITH"))]
     shapes = {re.sub(r"\d+", "?", s).split(" WHERE ")[0] for s in listed}
-    assert len(shapes) >= 4  # the candidates, their successors, their neighbours, the hits
+    assert len(shapes) >= 5  # the candidates, which were replaced, their successors, their neighbours, the hits
     conn = sqlite3.connect(services.settings.db_path)
     try:
         walks = {

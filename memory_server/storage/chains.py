@@ -202,14 +202,15 @@ def out_of_order(occurred_at: str, older: str, older_occurred_at: str) -> None:
         )
 
 
-def chain_sql(starts: str) -> str:
+def chain_sql(starts: str, *, site: str = "c.site_id") -> str:
     """A recursive CTE `chain(start, ref, depth)`: for each memory `c.reference {starts}` that is superseded,
     every memory superseding it, `depth` steps later (1: its successor). Its arguments: the site id, those of
-    `starts`, the site id again, MAX_CHAIN."""
+    `starts`, the site id again, MAX_CHAIN. `site`: how the starts' site column is written (SQLite's `+c.site_id`
+    keeps its planner on the references' own index)."""
     return (
         "WITH RECURSIVE chain (start, ref, depth) AS ("
         " SELECT c.reference, c.superseded_by, 1 FROM memories c"
-        f" WHERE c.site_id = ? AND c.reference {starts} AND c.superseded_by IS NOT NULL"
+        f" WHERE {site} = ? AND c.reference {starts} AND c.superseded_by IS NOT NULL"
         " UNION ALL SELECT chain.start, c.superseded_by, chain.depth + 1 FROM chain"
         " JOIN memories c ON c.site_id = ? AND c.reference = chain.ref"
         " WHERE c.superseded_by IS NOT NULL AND chain.depth < ?) "

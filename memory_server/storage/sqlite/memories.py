@@ -223,10 +223,12 @@ class SqliteMemoryStore:
         if not references:
             return {}
         where, args = scope_sql(scope, SQLITE)
+        # +site_id: with three references or more the planner would walk the site's index, not theirs.
+        starts = chain_sql(f"IN ({marks(references)})", site="+c.site_id")
         rows = (
             self._readers.get()
             .execute(
-                f"{chain_sql(f'IN ({marks(references)})')} SELECT chain.start, chain.depth, {COLUMNS} FROM chain"
+                f"{starts} SELECT chain.start, chain.depth, {COLUMNS} FROM chain"
                 f" JOIN memories m ON m.site_id = ? AND m.reference = chain.ref WHERE {where}",
                 [scope.site_id, *references, scope.site_id, MAX_CHAIN, scope.site_id, *args],
             )

@@ -133,14 +133,25 @@ def changes(url: str) -> int:
     return int(row[0]) if row else 0
 
 
-def write(tree: Path, url: str, work: Path, site_ids: list[int], writers: int, seconds: float, first: int) -> Any:
+def wait_caught_up(url: str, work: Path, replicas: int) -> None:
+    """Wait (up to CATCH_UP_TIMEOUT_S) until every replica's index holds every change made so far."""
+    total = changes(url)
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+    while any(followed(work / f"replica{n}") < total for n in range(replicas)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def write(
+    tree: Path, url: str, work: Path, site_ids: list[int], writers: int, seconds: float, first: int
+) -> tuple[list[int], float]:
     """Memories saved by `writers` processes for `seconds` (writer numbers from `first`, so no text repeats),
     and the CPU seconds the writers spent."""
     procs = [
         child(tree, url, work / f"writer{w}", "write", json.dumps(site_ids), str(seconds), str(w))
         for w in range(first, first + writers)
     ]
-    counts, writing = [], 0.0
+    counts: list[int] = []
+    writing = 0.0
     for proc in procs:
         out, err = proc.communicate(timeout=seconds + 300)
         if proc.returncode != 0:
@@ -176,10 +187,7 @@ def run_case(
         try:
             for _, port in followers:
                 wait_ready(port)
-            total = changes(url)
-            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-            while any(followed(work / f"replica{n}") < total for n in range(replicas)) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_caught_up(url, work, replicas)
             started, busy = time.monotonic(), machine_cpu_seconds()
             following = [process_cpu_seconds(server.pid) for server, _ in followers]
             counts, writing = write(tree, url, work, site_ids, writers, seconds, first=0)
@@ -188,10 +196,7 @@ def run_case(
             following = [
                 process_cpu_seconds(server.pid) - f for (server, _), f in zip(followers, following, strict=True)
             ]
-            total = changes(url)
-            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-            while any(followed(work / f"replica{n}") < total for n in range(replicas)) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_caught_up(url, work, replicas)
             caught_up = time.monotonic() - started - written
         finally:
             for server, _ in followers:
